@@ -1,0 +1,11 @@
+"""triton_layers: transformer building blocks as nn.Modules running Triton kernels.
+
+Set TRITON_INTERPRET=1 before importing to run the kernels on CPU tensors (slowly)
+through the Triton interpreter; otherwise CPU tensors use the pure-torch reference.
+"""
+from . import functional
+from .conversion import convert
+from .layers import TritonLayerNorm
+
+__version__ = "0.1.0"
+__all__ = ["TritonLayerNorm", "convert", "functional"]

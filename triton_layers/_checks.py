@@ -1,0 +1,72 @@
+"""Input checks and path choice shared by the functional ops.
+
+Every check raises ``TypeError`` (wrong kind or dtype) or ``ValueError`` (wrong shape,
+device, value) naming what was given; none uses ``assert`` (it vanishes under -O).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# Triton picks the interpreter when its kernels are defined, i.e. when triton_layers is
+# imported; read the variable once so our path choice agrees with how they were built.
+TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> Tensor:
+    """``t`` must be a tensor of one of ``dtypes``."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d) for d in dtypes)
+        raise TypeError(f"{name} has dtype {t.dtype}; expected one of {names}")
+    return t
+
+
+def check_same_device(**tensors: Optional[Tensor]) -> None:
+    """All given (non-None) tensors must be on one device."""
+    given = {name: t for name, t in tensors.items() if t is not None}
+    devices = {t.device for t in given.values()}
+    if len(devices) > 1:
+        where = ", ".join(f"{name} on {t.device}" for name, t in given.items())
+        raise ValueError(f"all tensors must be on one device; got {where}")
+
+
+def check_shape(t: Optional[Tensor], name: str, shape: Sequence[int]) -> None:
+    """``t`` (when given) must have exactly ``shape``."""
+    if t is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+
+
+def use_kernels(x: Tensor, use_triton: Optional[bool]) -> bool:
+    """Pick the path for ``x``: the Triton kernels or the pure-torch reference.
+
+    ``None`` (auto): kernels for CUDA tensors, and for CPU tensors when TRITON_INTERPRET=1
+    was set before triton_layers was imported; the reference otherwise. ``True`` forces
+    the kernels and raises where they cannot run; ``False`` forces the reference.
+    """
+    can_run = x.device.type == "cuda" or (x.device.type == "cpu" and TRITON_INTERPRET)
+    if use_triton is None:
+        return can_run
+    if use_triton and not can_run:
+        raise ValueError(
+            f"use_triton=True needs a CUDA tensor (or a CPU tensor with TRITON_INTERPRET=1 set "
+            f"before importing triton_layers); got a tensor on {x.device}"
+        )
+    return bool(use_triton)
+
+
+def as_rows(x: Tensor, n_cols: int) -> Tensor:
+    """View ``x`` as (rows, n_cols) with last stride 1, copying only when that is impossible.
+
+    A slice of a fused projection (last stride 1, row stride > n_cols) stays a view.
+    """
+    x2 = x.reshape(-1, n_cols)
+    if n_cols > 1 and x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    return x2
