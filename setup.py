@@ -1,0 +1,16 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="triton_layers",
+    version="0.1.0",
+    description="Transformer building blocks as nn.Modules running hand-written Triton kernels",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["triton_layers", "triton_layers.*"]),
+    python_requires=">=3.9",
+    install_requires=["torch>=2.6", "triton>=3.2", "einops>=0.7", "packaging"],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6"],
+        "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11"],
+    },
+)
