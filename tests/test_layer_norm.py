@@ -1,0 +1,311 @@
+"""TritonLayerNorm / functional.layer_norm: kernels against the reference and float64 torch."""
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import triton_layers
+from triton_layers import TritonLayerNorm, reference
+from triton_layers import functional as TF
+from triton_layers._checks import as_rows
+
+from .conftest import DTYPES
+from .tolerances import assert_close_to_reference
+
+SIZES = [1, 7, 127, 1000, 3000, 1024]
+
+
+def _inputs(rows, n, dtype, device, param_dtype=None, bias=True, offset=1.5):
+    param_dtype = param_dtype or dtype
+    x = (torch.randn(rows, n, device=device) * 2 + offset).to(dtype).requires_grad_()
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(param_dtype).requires_grad_()
+    b = (0.5 * torch.randn(n, device=device)).to(param_dtype).requires_grad_() if bias else None
+    return x, w, b
+
+
+def _exact(x, w, b, eps=1e-5, stable=False):
+    """float64 torch autograd of the definition: F.layer_norm on (x / max|x|) for stable mode."""
+    leaves = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
+    x64, w64, b64 = leaves
+    xin = x64 / x64.detach().abs().amax(-1, keepdim=True) if stable else x64
+    y = F.layer_norm(xin, x.shape[-1:], w64, b64, eps)
+    return y, leaves
+
+
+def _check_against_float64(x, w, b, stable=False, use_triton=None):
+    y = TF.layer_norm(x, w, b, stable=stable, use_triton=use_triton)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    y64, leaves = _exact(x, w, b, stable=stable)
+    dy = torch.randn_like(y)
+    wrt = [t for t in (x, w, b) if t is not None]
+    grads = torch.autograd.grad(y, wrt, dy)
+    grads64 = torch.autograd.grad(y64, [t for t in leaves if t is not None], dy.double())
+    # torch's own computation in the low dtype sets the bar for fp16/bf16.
+    if x.dtype != torch.float32 and w.dtype == x.dtype and not stable:
+        lp = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b)]
+        y_lp = F.layer_norm(lp[0], x.shape[-1:], lp[1], lp[2], 1e-5)
+        grads_lp = torch.autograd.grad(y_lp, [t for t in lp if t is not None], dy)
+    else:
+        y_lp, grads_lp = None, [None] * len(grads)
+    assert_close_to_reference(y, y64, y_lp, name="y")
+    # Gradients summed over rows grow with the row count: scale the fp32 bound (quack).
+    for name, g, g64, g_lp in zip(["dx", "dweight", "dbias"], grads, grads64, grads_lp):
+        rtol = 1e-5 if name == "dx" else 1e-5 * max(1.0, x.shape[0] ** 0.5)
+        assert_close_to_reference(g, g64, g_lp, rtol32=rtol, name=name)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_backward_match_float64(n, dtype, device):
+    x, w, b = _inputs(9, n, dtype, device)
+    _check_against_float64(x, w, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mixed_precision_fp32_parameters(dtype, device):
+    x, w, b = _inputs(9, 1000, dtype, device, param_dtype=torch.float32)
+    y = TF.layer_norm(x, w, b)
+    assert y.dtype == dtype
+    y.backward(torch.randn_like(y))
+    assert w.grad.dtype == torch.float32 and b.grad.dtype == torch.float32
+    assert x.grad.dtype == dtype
+    _check_against_float64(*_inputs(9, 1000, dtype, device, param_dtype=torch.float32))
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 3000])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_stable_mode_matches_autograd_of_definition(n, dtype, device):
+    x, w, b = _inputs(9, n, dtype, device, offset=-3.0)  # rows whose max is negative
+    _check_against_float64(x, w, b, stable=True)
+
+
+@pytest.mark.parametrize("stable", [False, True])
+@pytest.mark.parametrize("n", [1000, 3000])
+def test_long_rows_looped_path(n, stable, small_blocks, device):
+    x, w, b = _inputs(11, n, torch.float32, device)
+    _check_against_float64(x, w, b, stable=stable)
+
+
+def test_rows_longer_than_any_block(device):
+    x, w, b = _inputs(2, 262144 + 3, torch.float32, device)
+    _check_against_float64(x, w, b)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("needs", ["x", "weight", "bias", "weight+bias", "x+weight"])
+def test_only_requested_gradients(needs, looped, request, device):
+    if looped:
+        request.getfixturevalue("small_blocks")
+    x, w, b = _inputs(5, 700, torch.float32, device)
+    for name, t in (("x", x), ("weight", w), ("bias", b)):
+        t.requires_grad_(name in needs.split("+"))
+    y = TF.layer_norm(x, w, b)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    y64, (x64, w64, b64) = _exact(x, w, b)
+    y64.backward(dy.double())
+    for name, t, t64 in (("x", x, x64), ("weight", w, w64), ("bias", b, b64)):
+        if name in needs.split("+"):
+            assert_close_to_reference(t.grad, t64.grad, rtol32=1e-4, name=name)
+        else:
+            assert t.grad is None
+
+
+def test_no_weight_no_bias(device):
+    x = torch.randn(6, 300, device=device).requires_grad_()
+    y = TF.layer_norm(x)
+    ref = F.layer_norm(x.double(), (300,))
+    assert_close_to_reference(y, ref)
+    (gx,) = torch.autograd.grad(y, x, torch.ones_like(y) + torch.randn_like(y))
+    assert torch.isfinite(gx).all()
+
+
+def test_reference_matches_torch_layer_norm():
+    x = torch.randn(8, 77, dtype=torch.float64) * 3 + 1
+    w, b = torch.randn(77, dtype=torch.float64), torch.randn(77, dtype=torch.float64)
+    torch.testing.assert_close(reference.layer_norm(x, w, b, 1e-5, False), F.layer_norm(x, (77,), w, b, 1e-5))
+
+
+def test_reference_stable_equals_plain_on_scaled_rows():
+    x = torch.randn(8, 77, dtype=torch.float64) - 2
+    scaled = x / x.abs().amax(-1, keepdim=True)
+    torch.testing.assert_close(
+        reference.layer_norm(x, None, None, 1e-5, True), reference.layer_norm(scaled, None, None, 1e-5, False)
+    )
+
+
+def test_stable_all_zero_row_is_finite(device):
+    x = torch.randn(3, 64, device=device)
+    x[1] = 0
+    y = TF.layer_norm(x, stable=True)
+    assert torch.isfinite(y).all() and (y[1] == 0).all()
+
+
+def test_paths_agree_and_force_reference(device):
+    x, w, b = _inputs(4, 100, torch.float32, device)
+    y_kernel = TF.layer_norm(x, w, b, use_triton=None)
+    y_ref = TF.layer_norm(x, w, b, use_triton=False)
+    torch.testing.assert_close(y_kernel, y_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y_ref, reference.layer_norm(x, w, b, 1e-5, False), rtol=0, atol=0)
+
+
+def test_forcing_triton_without_interpreter_is_an_error(monkeypatch):
+    from triton_layers import _checks
+
+    monkeypatch.setattr(_checks, "TRITON_INTERPRET", False)
+    with pytest.raises(ValueError, match="use_triton=True"):
+        TF.layer_norm(torch.randn(2, 8), use_triton=True)
+    # auto falls back to the reference on the CPU
+    y = TF.layer_norm(torch.randn(2, 8))
+    assert y.shape == (2, 8)
+
+
+def test_sliced_fused_projection_is_not_copied(device):
+    fused = torch.randn(4, 5, 3 * 64, device=device)
+    q = fused[..., 64:128]  # last stride 1, row stride 192
+    rows = as_rows(q, 64)
+    assert rows.data_ptr() == q.data_ptr() and rows.stride() == (192, 1)
+    w, b = torch.randn(64, device=device), torch.randn(64, device=device)
+    assert_close_to_reference(TF.layer_norm(q, w, b), F.layer_norm(q.double(), (64,), w.double(), b.double()))
+
+
+def test_non_contiguous_views(device):
+    x = torch.randn(64, 12, device=device).t()  # last stride 12: copied once
+    w = torch.randn(128, device=device)[::2]  # a strided weight
+    x = x.requires_grad_()
+    y = TF.layer_norm(x, w)
+    assert_close_to_reference(y, F.layer_norm(x.double(), (64,), w.double()))
+    y.sum().backward()  # an expanded, stride-0 upstream gradient
+    x64 = x.detach().double().requires_grad_()
+    F.layer_norm(x64, (64,), w.double()).sum().backward()
+    assert_close_to_reference(x.grad, x64.grad, atol=1e-5)
+
+
+def test_multi_dim_normalized_shape(device):
+    torch_ln = nn.LayerNorm((4, 5)).to(device)
+    with torch.no_grad():
+        torch_ln.weight.normal_()
+        torch_ln.bias.normal_()
+    ours = TritonLayerNorm.from_torch(torch_ln)
+    x = torch.randn(3, 2, 4, 5, device=device)
+    torch.testing.assert_close(ours(x), torch_ln(x), rtol=1e-5, atol=1e-5)
+
+
+def test_empty_inputs(device):
+    w = torch.randn(16, device=device, requires_grad=True)
+    x = torch.randn(0, 16, device=device, requires_grad=True)
+    y = TF.layer_norm(x, w)
+    assert y.shape == (0, 16)
+    y.sum().backward()
+    assert x.grad.shape == (0, 16) and (w.grad == 0).all()
+    assert TF.layer_norm(torch.randn(2, 0, 16, device=device)).shape == (2, 0, 16)
+    assert TF.layer_norm(torch.randn(3, 0, device=device)).shape == (3, 0)
+
+
+def test_bad_inputs(device):
+    x = torch.randn(4, 8, device=device)
+    with pytest.raises(TypeError, match="int64"):
+        TF.layer_norm(torch.ones(4, 8, dtype=torch.int64, device=device))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        TF.layer_norm([[1.0, 2.0]])
+    with pytest.raises(ValueError, match=r"weight must have shape \(8,\), got \(7,\)"):
+        TF.layer_norm(x, torch.randn(7, device=device), normalized_shape=8)
+    with pytest.raises(ValueError, match=r"bias must have shape \(8,\), got \(7,\)"):
+        TF.layer_norm(x, torch.randn(8, device=device), torch.randn(7, device=device))
+    with pytest.raises(ValueError, match=r"does not end with normalized_shape \(7,\)"):
+        TF.layer_norm(x, torch.randn(7, device=device))
+    with pytest.raises(ValueError, match="one device"):
+        TF.layer_norm(x, torch.randn(8, device="meta"))
+    with pytest.raises(ValueError, match="eps"):
+        TF.layer_norm(x, eps=-1.0)
+    with pytest.raises(ValueError, match="normalized_shape"):
+        TritonLayerNorm((-1,))
+
+
+def test_backward_is_bitwise_deterministic(device):
+    x, w, b = _inputs(300, 1000, torch.bfloat16, device, param_dtype=torch.float32)
+    dy = torch.randn_like(x)
+    runs = [torch.autograd.grad(TF.layer_norm(x, w, b), (x, w, b), dy) for _ in range(2)]
+    for a, c in zip(*runs):
+        assert torch.equal(a, c)
+
+
+# --- the module ---------------------------------------------------------------------------
+
+
+def test_module_parameters_and_repr():
+    ln = TritonLayerNorm(32)
+    assert [n for n, _ in ln.named_parameters()] == ["weight"]
+    assert ln.bias is None and not list(ln.buffers())
+    assert torch.equal(ln.weight, torch.ones(32))
+    ln_b = TritonLayerNorm(32, bias=True, dtype=torch.float16)
+    assert [n for n, _ in ln_b.named_parameters()] == ["weight", "bias"] and ln_b.weight.dtype == torch.float16
+    assert not list(TritonLayerNorm(32, elementwise_affine=False).parameters())
+    assert "stable=False" in repr(ln) and "(32,)" in repr(ln)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_state_dict_interop_with_torch(bias, device):
+    torch_ln = nn.LayerNorm(48, bias=bias, device=device)
+    with torch.no_grad():
+        torch_ln.weight.normal_()
+        if bias:
+            torch_ln.bias.normal_()
+    ours = TritonLayerNorm(48, bias=bias, device=device)
+    ours.load_state_dict(torch_ln.state_dict(), strict=True)
+    x = torch.randn(5, 48, device=device)
+    torch.testing.assert_close(ours(x), torch_ln(x), rtol=1e-5, atol=1e-5)
+    back = nn.LayerNorm(48, bias=bias, device=device)
+    back.load_state_dict(ours.state_dict(), strict=True)
+    torch.testing.assert_close(back(x), torch_ln(x))
+
+
+def test_legacy_gamma_key_and_save_load_roundtrip(device):
+    ours = TritonLayerNorm(16, device=device)
+    gamma = torch.randn(16, device=device)
+    ours.load_state_dict({"gamma": gamma}, strict=True)
+    assert torch.equal(ours.weight.detach(), gamma)
+    buf = io.BytesIO()
+    torch.save(ours.state_dict(), buf)
+    buf.seek(0)
+    again = TritonLayerNorm(16, device=device)
+    again.load_state_dict(torch.load(buf), strict=True)
+    assert torch.equal(again.weight, ours.weight)
+
+
+def test_convert_swaps_every_layer_norm(device):
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(32)
+            self.mlp = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64, bias=False), nn.Linear(64, 32))
+
+        def forward(self, x):
+            return self.mlp(self.norm(x))
+
+    model = nn.Sequential(Block(), Block(), nn.LayerNorm(32)).to(device)
+    for p in model.parameters():
+        torch.nn.init.normal_(p)
+    x = torch.randn(3, 7, 32, device=device)
+    before = model(x)
+    assert triton_layers.convert(model) is model
+    assert not any(type(m) is nn.LayerNorm for m in model.modules())
+    assert sum(isinstance(m, TritonLayerNorm) for m in model.modules()) == 5
+    torch.testing.assert_close(model(x), before, rtol=1e-4, atol=1e-4)
+    assert model[0].mlp[2].bias is None and model[0].norm.bias is not None
+
+
+def test_module_trains(device):
+    ln = TritonLayerNorm(40, bias=True, device=device)
+    opt = torch.optim.SGD(ln.parameters(), lr=0.1)
+    x, target = torch.randn(16, 40, device=device), torch.randn(16, 40, device=device)
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = (ln(x) - target).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
