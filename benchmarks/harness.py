@@ -138,5 +138,16 @@ def write_csv(results: Iterable[Result], path: str) -> None:
 
 
 def compiled(fn: Callable) -> Callable:
-    """``torch.compile(fn, dynamic=False)``, the compile peer everywhere."""
+    """``torch.compile(fn, dynamic=False)``, the compile peer everywhere.
+
+    Each benchmarked shape is a recompile; the limit is raised so that the peer stays
+    compiled across a whole sweep instead of silently falling back to eager after 8.
+    """
+    import torch._dynamo
+
+    torch._dynamo.config.cache_size_limit = 256
+    if hasattr(torch._dynamo.config, "recompile_limit"):
+        torch._dynamo.config.recompile_limit = 256
+    if hasattr(torch._dynamo.config, "accumulated_recompile_limit"):
+        torch._dynamo.config.accumulated_recompile_limit = 4096
     return torch.compile(fn, dynamic=False)

@@ -24,9 +24,26 @@ def row_block(n_cols: int) -> tuple[int, bool]:
     return min(LOOP_BLOCK, MAX_FUSED_COLS), False
 
 
+# Elements a program holds per tile when rows are short: BLOCK_M rows of BLOCK_N columns.
+TILE_ELEMENTS = 4096
+# Persistent kernels (weight-gradient partials) launch this many programs per SM.
+PROGRAMS_PER_SM = 2
+
+
+def row_tile(n_rows: int, n_cols: int) -> tuple[int, int, bool]:
+    """Return ``(BLOCK_M, BLOCK_N, single_pass)``: rows per program tile and columns per block."""
+    block_n, single_pass = row_block(n_cols)
+    block_m = max(1, min(TILE_ELEMENTS // block_n, triton.next_power_of_2(max(n_rows, 1)), 64))
+    return block_m, block_n, single_pass
+
+
+# Elements each warp holds in a tile (8 per thread).
+ELEMENTS_PER_WARP = 256
+
+
 def num_warps(block: int) -> int:
-    """Warps for a program working on ``block`` columns: about 8 elements per thread."""
-    return max(1, min(16, block // 256))
+    """Warps for a program holding ``block`` elements at a time."""
+    return max(1, min(16, block // ELEMENTS_PER_WARP))
 
 
 @functools.lru_cache(maxsize=None)
