@@ -46,6 +46,11 @@ def num_warps(block: int) -> int:
     return max(1, min(16, block // ELEMENTS_PER_WARP))
 
 
+def direct(kernel):
+    """Launch a kernel as is (eager). The custom ops pass ``torch.library.wrap_triton`` instead."""
+    return kernel
+
+
 @functools.lru_cache(maxsize=None)
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
