@@ -39,13 +39,23 @@ def main():
         host_overhead_us(lambda: F.layer_norm(xs, (1024,), ws)),
         host_overhead_us(lambda: TF.layer_norm(xs, ws).sum().backward()),
         host_overhead_us(lambda: F.layer_norm(xs, (1024,), ws).sum().backward())))
-    grid = {
-        "TILE_ELEMENTS": [2048, 4096, 8192],
-        "ELEMENTS_PER_WARP": [128, 256, 512],
-        "LOOP_BLOCK": [2048, 4096, 8192],
-        "PROGRAMS_PER_SM": [1, 2, 4, 8],
-    }
-    defaults = {k: getattr(_launch, k) for k in grid}
+    fwd_grid = {"TILE_ELEMENTS": [2048, 4096, 8192], "ELEMENTS_PER_WARP": [128, 256, 512]}
+    bwd_short = dict(fwd_grid, PROGRAMS_PER_SM=[1, 2, 4])
+    bwd_long = {"LOOP_BLOCK": [2048, 4096, 8192], "SPLIT_BLOCK_M": [1, 2, 4, 8], "SPLIT_PROGRAMS_PER_SM": [2, 4, 8]}
+    names = set(fwd_grid) | set(bwd_short) | set(bwd_long)
+    defaults = {k: getattr(_launch, k) for k in names}
+
+    def sweep(grid, run):
+        out = []
+        for combo in itertools.product(*grid.values()):
+            for k, v in zip(grid, combo):
+                setattr(_launch, k, v)
+            out.append((run(), combo))
+            for k, v in defaults.items():
+                setattr(_launch, k, v)
+        out.sort()
+        return out
+
     for dtype in (torch.bfloat16, torch.float32):
         for m, d in SHAPES:
             s = torch.finfo(dtype).bits // 8
@@ -53,31 +63,33 @@ def main():
             w = torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
             b = torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
             dy = torch.randn_like(x)
-            keys = ["TILE_ELEMENTS", "ELEMENTS_PER_WARP"] + (["LOOP_BLOCK"] if d > _launch.MAX_FUSED_COLS else [])
-            fwd_best, bwd_best = [], []
-            for combo in itertools.product(*[grid[k] for k in keys]):
-                for k, v in zip(keys, combo):
-                    setattr(_launch, k, v)
-                us = harness.time_us(lambda: TF.layer_norm(x, w, b), quick=True)
-                fwd_best.append((us, combo))
+            long_rows = d > _launch.MAX_FUSED_COLS
+            fgrid = dict(fwd_grid, LOOP_BLOCK=[2048, 4096, 8192]) if long_rows else fwd_grid
+            fwd = sweep(fgrid, lambda: harness.time_us(lambda: TF.layer_norm(x, w, b), quick=True))
+
+            def bwd_time():
                 y = TF.layer_norm(x, w, b)
-                for ppsm in grid["PROGRAMS_PER_SM"]:
-                    _launch.PROGRAMS_PER_SM = ppsm
-                    us = harness.time_us(lambda: y.backward(dy, retain_graph=True), [x, w, b], quick=True)
-                    bwd_best.append((us, combo + (ppsm,)))
-                for k, v in defaults.items():
-                    setattr(_launch, k, v)
-            fwd_best.sort()
-            bwd_best.sort()
+                return harness.time_us(lambda: y.backward(dy, retain_graph=True), [x, w, b], quick=True)
+
+            bwd = sweep(bwd_long if long_rows else bwd_short, bwd_time)
             fb, bb = 2 * m * d * s, 3 * m * d * s
-            print(f"{m}x{d} {dtype}: keys {keys}")
-            print("  fwd " + "; ".join(f"{c}: {u:.0f}us {100 * fb / u / 1e3 / copy:.0f}%" for u, c in fwd_best[:4]))
-            print("  fwd worst " + f"{fwd_best[-1][1]}: {fwd_best[-1][0]:.0f}us")
-            print("  bwd " + "; ".join(f"{c}: {u:.0f}us {100 * bb / u / 1e3 / copy:.0f}%" for u, c in bwd_best[:4]))
-            print("  bwd worst " + f"{bwd_best[-1][1]}: {bwd_best[-1][0]:.0f}us", flush=True)
-            del x, w, b, dy, y
+            print(f"{m}x{d} {dtype}: fwd keys {list(fgrid)}, bwd keys {list(bwd_long if long_rows else bwd_short)}")
+            for tag, res, nbytes in (("fwd", fwd, fb), ("bwd", bwd, bb)):
+                best = "; ".join(f"{c}: {u:.0f}us {100 * nbytes / u / 1e3 / copy:.0f}%" for u, c in res[:4])
+                print(f"  {tag} {best} | worst {res[-1][1]}: {res[-1][0]:.0f}us", flush=True)
+            del x, w, b, dy
             torch.cuda.empty_cache()
 
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(200):
+        TF.layer_norm(xs, ws).backward(torch.ones(64, 1024, device=dev))
+    torch.cuda.synchronize()
+    pr.disable()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(18)
 
 if __name__ == "__main__":
     main()

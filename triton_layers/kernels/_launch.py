@@ -30,6 +30,18 @@ TILE_ELEMENTS = 4096
 PROGRAMS_PER_SM = 2
 
 
+# Long-row LayerNorm backward: rows per tile of the column-split kernel, and programs per SM.
+SPLIT_BLOCK_M = 4
+SPLIT_PROGRAMS_PER_SM = 4
+
+
+def row_groups(n_rows: int, n_chunks: int, block_m: int, device: torch.device) -> int:
+    """Row groups for a (column chunk x row group) grid: about SPLIT_PROGRAMS_PER_SM programs
+    per SM, each group at least one tile high. Depends only on the shape and the device."""
+    wanted = max(1, num_sms(device) * SPLIT_PROGRAMS_PER_SM // n_chunks)
+    return max(1, min(wanted, triton.cdiv(n_rows, block_m)))
+
+
 def row_tile(n_rows: int, n_cols: int) -> tuple[int, int, bool]:
     """Return ``(BLOCK_M, BLOCK_N, single_pass)``: rows per program tile and columns per block."""
     block_n, single_pass = row_block(n_cols)

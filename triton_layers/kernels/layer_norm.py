@@ -100,8 +100,9 @@ def _layer_norm_bwd_kernel(
     stride_dy_row, stride_x_row, stride_dx_row, M, N, tiles_per_program,
     HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
+    # Rows that fit one block (longer rows take the two split kernels below).
     # Each program walks a contiguous range of BLOCK_M-row tiles and owns one row of the
     # weight/bias partials: a fixed reduction order, hence bitwise-reproducible sums.
     pid = tl.program_id(0).to(tl.int64)
@@ -110,89 +111,116 @@ def _layer_norm_bwd_kernel(
     cols = tl.arange(0, BLOCK_N)
     DW_partial += pid * N
     DB_partial += pid * N
-    if SINGLE_PASS:
-        col_mask = cols < N
-        w = tl.full([BLOCK_N], 1.0, dtype=tl.float32)
-        if HAS_WEIGHT:
-            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-        dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for tile in range(tile_start, tile_end):
-            rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < M
-            mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-            if STABLE:
-                inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
-            mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
-            rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
-            xhat = tl.where(mask, (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None], 0.0)
-            if COMPUTE_DX:
-                g = dy * w[None, :]
-                c1 = tl.sum(xhat * g, axis=1) / N
-                c2 = tl.sum(g, axis=1) / N
-                dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
-                tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-            if COMPUTE_DW:
-                dw_acc += tl.sum(dy * xhat, axis=0)
-            if COMPUTE_DB:
-                db_acc += tl.sum(dy, axis=0)
+    col_mask = cols < N
+    w = tl.full([BLOCK_N], 1.0, dtype=tl.float32)
+    if HAS_WEIGHT:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for tile in range(tile_start, tile_end):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+        if STABLE:
+            inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
+        mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
+        xhat = tl.where(mask, (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None], 0.0)
+        if COMPUTE_DX:
+            g = dy * w[None, :]
+            c1 = tl.sum(xhat * g, axis=1) / N
+            c2 = tl.sum(g, axis=1) / N
+            dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
+            tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if COMPUTE_DW:
-            tl.store(DW_partial + cols, dw_acc, mask=col_mask)
+            dw_acc += tl.sum(dy * xhat, axis=0)
         if COMPUTE_DB:
-            tl.store(DB_partial + cols, db_acc, mask=col_mask)
-    else:
-        # Rows longer than a block: a first pass over the tile's rows for the two row sums,
-        # a second (served mostly from L2) for dx. The partials are zero-initialised rows
-        # in memory that only this program reads and writes, once per tile.
-        for tile in range(tile_start, tile_end):
-            rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < M
-            x_rows = X + rows[:, None] * stride_x_row
-            dy_rows = DY + rows[:, None] * stride_dy_row
-            inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-            if STABLE:
-                inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
-            mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
-            rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
-            c1 = tl.zeros([BLOCK_M], dtype=tl.float32)
-            c2 = tl.zeros([BLOCK_M], dtype=tl.float32)
-            if COMPUTE_DX:
-                acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                for start in range(0, N, BLOCK_N):
-                    col_mask = start + cols < N
-                    mask = row_mask[:, None] & col_mask[None, :]
-                    x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                    g = tl.load(dy_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                    if HAS_WEIGHT:
-                        g = g * tl.load(W + start + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-                    xhat = tl.where(mask, (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None], 0.0)
-                    acc1 += xhat * g
-                    acc2 += g
-                c1 = tl.sum(acc1, axis=1) / N
-                c2 = tl.sum(acc2, axis=1) / N
-            for start in range(0, N, BLOCK_N):
-                col_mask = start + cols < N
-                mask = row_mask[:, None] & col_mask[None, :]
-                x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                xhat = tl.where(mask, (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None], 0.0)
-                if COMPUTE_DX:
-                    g = dy
-                    if HAS_WEIGHT:
-                        g = dy * tl.load(W + start + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-                    dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
-                    tl.store(DX + rows[:, None] * stride_dx_row + start + cols[None, :],
-                             dx.to(DX.dtype.element_ty), mask=mask)
-                if COMPUTE_DW:
-                    dw = tl.load(DW_partial + start + cols, mask=col_mask, other=0.0)
-                    tl.store(DW_partial + start + cols, dw + tl.sum(dy * xhat, axis=0), mask=col_mask)
-                if COMPUTE_DB:
-                    db = tl.load(DB_partial + start + cols, mask=col_mask, other=0.0)
-                    tl.store(DB_partial + start + cols, db + tl.sum(dy, axis=0), mask=col_mask)
+            db_acc += tl.sum(dy, axis=0)
+    if COMPUTE_DW:
+        tl.store(DW_partial + cols, dw_acc, mask=col_mask)
+    if COMPUTE_DB:
+        tl.store(DB_partial + cols, db_acc, mask=col_mask)
+
+
+@triton.jit
+def _layer_norm_bwd_row_sums_kernel(
+    DY, X, W, Mean, Rstd, InvScale, Sums,
+    stride_dy_row, stride_x_row, N, n_chunks,
+    HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # Long rows, step 1: program (row, chunk) writes the chunk's share of the two row sums
+    # sum(xhat * w * dy) and sum(w * dy) that dx needs.
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_WEIGHT:
+        g = g * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    inv_scale = 1.0
+    if STABLE:
+        inv_scale = tl.load(InvScale + row)
+    xhat = tl.where(mask, (x * inv_scale - tl.load(Mean + row)) * tl.load(Rstd + row), 0.0)
+    out = Sums + (row * n_chunks + chunk) * 2
+    tl.store(out, tl.sum(xhat * g, axis=0))
+    tl.store(out + 1, tl.sum(g, axis=0))
+
+
+@triton.jit
+def _layer_norm_bwd_split_kernel(
+    DY, X, W, Mean, Rstd, InvScale, Sums, DX, DW_partial, DB_partial,
+    stride_dy_row, stride_x_row, stride_dx_row, M, N, n_chunks, rows_per_group,
+    HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr,
+    COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr,
+):
+    # Long rows, step 2: program (chunk, group) owns BLOCK_N columns of a group of rows:
+    # dx for them, and the group's weight/bias partials for its columns, kept in registers.
+    chunk = tl.program_id(0)
+    group = tl.program_id(1).to(tl.int64)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    w = tl.full([BLOCK_N], 1.0, dtype=tl.float32)
+    if HAS_WEIGHT:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    chunk_ids = tl.arange(0, CHUNKS_POW2)
+    row_begin = group * rows_per_group
+    row_stop = tl.minimum(row_begin + rows_per_group, M)
+    for first in range(row_begin, row_stop, BLOCK_M):
+        rows = first + tl.arange(0, BLOCK_M)
+        row_mask = rows < row_stop
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+        if STABLE:
+            inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
+        mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
+        xhat = tl.where(mask, (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None], 0.0)
+        if COMPUTE_DX:
+            # Every program adds a row's chunk sums in the same order: deterministic.
+            sums = Sums + (rows[:, None] * n_chunks + chunk_ids[None, :]) * 2
+            sums_mask = row_mask[:, None] & (chunk_ids[None, :] < n_chunks)
+            c1 = tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=1) / N
+            c2 = tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0), axis=1) / N
+            g = dy * w[None, :]
+            dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
+            tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if COMPUTE_DW:
+            dw_acc += tl.sum(dy * xhat, axis=0)
+        if COMPUTE_DB:
+            db_acc += tl.sum(dy, axis=0)
+    if COMPUTE_DW:
+        tl.store(DW_partial + group * N + cols, dw_acc, mask=col_mask)
+    if COMPUTE_DB:
+        tl.store(DB_partial + group * N + cols, db_acc, mask=col_mask)
 
 
 def _empty_f32(n: int, like: Tensor) -> Tensor:
@@ -224,21 +252,42 @@ def _backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     n_rows, n_cols = x.shape
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols)
-    n_tiles = triton.cdiv(n_rows, block_m)
-    programs, tiles_per_program = _launch.persistent_grid(n_tiles, x.device, _launch.PROGRAMS_PER_SM)
+    flags = dict(HAS_WEIGHT=weight is not None, STABLE=stable,
+                 COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
     dx = torch.empty((n_rows, n_cols) if compute_dx else (0, n_cols), dtype=x.dtype, device=x.device)
-    # The looped kernel adds into its partials, so they must start at zero.
-    alloc = torch.empty if single_pass else torch.zeros
-    dw_partial = alloc((programs if compute_dw else 0, n_cols), dtype=torch.float32, device=x.device)
-    db_partial = alloc((programs if compute_db else 0, n_cols), dtype=torch.float32, device=x.device)
-    wrap(_layer_norm_bwd_kernel)[(programs,)](
-        dy, x, weight, mean, rstd, inv_scale, dx, dw_partial, db_partial,
-        dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, tiles_per_program,
-        HAS_WEIGHT=weight is not None, STABLE=stable,
-        COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-        num_warps=_launch.num_warps(block_m * block_n),
-    )
+    if single_pass:
+        n_tiles = triton.cdiv(n_rows, block_m)
+        programs, tiles_per_program = _launch.persistent_grid(n_tiles, x.device, _launch.PROGRAMS_PER_SM)
+        dw_partial = x.new_empty((programs if compute_dw else 0, n_cols), dtype=torch.float32)
+        db_partial = x.new_empty((programs if compute_db else 0, n_cols), dtype=torch.float32)
+        wrap(_layer_norm_bwd_kernel)[(programs,)](
+            dy, x, weight, mean, rstd, inv_scale, dx, dw_partial, db_partial,
+            dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, tiles_per_program,
+            BLOCK_M=block_m, BLOCK_N=block_n,
+            num_warps=_launch.num_warps(block_m * block_n), **flags,
+        )
+    else:
+        # Rows longer than a block: two streaming launches, so that every SM has many
+        # independent chunks in flight (one program walking long rows stalls on latency).
+        n_chunks = triton.cdiv(n_cols, block_n)
+        sums = x.new_empty((n_rows if compute_dx else 0, n_chunks, 2), dtype=torch.float32)
+        if compute_dx:
+            wrap(_layer_norm_bwd_row_sums_kernel)[(n_rows, n_chunks)](
+                dy, x, weight, mean, rstd, inv_scale, sums, dy.stride(0), x.stride(0), n_cols, n_chunks,
+                HAS_WEIGHT=weight is not None, STABLE=stable, BLOCK_N=block_n,
+                num_warps=_launch.num_warps(block_n),
+            )
+        split_m = _launch.SPLIT_BLOCK_M
+        groups = _launch.row_groups(n_rows, n_chunks, split_m, x.device)
+        rows_per_group = triton.cdiv(n_rows, groups)
+        dw_partial = x.new_empty((groups if compute_dw else 0, n_cols), dtype=torch.float32)
+        db_partial = x.new_empty((groups if compute_db else 0, n_cols), dtype=torch.float32)
+        wrap(_layer_norm_bwd_split_kernel)[(n_chunks, groups)](
+            dy, x, weight, mean, rstd, inv_scale, sums, dx, dw_partial, db_partial,
+            dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, n_chunks, rows_per_group,
+            BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=triton.next_power_of_2(n_chunks),
+            num_warps=_launch.num_warps(split_m * block_n), **flags,
+        )
     dweight = dw_partial.sum(0) if compute_dw else dw_partial.new_empty(0)
     dbias = db_partial.sum(0) if compute_db else db_partial.new_empty(0)
     return dx, dweight, dbias
