@@ -25,14 +25,14 @@ def row_block(n_cols: int) -> tuple[int, bool]:
 
 
 # Elements a program holds per tile when rows are short: BLOCK_M rows of BLOCK_N columns.
-TILE_ELEMENTS = 4096
+TILE_ELEMENTS = 2048
 # Persistent kernels (weight-gradient partials) launch this many programs per SM.
 PROGRAMS_PER_SM = 2
 
 
 # Long-row LayerNorm backward: rows per tile of the column-split kernel, and programs per SM.
-SPLIT_BLOCK_M = 4
-SPLIT_PROGRAMS_PER_SM = 4
+SPLIT_BLOCK_M = 2
+SPLIT_PROGRAMS_PER_SM = 2
 
 
 def row_groups(n_rows: int, n_chunks: int, block_m: int, device: torch.device) -> int:
@@ -50,7 +50,7 @@ def row_tile(n_rows: int, n_cols: int) -> tuple[int, int, bool]:
 
 
 # Elements each warp holds in a tile (8 per thread).
-ELEMENTS_PER_WARP = 256
+ELEMENTS_PER_WARP = 512
 
 
 def num_warps(block: int) -> int:
