@@ -53,3 +53,36 @@ def persistent_grid(n_rows: int, device: torch.device, programs_per_sm: int = 1)
     rows_per_program = triton.cdiv(n_rows, programs)
     programs = triton.cdiv(n_rows, rows_per_program)
     return programs, rows_per_program
+
+
+# Kernels that stream a (rows x columns) matrix in 2-D tiles (weighted sum): bytes of
+# the input per tile (a tile is BLOCK_M rows x BLOCK_D columns), the widest column
+# block while a tile holds several rows, and how many programs to aim for per SM.
+TILE_BYTES = 32768
+TILE_MAX_COLS = 2048
+FWD_PROGRAMS_PER_SM = 8
+BWD_PROGRAMS_PER_SM = 4
+
+
+def tile_2d(n_rows: int, n_cols: int, elem_size: int) -> tuple[int, int, int]:
+    """Return ``(BLOCK_M, BLOCK_D, num_warps)`` for tiles of a (n_rows x n_cols) matrix.
+
+    A tile moves about TILE_BYTES of the input: short rows are stacked several to a tile,
+    and with few rows the column block widens instead, so no lanes idle on masked rows.
+    """
+    elems = max(16, TILE_BYTES // elem_size)
+    cols = max(triton.next_power_of_2(n_cols), 16)
+    block_d = min(cols, TILE_MAX_COLS, elems)
+    block_m = max(1, min(triton.next_power_of_2(n_rows), elems // block_d))
+    block_d = min(cols, max(block_d, elems // block_m))
+    return block_m, block_d, max(1, min(16, block_m * block_d // 1024))
+
+
+def split_range(n: int, block: int, parts: int) -> tuple[int, int]:
+    """Cut ``n`` into at most ``parts`` contiguous ranges, each a multiple of ``block``.
+
+    Returns ``(range_length, n_ranges)``; the last range may be shorter.
+    """
+    blocks = triton.cdiv(n, block)
+    length = triton.cdiv(blocks, max(1, min(parts, blocks))) * block
+    return length, triton.cdiv(n, length)
