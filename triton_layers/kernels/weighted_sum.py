@@ -118,7 +118,8 @@ def weighted_sum_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tenso
     """Forward launcher: ``x`` (M, D) with last stride 1, ``weight`` (D,) contiguous,
     ``bias`` 0-dim or None. Returns ``y`` of shape (M,) in x's dtype."""
     n_rows, n_cols = x.shape
-    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size())
+    aligned = _launch.rows_aligned(x, n_cols)
+    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), aligned)
     row_blocks = triton.cdiv(n_rows, block_m)
     wanted = triton.cdiv(_launch.num_sms(x.device) * _launch.FWD_PROGRAMS_PER_SM, row_blocks)
     cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
@@ -148,7 +149,8 @@ def weighted_sum_bwd(
     ``(dx, dweight)``: dx in ``x_dtype``, dweight in fp32; those not asked for are empty."""
     n_rows, n_cols = dy.shape[0], weight.shape[0]
     elem_size = torch.finfo(x_dtype).bits // 8
-    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, elem_size)
+    aligned = _launch.rows_aligned(x if compute_dw else None, n_cols)
+    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, elem_size, aligned)
     col_blocks = triton.cdiv(n_cols, block_d)
     wanted = triton.cdiv(_launch.num_sms(dy.device) * _launch.BWD_PROGRAMS_PER_SM, col_blocks)
     rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
