@@ -33,6 +33,14 @@ REDUCE_BLOCK = 1024
 
 
 @triton.jit
+def _store_rows(Y, B, rows, mask, y, HAS_BIAS: tl.constexpr):
+    """y (fp32 row sums) + bias, written in Y's dtype."""
+    if HAS_BIAS:
+        y += tl.load(B).to(tl.float32)
+    tl.store(Y + rows, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _weighted_sum_fwd_kernel(
     X, W, B, Y, Partial,
     stride_x_row, M, D, cols_per_program,
@@ -58,9 +66,7 @@ def _weighted_sum_fwd_kernel(
     if SPLIT:
         tl.store(Partial + pid_d * M + rows, y, mask=row_mask)
     else:
-        if HAS_BIAS:
-            y += tl.load(B).to(tl.float32)
-        tl.store(Y + rows, y.to(Y.dtype.element_ty), mask=row_mask)
+        _store_rows(Y, B, rows, row_mask, y, HAS_BIAS)
 
 
 @triton.jit
@@ -72,11 +78,10 @@ def _weighted_sum_fwd_reduce_kernel(
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     mask = rows < M
     y = tl.zeros([BLOCK_M], dtype=tl.float32)
+    # s * M stays far below 2**31: a split happens only when rows are few (< 8 tiles per SM).
     for s in range(0, n_splits):
         y += tl.load(Partial + s * M + rows, mask=mask, other=0.0)
-    if HAS_BIAS:
-        y += tl.load(B).to(tl.float32)
-    tl.store(Y + rows, y.to(Y.dtype.element_ty), mask=mask)
+    _store_rows(Y, B, rows, mask, y, HAS_BIAS)
 
 
 @triton.jit
