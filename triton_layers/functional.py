@@ -14,8 +14,9 @@ from torch import Tensor
 from . import reference
 from ._checks import as_rows, check_same_device, check_shape, check_tensor, use_kernels
 from .kernels import layer_norm as _layer_norm_kernels
+from .kernels import weighted_sum as _weighted_sum_kernels
 
-__all__ = ["layer_norm"]
+__all__ = ["layer_norm", "weighted_sum"]
 
 
 def layer_norm(
@@ -78,3 +79,37 @@ def layer_norm(
     else:
         y = reference.layer_norm(x2, w, b, float(eps), bool(stable))
     return y.reshape(x.shape)
+
+
+def weighted_sum(
+    x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, use_triton: Optional[bool] = None
+) -> Tensor:
+    """Learnable weighted reduction over the last dim: ``y = (x * weight).sum(-1) + bias``.
+
+    ``x`` has shape (..., D), ``weight`` (D,), ``bias`` (optional) is a scalar: a 0-dim
+    tensor, or shape (1,) as ``nn.Linear(D, 1).bias``. The output has shape ``x.shape[:-1]``
+    and ``x``'s dtype; the products are summed in fp32, so ``weight`` and ``bias`` may be
+    fp32 with fp16/bf16 ``x``. The same as ``nn.functional.linear(x, weight[None], bias)``
+    without its trailing dim of size 1.
+    """
+    check_tensor(x, "x")
+    check_tensor(weight, "weight")
+    if bias is not None:
+        check_tensor(bias, "bias")
+    check_same_device(x=x, weight=weight, bias=bias)
+    if x.dim() < 1:
+        raise ValueError("x must have at least one dim (the one summed over), got a 0-dim tensor")
+    n_cols = x.shape[-1]
+    check_shape(weight, "weight", (n_cols,))
+    if bias is not None and (bias.dim() > 1 or bias.numel() != 1):
+        raise ValueError(f"bias must be a scalar: shape () or (1,), got {tuple(bias.shape)}")
+
+    kernels = use_kernels(x, use_triton)
+    b = bias.reshape(()) if bias is not None else None
+    # Empty inputs take the reference: no launch, and autograd still gives (zero) grads.
+    if x.numel() == 0 or not kernels:
+        return reference.weighted_sum(x, weight, b)
+    x2 = as_rows(x, n_cols)
+    w = weight if weight.stride(-1) == 1 else weight.contiguous()
+    y = _weighted_sum_kernels.weighted_sum(x2, w, b)
+    return y.reshape(x.shape[:-1])

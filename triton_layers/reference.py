@@ -35,3 +35,12 @@ def layer_norm(
     if bias is not None:
         y = y + bias.to(xf.dtype)
     return y.to(x.dtype)
+
+
+def weighted_sum(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """``(x * weight).sum(-1) + bias`` over the last dim, in fp32 (float64 for float64 x)."""
+    ct = _compute_dtype(x)
+    y = (x.to(ct) * weight.to(ct)).sum(dim=-1)
+    if bias is not None:
+        y = y + bias.to(ct)
+    return y.to(x.dtype)

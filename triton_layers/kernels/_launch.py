@@ -87,3 +87,51 @@ def persistent_grid(n_rows: int, device: torch.device, programs_per_sm: int = 1)
     rows_per_program = triton.cdiv(n_rows, programs)
     programs = triton.cdiv(n_rows, rows_per_program)
     return programs, rows_per_program
+
+
+# Kernels that stream a (rows x columns) matrix in 2-D tiles (weighted sum): bytes of
+# the input per tile (BLOCK_M rows x BLOCK_D columns), the widest column block while a
+# tile holds several rows, elements per thread (16-byte vector accesses need rows that
+# start 16-element aligned; scalar accesses need an address register each, so fewer),
+# and how many programs to aim for per SM. Offline sm_90 builds (Triton 3.9): ~60-100
+# registers, no spills, 16-byte loads at the benchmark shapes.
+TILE_BYTES = 16384
+TILE_MAX_COLS = 2048
+ELEMS_PER_THREAD = 32
+UNALIGNED_ELEMS_PER_THREAD = 8
+FWD_PROGRAMS_PER_SM = 8
+BWD_PROGRAMS_PER_SM = 8
+
+
+def tile_2d(n_rows: int, n_cols: int, elem_size: int, aligned: bool = True) -> tuple[int, int, int]:
+    """Return ``(BLOCK_M, BLOCK_D, num_warps)`` for tiles of a (n_rows x n_cols) matrix.
+
+    A tile moves about TILE_BYTES of the input: short rows are stacked several to a tile,
+    and with few rows the column block widens instead, so no lanes idle on masked rows.
+    """
+    per_thread = ELEMS_PER_THREAD if aligned else UNALIGNED_ELEMS_PER_THREAD
+    elems = max(16, min(TILE_BYTES // elem_size, 16 * 32 * per_thread))
+    cols = max(triton.next_power_of_2(n_cols), 16)
+    block_d = min(cols, TILE_MAX_COLS, elems)
+    block_m = max(1, min(triton.next_power_of_2(n_rows), elems // block_d))
+    block_d = min(cols, max(block_d, elems // block_m))
+    return block_m, block_d, max(1, min(16, block_m * block_d // (32 * per_thread)))
+
+
+def rows_aligned(t, n_cols: int) -> bool:
+    """Whether every row of the 2-D ``t`` (None: a fresh contiguous one) starts 16-element
+    aligned, so the kernels can use vector accesses. Reads no data pointer (works on
+    FakeTensors under torch.compile); only a heuristic, never needed for correctness."""
+    if n_cols % 16:
+        return False
+    return t is None or (t.stride(0) % 16 == 0 and t.storage_offset() % 16 == 0)
+
+
+def split_range(n: int, block: int, parts: int) -> tuple[int, int]:
+    """Cut ``n`` into at most ``parts`` contiguous ranges, each a multiple of ``block``.
+
+    Returns ``(range_length, n_ranges)``; the last range may be shorter.
+    """
+    blocks = triton.cdiv(n, block)
+    length = triton.cdiv(blocks, max(1, min(parts, blocks))) * block
+    return length, triton.cdiv(n, length)

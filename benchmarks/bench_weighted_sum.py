@@ -1,0 +1,138 @@
+"""Weighted sum y = (x * w).sum(-1), forward and backward (dx + dweight), against torch.
+
+Peers: ``x @ w`` (cuBLAS gemv), ``(x * w).sum(-1)`` in eager torch, and torch.compile of
+the latter. Bytes model: forward reads x (M*D*s); backward reads x and writes dx
+(2*M*D*s); the D-sized weight and the M-sized y / dy are left out. w has x's dtype for
+every implementation. Run: python -m benchmarks.bench_weighted_sum --out $OUT
+
+``--sweep`` instead times only our kernels over a few launch settings of
+``triton_layers.kernels._launch`` (tile bytes, elements per thread, programs per SM)
+and writes weighted_sum_sweep.csv: the data to choose the defaults there.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+
+import torch
+
+from benchmarks import harness
+from triton_layers import functional as TF
+from triton_layers.kernels import _launch
+
+# The issue's four target shapes, then few rows of the longest D (the column-split path).
+SHAPES = [(262144, 1024), (65536, 4096), (16384, 16384), (2048, 131072), (32, 262144)]
+QUICK_SHAPES = [(65536, 4096), (2048, 131072)]
+
+
+def _mul_sum(x, w):
+    return (x * w).sum(-1)
+
+
+def _parse_args():
+    """The harness's options plus ``--sweep`` (taken out of argv before the harness parses it)."""
+    do_sweep = "--sweep" in sys.argv
+    sys.argv = [a for a in sys.argv if a != "--sweep"]
+    args = harness.parse_args(__doc__)
+    args.sweep = do_sweep
+    return args
+
+
+def _allow_recompiles(limit: int = 64) -> None:
+    """dynamic=False compiles once per shape and dtype: more than dynamo's default of 8."""
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), limit))
+
+
+def _check(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, label: str) -> None:
+    """Warn (do not stop) if our forward disagrees with a float32 matmul."""
+    ref = x.float() @ w.float()
+    err = ((y.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+    if err > (1e-5 if x.dtype == torch.float32 else 1e-2):
+        print(f"    WARNING {label}: relative error {err:.2e} against x.float() @ w.float()", file=sys.stderr)
+
+
+# (TILE_BYTES, ELEMS_PER_THREAD, FWD_PROGRAMS_PER_SM, BWD_PROGRAMS_PER_SM) tried by --sweep.
+SWEEP = list(itertools.product([8192, 16384, 32768], [16, 32], [8], [4, 8, 16]))
+SWEEP_KNOBS = ("TILE_BYTES", "ELEMS_PER_THREAD", "FWD_PROGRAMS_PER_SM", "BWD_PROGRAMS_PER_SM")
+
+
+def sweep(args, device: torch.device, copy: float) -> None:
+    """Our kernels only, over the SWEEP launch settings; one table row per setting."""
+    results: list = []
+    defaults = {k: getattr(_launch, k) for k in SWEEP_KNOBS}
+    try:
+        for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
+            for m, d in QUICK_SHAPES if args.quick else SHAPES:
+                s = torch.finfo(dtype).bits // 8
+                x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
+                w = (torch.randn(d, device=device) / d**0.5 + 0.01).to(dtype).requires_grad_()
+                dy = torch.randn(m, device=device, dtype=dtype)
+                for setting in SWEEP:
+                    for knob, value in zip(SWEEP_KNOBS, setting):
+                        setattr(_launch, knob, value)
+                    label = f"{m}x{d} tile={setting[0]} ept={setting[1]} bwd/sm={setting[3]}"
+                    fwd = lambda: TF.weighted_sum(x, w)  # noqa: E731
+                    harness.measure(results, "weighted_sum", label, dtype, "fwd", "triton_layers", fwd,
+                                    m * d * s, copy, quick=True)
+                    y = fwd()
+                    harness.measure(results, "weighted_sum", label, dtype, "bwd", "triton_layers",
+                                    lambda: y.backward(dy, retain_graph=True), 2 * m * d * s, copy,
+                                    grad_to_none=[x, w], quick=True)
+                    del y
+                del x, w, dy
+                torch.cuda.empty_cache()
+    finally:
+        for knob, value in defaults.items():
+            setattr(_launch, knob, value)
+    harness.print_table(results, ["triton_layers"], f"weighted_sum launch sweep on {torch.cuda.get_device_name()}",
+                        copy)
+    harness.write_csv(results, f"{args.out}/weighted_sum_sweep.csv")
+
+
+def main() -> None:
+    args = _parse_args()
+    device = harness.require_cuda()
+    copy = harness.copy_bandwidth_gbps(device)
+    if args.sweep:
+        sweep(args, device, copy)
+        return
+    impls = {
+        "triton_layers": lambda x, w: TF.weighted_sum(x, w),
+        "matmul": lambda x, w: x @ w,
+        "mul-sum": _mul_sum,
+    }
+    if not args.no_compile:
+        _allow_recompiles()
+        impls["compile"] = harness.compiled(_mul_sum)
+    results: list = []
+    for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
+        for m, d in QUICK_SHAPES if args.quick else SHAPES:
+            shape, s = f"{m}x{d}", torch.finfo(dtype).bits // 8
+            x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
+            w = (torch.randn(d, device=device) / d**0.5 + 0.01).to(dtype).requires_grad_()
+            dy = torch.randn(m, device=device, dtype=dtype)
+            with torch.no_grad():
+                _check(TF.weighted_sum(x, w), x, w, f"{shape} {dtype}")
+            for name, op in impls.items():
+                fwd = harness.try_peer(lambda: (lambda: op(x, w)))
+                harness.measure(results, "weighted_sum", shape, dtype, "fwd", name, fwd, m * d * s, copy,
+                                quick=args.quick)
+                if fwd is None:
+                    harness.measure(results, "weighted_sum", shape, dtype, "bwd", name, None, 0, copy)
+                    continue
+                y = op(x, w)
+                bwd = harness.try_peer(lambda: (lambda: y.backward(dy, retain_graph=True)))
+                harness.measure(results, "weighted_sum", shape, dtype, "bwd", name, bwd, 2 * m * d * s, copy,
+                                grad_to_none=[x, w], quick=args.quick)
+                del y
+            del x, w, dy
+            torch.cuda.empty_cache()
+    harness.print_table(results, list(impls), f"weighted_sum on {torch.cuda.get_device_name()}", copy)
+    harness.write_csv(results, f"{args.out}/weighted_sum.csv")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,411 @@
+"""WeightedSum: kernels against float64 ``x @ w`` and against the reference; the module.
+
+Every check compares with an independent float64 result (``x.double() @ w.double()`` and
+its autograd); fp16/bf16 results may be off by at most 2x torch's own ``x @ w`` in that
+dtype plus a small atol (tests/tolerances.py). The kernels run on CPU through the Triton
+interpreter (conftest.py), on the GPU where there is one.
+"""
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import triton_layers
+from triton_layers import WeightedSum, functional as F, reference
+from triton_layers.kernels import _launch
+from triton_layers.kernels import weighted_sum as K
+from tests.tolerances import assert_close_to_reference
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# (x dtype, parameter dtype): every dtype, and fp32 parameters with fp16/bf16 inputs.
+PRECISIONS = [
+    (torch.float32, torch.float32),
+    (torch.float16, torch.float16),
+    (torch.bfloat16, torch.bfloat16),
+    (torch.float16, torch.float32),
+    (torch.bfloat16, torch.float32),
+]
+SHAPES = [(1, 1), (7, 127), (3, 1000), (5, 3000), (64, 256), (1000, 7), (2, 3, 64), (127, 1), (16, 128)]
+
+
+def _kernel_round(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """fp32 ``t`` rounded to ``dtype`` as the kernels' ``.to()`` does: to nearest even on
+    the GPU; the Triton interpreter (CPU) truncates fp32 -> bf16 instead (seen with 3.9)."""
+    if dtype == torch.bfloat16 and t.device.type == "cpu":
+        return (t.float().view(torch.int32) & ~0xFFFF).view(torch.float32).to(dtype)
+    return t.to(dtype)
+
+
+def _name(p):
+    return str(p).replace("torch.", "") if isinstance(p, torch.dtype) else None
+
+
+@pytest.fixture
+def tiny_tiles(monkeypatch):
+    """Tiles of a few hundred bytes: the column loop, the forward's column split (with its
+    reduction kernel) and several backward programs per column block on small inputs."""
+    monkeypatch.setattr(_launch, "TILE_BYTES", 512)
+    monkeypatch.setattr(_launch, "TILE_MAX_COLS", 32)
+    return _launch
+
+
+def _inputs(shape, dtype, param_dtype, device, bias=True):
+    """Fresh random inputs (no zeros, no ones) that require grad."""
+    d = shape[-1]
+    x = torch.randn(shape, device=device).to(dtype).requires_grad_()
+    w = (torch.randn(d, device=device) / math.sqrt(max(d, 1)) + 0.1).to(param_dtype).requires_grad_()
+    b = (0.5 + torch.rand((), device=device)).to(param_dtype).requires_grad_() if bias else None
+    return x, w, b
+
+
+def _exact(x, w, b, dy):
+    """float64 ``x @ w + b`` and its gradients by torch autograd: the independent oracle."""
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    b64 = b.detach().double().requires_grad_() if b is not None else None
+    y = x64 @ w64
+    if b64 is not None:
+        y = y + b64
+    y.backward(dy.double())
+    return y, x64.grad, w64.grad, (b64.grad if b64 is not None else None)
+
+
+def _torch_low(x, w, b, dy):
+    """torch's own ``x @ w + b`` in x's dtype, with its gradients (the error yardstick)."""
+    xl = x.detach().clone().requires_grad_()
+    wl = w.detach().to(x.dtype).requires_grad_()
+    bl = b.detach().to(x.dtype).requires_grad_() if b is not None else None
+    y = xl @ wl
+    if bl is not None:
+        y = y + bl
+    y.backward(dy)
+    return y, xl.grad, wl.grad, (bl.grad if bl is not None else None)
+
+
+def _check_all(x, w, b, dy, use_triton=None):
+    """Forward and every gradient of ``F.weighted_sum`` against float64 ``x @ w``."""
+    y = F.weighted_sum(x, w, b, use_triton=use_triton)
+    assert y.shape == x.shape[:-1] and y.dtype == x.dtype
+    y.backward(dy)
+    exact = _exact(x, w, b, dy)
+    low = _torch_low(x, w, b, dy) if x.dtype != torch.float32 else (None,) * 4
+    rows = max(1, x.numel() // max(x.shape[-1], 1))
+    assert_close_to_reference(y, exact[0], low[0], name="y")
+    assert_close_to_reference(x.grad, exact[1], low[1], name="dx")
+    # Weight/bias gradients sum over rows: the fp32 tolerance grows with sqrt(rows).
+    rtol = 1e-5 * max(1.0, math.sqrt(rows) / 8)
+    assert w.grad.dtype == w.dtype
+    assert_close_to_reference(w.grad, exact[2], low[2], rtol32=rtol, name="dweight")
+    if b is not None:
+        assert b.grad.shape == b.shape and b.grad.dtype == b.dtype
+        assert_close_to_reference(b.grad, exact[3], low[3], rtol32=rtol, name="dbias")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype,param_dtype", PRECISIONS, ids=_name)
+def test_forward_backward_against_float64(shape, dtype, param_dtype, device):
+    x, w, b = _inputs(shape, dtype, param_dtype, device)
+    dy = torch.randn(shape[:-1], device=device).to(dtype)
+    _check_all(x, w, b, dy)
+
+
+@pytest.mark.parametrize("shape", [(3, 1000), (13, 300), (1, 129), (200, 70), (9, 5, 100)], ids=str)
+@pytest.mark.parametrize("dtype,param_dtype", PRECISIONS, ids=_name)
+def test_looped_and_split_paths(shape, dtype, param_dtype, device, tiny_tiles):
+    x, w, b = _inputs(shape, dtype, param_dtype, device)
+    dy = torch.randn(shape[:-1], device=device).to(dtype)
+    _check_all(x, w, b, dy)
+
+
+def test_tiny_tiles_take_the_split_and_multi_program_paths(tiny_tiles, device):
+    """The looped-path test above must actually reach the paths it is there for."""
+    dev = torch.device(device)
+    block_m, block_d, _ = _launch.tile_2d(3, 1000, 4)
+    wanted = math.ceil(_launch.num_sms(dev) * _launch.FWD_PROGRAMS_PER_SM / math.ceil(3 / block_m))
+    assert _launch.split_range(1000, block_d, wanted)[1] > 1  # forward splits columns
+    block_m, block_d, _ = _launch.tile_2d(200, 70, 4)
+    assert block_d < 70  # column loop
+    col_blocks = math.ceil(70 / block_d)
+    wanted = math.ceil(_launch.num_sms(dev) * _launch.BWD_PROGRAMS_PER_SM / col_blocks)
+    assert _launch.split_range(200, block_m, wanted)[1] > 1  # several dw partial rows
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+def test_long_rows(dtype, device):
+    """D = 262,144 with a single row and with a few: the column split on its real limits."""
+    for shape in [(1, 262144), (3, 100003)]:
+        x, w, b = _inputs(shape, dtype, torch.float32, device)
+        _check_all(x, w, b, torch.randn(shape[:-1], device=device).to(dtype))
+
+
+@pytest.mark.parametrize("needs", [(True, False, False), (False, True, False), (False, False, True),
+                                   (True, True, False), (False, True, True)], ids=str)
+def test_only_requested_gradients(needs, device, tiny_tiles):
+    x, w, b = _inputs((37, 300), torch.float32, torch.float32, device)
+    for t, need in zip((x, w, b), needs):
+        t.requires_grad_(need)
+    dy = torch.randn(37, device=device)
+    F.weighted_sum(x, w, b).backward(dy)
+    exact = _exact(x, w, b, dy)
+    for t, need, g, name in zip((x, w, b), needs, exact[1:], ("dx", "dweight", "dbias")):
+        if need:
+            assert_close_to_reference(t.grad, g, rtol32=2e-5, name=name)
+        else:
+            assert t.grad is None, name
+
+
+def test_backward_launcher_skips_what_is_not_asked(device, tiny_tiles):
+    x, w, _ = _inputs((45, 100), torch.bfloat16, torch.float32, device, bias=False)
+    x, w = x.detach(), w.detach()
+    dy = torch.randn(45, device=device).to(torch.bfloat16)
+    dx, dw = K.weighted_sum_bwd(dy, None, w, torch.bfloat16, True, False)  # x not even given
+    assert dw.numel() == 0 and dx.dtype == torch.bfloat16
+    assert torch.equal(dx, _kernel_round(dy.float()[:, None] * w[None, :], torch.bfloat16))
+    dx, dw = K.weighted_sum_bwd(dy, x, w, torch.bfloat16, False, True)
+    assert dx.numel() == 0 and dw.dtype == torch.float32
+    assert_close_to_reference(dw, x.double().T @ dy.double(), rtol32=2e-5, name="dweight")
+
+
+def test_x_is_saved_only_for_the_weight_gradient(device):
+    def saved_shapes(x, w):
+        shapes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
+            F.weighted_sum(x, w)
+        return shapes
+
+    x = torch.randn(6, 40, device=device, requires_grad=True)
+    w = torch.randn(40, device=device)
+    assert (6, 40) not in saved_shapes(x, w)
+    assert (6, 40) in saved_shapes(x, w.requires_grad_())
+
+
+def test_reference_against_independent_definitions(device):
+    """reference.weighted_sum is F.linear with a (1, D) weight, squeezed (float64 and fp32)."""
+    x, w, b = _inputs((4, 5, 300), torch.float32, torch.float32, device)
+    x, w, b = x.detach(), w.detach(), b.detach()
+    exact = nn.functional.linear(x.double(), w.double()[None], b.double()[None])[..., 0]
+    assert torch.allclose(reference.weighted_sum(x.double(), w.double(), b.double()), exact, rtol=1e-12, atol=1e-12)
+    assert_close_to_reference(reference.weighted_sum(x, w, b), exact, name="reference fp32")
+    for dtype in (torch.float16, torch.bfloat16):
+        xl = x.to(dtype)
+        exact = xl.double() @ w.double() + b.double()
+        assert_close_to_reference(reference.weighted_sum(xl, w, b), exact, xl @ w.to(dtype) + b.to(dtype),
+                                  name=f"reference {dtype}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+def test_kernels_match_reference_path(dtype, device):
+    x, w, b = _inputs((33, 3, 200), dtype, torch.float32, device)
+    y_ref = F.weighted_sum(x, w, b, use_triton=False)
+    gx_ref, gw_ref, gb_ref = torch.autograd.grad(y_ref.float().sum(), (x, w, b))
+    y = F.weighted_sum(x, w, b)
+    gx, gw, gb = torch.autograd.grad(y.float().sum(), (x, w, b))
+    ulp = 2 * torch.finfo(dtype).eps
+    assert torch.allclose(y.float(), y_ref.float(), rtol=ulp, atol=1e-5)
+    # dx = dy * w in fp32, rounded once: exact in every dtype.
+    assert torch.equal(gx, _kernel_round(torch.ones_like(gx, dtype=torch.float32) * w.detach(), dtype))
+    assert torch.equal(gx_ref, (torch.ones_like(gx, dtype=torch.float32) * w.detach()).to(dtype))
+    assert torch.allclose(gw, gw_ref, rtol=1e-5, atol=1e-4)
+    assert torch.allclose(gb, gb_ref, rtol=1e-6)
+
+
+def test_non_contiguous_views(device):
+    # x: a slice of a wider tensor (last stride 1, no copy), a transposed tensor (copied),
+    # a strided batch dim; weight: every other element; dy: strided and expanded (stride 0).
+    big = torch.randn(50, 3, 70, device=device)
+    cases = [
+        big[:, 0, 5:65],
+        big[:, :, 9].t(),
+        big[::2, :, 3:40],
+    ]
+    wbig = torch.randn(200, device=device)
+    for x in cases:
+        d = x.shape[-1]
+        x = x.detach().requires_grad_()
+        w = wbig[: 2 * d : 2].detach().requires_grad_()
+        b = torch.tensor(0.3, device=device, requires_grad=True)
+        y = F.weighted_sum(x, w, b)
+        dy = torch.randn(*y.shape, 2, device=device)[..., 1]
+        _check = _exact(x, w, b, dy)
+        y.backward(dy)
+        assert_close_to_reference(y, _check[0], name="y")
+        assert_close_to_reference(x.grad, _check[1], name="dx")
+        assert_close_to_reference(w.grad, _check[2], name="dweight")
+        assert_close_to_reference(b.grad, _check[3], name="dbias")
+        # y.sum() hands back an expanded dy of stride 0.
+        for t in (x, w, b):
+            t.grad = None
+        F.weighted_sum(x, w, b).sum().backward()
+        assert_close_to_reference(w.grad, x.detach().double().reshape(-1, d).sum(0), name="dweight(sum)")
+        assert torch.equal(x.grad, w.detach().expand_as(x))
+        assert b.grad.item() == y.numel()
+
+
+def test_row_strided_input_is_not_copied(device, monkeypatch):
+    seen = {}
+    real = K.weighted_sum
+
+    def spy(x2, w, b):
+        seen["x2"] = x2
+        return real(x2, w, b)
+
+    monkeypatch.setattr(K, "weighted_sum", spy)
+    big = torch.randn(20, 100, device=device)
+    x = big[:, 10:90]
+    F.weighted_sum(x, torch.randn(80, device=device))
+    assert seen["x2"].data_ptr() == x.data_ptr() and seen["x2"].stride() == (100, 1)
+
+
+def test_bitwise_reproducible(device, tiny_tiles):
+    x, w, b = _inputs((301, 257), torch.bfloat16, torch.float32, device)
+    dy = torch.randn(301, device=device).to(torch.bfloat16)
+    results = []
+    for _ in range(2):
+        y = F.weighted_sum(x, w, b)
+        results.append((y, *torch.autograd.grad(y, (x, w, b), dy)))
+    for first, second in zip(*results):
+        assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (4, 0), (2, 0, 3), (0,), (0, 0)], ids=str)
+def test_empty_inputs(shape, device):
+    x, w, b = _inputs(shape, torch.float32, torch.float32, device)
+    y = F.weighted_sum(x, w, b)
+    assert y.shape == shape[:-1] and y.dtype == x.dtype
+    if shape[-1] == 0:
+        assert torch.equal(y, b.detach().expand(shape[:-1]))
+    y.sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+    assert b.grad.item() == y.numel()
+
+
+def test_bias_of_shape_one_and_none(device):
+    x, w, _ = _inputs((5, 9), torch.float32, torch.float32, device, bias=False)
+    b1 = torch.tensor([0.7], device=device, requires_grad=True)
+    y = F.weighted_sum(x, w, b1)
+    assert_close_to_reference(y, x.detach().double() @ w.detach().double() + 0.7, name="y")
+    y.sum().backward()
+    assert b1.grad.shape == (1,) and b1.grad.item() == 5
+    assert_close_to_reference(F.weighted_sum(x, w), x.detach().double() @ w.detach().double(), name="no bias")
+
+
+def test_bad_inputs_raise(device):
+    x = torch.randn(4, 8, device=device)
+    w = torch.randn(8, device=device)
+    with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
+        F.weighted_sum(x, torch.randn(9, device=device))
+    with pytest.raises(ValueError, match="weight must have shape"):
+        F.weighted_sum(x, w[None])
+    with pytest.raises(TypeError, match="x has dtype torch.int64"):
+        F.weighted_sum(torch.ones(4, 8, dtype=torch.long, device=device), w)
+    with pytest.raises(TypeError, match="weight has dtype torch.int32"):
+        F.weighted_sum(x, torch.ones(8, dtype=torch.int32, device=device))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        F.weighted_sum([[1.0] * 8], w)
+    with pytest.raises(ValueError, match="bias must be a scalar"):
+        F.weighted_sum(x, w, torch.randn(2, device=device))
+    with pytest.raises(ValueError, match="bias must be a scalar"):
+        F.weighted_sum(x, w, torch.randn(1, 1, device=device))
+    with pytest.raises(ValueError, match="0-dim"):
+        F.weighted_sum(torch.tensor(1.0, device=device), torch.randn(1, device=device))
+    with pytest.raises(ValueError, match="one device"):
+        F.weighted_sum(x, torch.randn(8, device="meta"))
+    with pytest.raises(ValueError, match=r"weight must have shape \(10,\)"):
+        WeightedSum(8).to(device)(torch.randn(3, 10, device=device))
+
+
+# ---------------------------------------------------------------- the module
+
+
+def test_module_initialised_as_linear():
+    torch.manual_seed(3)
+    linear = nn.Linear(50, 1)
+    torch.manual_seed(3)
+    module = WeightedSum(50, bias=True)
+    assert torch.equal(module.weight, linear.weight.reshape(-1))
+    assert torch.equal(module.bias, linear.bias.reshape(()))
+    assert module.weight.shape == (50,) and module.bias.shape == ()
+    bound = 1 / math.sqrt(50)
+    assert module.weight.abs().max() <= bound and module.weight.std() > bound / 4
+
+
+def test_module_options_and_repr():
+    module = WeightedSum(7, dtype=torch.bfloat16)
+    assert module.bias is None and list(dict(module.named_parameters())) == ["weight"]
+    assert "bias" not in module.state_dict()
+    assert module.weight.dtype == torch.bfloat16
+    assert repr(module) == "WeightedSum(dim=7, bias=False)"
+    assert WeightedSum(0).weight.shape == (0,)
+    with pytest.raises(ValueError, match="dim must be a non-negative int"):
+        WeightedSum(-1)
+    assert triton_layers.WeightedSum is WeightedSum
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_from_linear(bias, device):
+    linear = nn.Linear(300, 1, bias=bias, device=device)
+    module = WeightedSum.from_linear(linear)
+    assert module.weight.device == linear.weight.device and (module.bias is None) != bias
+    x = torch.randn(2, 9, 300, device=device)
+    exact = linear.double()(x.double())[..., 0]
+    assert_close_to_reference(module(x), exact, name="from_linear")
+    with pytest.raises(ValueError, match="out_features=1"):
+        WeightedSum.from_linear(nn.Linear(4, 2))
+    with pytest.raises(TypeError, match="expects an nn.Linear"):
+        WeightedSum.from_linear(nn.Conv1d(4, 1, 1))
+
+
+def test_state_dict_round_trip_and_linear_checkpoint(device):
+    module = WeightedSum(33, bias=True, device=device)
+    buffer = io.BytesIO()
+    torch.save(module.state_dict(), buffer)
+    buffer.seek(0)
+    other = WeightedSum(33, bias=True, device=device)
+    assert not torch.equal(other.weight, module.weight)
+    other.load_state_dict(torch.load(buffer))
+    x = torch.randn(5, 33, device=device)
+    assert torch.equal(other(x), module(x))
+    # An nn.Linear(33, 1) checkpoint loads as is: weight (1, 33) -> (33,), bias (1,) -> ().
+    linear = nn.Linear(33, 1, device=device)
+    other.load_state_dict(linear.state_dict())
+    assert torch.equal(other.weight, linear.weight.reshape(-1)) and torch.equal(other.bias, linear.bias[0])
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        other.load_state_dict(nn.Linear(34, 1).state_dict())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
+def test_module_mixed_precision_in_sequential(dtype, device):
+    """An attention-pooling style head: fp32 parameters, low-precision activations."""
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), WeightedSum(64, bias=True)).to(device)
+    x = torch.randn(8, 16, 64, device=device)
+    with torch.no_grad():
+        h = model[1](model[0](x)).to(dtype)
+    h.requires_grad_()
+    y = model[2](h)
+    assert y.shape == (8, 16) and y.dtype == dtype
+    y.float().sum().backward()
+    assert model[2].weight.grad.dtype == torch.float32 and model[2].bias.grad.dtype == torch.float32
+    assert_close_to_reference(model[2].weight.grad, h.detach().double().reshape(-1, 64).sum(0), name="dweight")
+    use_ref = WeightedSum(64, bias=True, use_triton=False).to(device)
+    use_ref.load_state_dict(model[2].state_dict())
+    assert torch.allclose(use_ref(h).float(), y.float(), rtol=2 * torch.finfo(dtype).eps, atol=1e-3)
+
+
+def test_torch_compile_fullgraph(device):
+    """Kernel path under torch.compile on the GPU; on CPU (interpreter) the reference path,
+    as design.md says compiling the interpreted kernels is not supported."""
+    on_gpu = device == "cuda"
+    fn = torch.compile(
+        lambda x, w, b: F.weighted_sum(x, w, b, use_triton=on_gpu),
+        fullgraph=True, dynamic=False, backend="inductor" if on_gpu else "aot_eager",
+    )
+    x, w, b = _inputs((6, 7, 96), torch.float32, torch.float32, device)
+    dy = torch.randn(6, 7, device=device)
+    fn(x, w, b).backward(dy)
+    exact = _exact(x, w, b, dy)
+    for got, want, name in zip((x.grad, w.grad, b.grad), exact[1:], ("dx", "dweight", "dbias")):
+        assert_close_to_reference(got, want, name=name)

@@ -1,0 +1,202 @@
+"""Weighted sum over the last dim of a 2-D tensor: Triton kernels, launchers, autograd.
+
+Forward:  y[m] = sum_d x[m, d] * w[d] (+ b), accumulated in fp32, written in x's dtype.
+Backward: dx[m, d] = dy[m] * w[d],  dw[d] = sum_m dy[m] * x[m, d],  db = sum_m dy[m].
+
+Both kernels stream x in 2-D tiles of BLOCK_M rows x BLOCK_D columns (``_launch.tile_2d``)
+and read (or write) every element of x exactly once:
+- forward: a grid of (row blocks, column ranges). With enough rows each program owns
+  whole rows and writes y directly; with few long rows the columns are split into ranges
+  too, each program writes fp32 partial sums, and a second small kernel adds the ranges
+  in a fixed order (plus the bias).
+- backward: one pass over x for dx and dw together. A grid of (column blocks, row
+  ranges); each program walks its row range, writes dx and keeps an fp32 accumulator of
+  dy * x, stored as one row of partials. The partials are reduced with torch: no atomics,
+  the reduction order is fixed by the launch, so dw is bitwise identical from run to run.
+  dx is skipped when x needs no gradient, and x is not read when the weight needs none.
+  db = sum(dy) in fp32 is done with torch.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+from torch.library import triton_op, wrap_triton
+
+from . import _launch
+
+# Rows per program of the kernel adding the forward's partial sums.
+REDUCE_BLOCK = 1024
+
+
+@triton.jit
+def _store_rows(Y, B, rows, mask, y, HAS_BIAS: tl.constexpr):
+    """y (fp32 row sums) + bias, written in Y's dtype."""
+    if HAS_BIAS:
+        y += tl.load(B).to(tl.float32)
+    tl.store(Y + rows, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _weighted_sum_fwd_kernel(
+    X, W, B, Y, Partial,
+    stride_x_row, M, D, cols_per_program,
+    HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_m = tl.program_id(0).to(tl.int64)
+    pid_d = tl.program_id(1).to(tl.int64)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < M
+    x_rows = X + rows[:, None] * stride_x_row
+    cols = tl.arange(0, BLOCK_D)
+    col_start = pid_d * cols_per_program
+    col_end = tl.minimum(col_start + cols_per_program, D)
+    # A 2-D accumulator: the cross-lane reduction happens once, after the loop.
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start in range(col_start, col_end, BLOCK_D):
+        col_mask = start + cols < col_end
+        w = tl.load(W + start + cols, mask=col_mask, other=0.0).to(tl.float32)
+        x = tl.load(x_rows + start + cols[None, :], mask=row_mask[:, None] & col_mask[None, :], other=0.0)
+        acc += x.to(tl.float32) * w[None, :]
+    y = tl.sum(acc, axis=1)
+    if SPLIT:
+        tl.store(Partial + pid_d * M + rows, y, mask=row_mask)
+    else:
+        _store_rows(Y, B, rows, row_mask, y, HAS_BIAS)
+
+
+@triton.jit
+def _weighted_sum_fwd_reduce_kernel(
+    Partial, B, Y, M, n_splits,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    # Adds the column ranges' partial sums of each row in a fixed order.
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask = rows < M
+    y = tl.zeros([BLOCK_M], dtype=tl.float32)
+    # s * M stays far below 2**31: a split happens only when rows are few (< 8 tiles per SM).
+    for s in range(0, n_splits):
+        y += tl.load(Partial + s * M + rows, mask=mask, other=0.0)
+    _store_rows(Y, B, rows, mask, y, HAS_BIAS)
+
+
+@triton.jit
+def _weighted_sum_bwd_kernel(
+    DY, X, W, DX, DW_partial,
+    stride_dy, stride_x_row, stride_dx_row, M, D, rows_per_program,
+    COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    # Program (pid_d, pid_m) owns columns [pid_d * BLOCK_D, +BLOCK_D) of the rows
+    # [pid_m * rows_per_program, +rows_per_program) and row pid_m of the partials.
+    pid_d = tl.program_id(0).to(tl.int64)
+    pid_m = tl.program_id(1).to(tl.int64)
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_mask = cols < D
+    row_start = pid_m * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, M)
+    offs_m = tl.arange(0, BLOCK_M)
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start in range(row_start, row_end, BLOCK_M):
+        rows = start + offs_m
+        # Rows past row_end belong to the next program: they must not enter its partials.
+        row_mask = rows < row_end
+        mask = row_mask[:, None] & col_mask[None, :]
+        dy = tl.load(DY + rows * stride_dy, mask=row_mask, other=0.0).to(tl.float32)
+        if COMPUTE_DX:
+            dx = dy[:, None] * w[None, :]
+            tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if COMPUTE_DW:
+            x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+            acc += x.to(tl.float32) * dy[:, None]
+    if COMPUTE_DW:
+        tl.store(DW_partial + pid_m * D + cols, tl.sum(acc, axis=0), mask=col_mask)
+
+
+@triton_op("triton_layers::weighted_sum_fwd", mutates_args=())
+def weighted_sum_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """Forward launcher: ``x`` (M, D) with last stride 1, ``weight`` (D,) contiguous,
+    ``bias`` 0-dim or None. Returns ``y`` of shape (M,) in x's dtype."""
+    n_rows, n_cols = x.shape
+    aligned = _launch.rows_aligned(x, n_cols)
+    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), aligned)
+    row_blocks = triton.cdiv(n_rows, block_m)
+    wanted = triton.cdiv(_launch.num_sms(x.device) * _launch.FWD_PROGRAMS_PER_SM, row_blocks)
+    cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
+    y = torch.empty(n_rows, dtype=x.dtype, device=x.device)
+    partial = torch.empty((splits if splits > 1 else 0, n_rows), dtype=torch.float32, device=x.device)
+    wrap_triton(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
+        x, weight, bias, y, partial,
+        x.stride(0), n_rows, n_cols, cols_per_program,
+        HAS_BIAS=bias is not None, SPLIT=splits > 1,
+        BLOCK_M=block_m, BLOCK_D=block_d, num_warps=warps,
+    )
+    if splits > 1:
+        block = min(REDUCE_BLOCK, triton.next_power_of_2(n_rows))
+        wrap_triton(_weighted_sum_fwd_reduce_kernel)[(triton.cdiv(n_rows, block),)](
+            partial, bias, y, n_rows, splits,
+            HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4,
+        )
+    return y
+
+
+@triton_op("triton_layers::weighted_sum_bwd", mutates_args=())
+def weighted_sum_bwd(
+    dy: Tensor, x: Optional[Tensor], weight: Tensor, x_dtype: torch.dtype, compute_dx: bool, compute_dw: bool
+) -> tuple[Tensor, Tensor]:
+    """Backward launcher: ``dy`` (M,) of any stride, ``x`` (M, D) with last stride 1 (may
+    be None when ``compute_dw`` is False), ``weight`` (D,) contiguous. Returns
+    ``(dx, dweight)``: dx in ``x_dtype``, dweight in fp32; those not asked for are empty."""
+    n_rows, n_cols = dy.shape[0], weight.shape[0]
+    elem_size = torch.finfo(x_dtype).bits // 8
+    aligned = _launch.rows_aligned(x if compute_dw else None, n_cols)
+    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, elem_size, aligned)
+    col_blocks = triton.cdiv(n_cols, block_d)
+    wanted = triton.cdiv(_launch.num_sms(dy.device) * _launch.BWD_PROGRAMS_PER_SM, col_blocks)
+    rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
+    dx = torch.empty((n_rows if compute_dx else 0, n_cols), dtype=x_dtype, device=dy.device)
+    dw_partial = torch.empty((programs if compute_dw else 0, n_cols), dtype=torch.float32, device=dy.device)
+    wrap_triton(_weighted_sum_bwd_kernel)[(col_blocks, programs)](
+        dy, x, weight, dx, dw_partial,
+        dy.stride(0), x.stride(0) if compute_dw else 0, dx.stride(0), n_rows, n_cols, rows_per_program,
+        COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw,
+        BLOCK_M=block_m, BLOCK_D=block_d, num_warps=warps,
+    )
+    dweight = dw_partial.sum(0) if compute_dw else dw_partial.new_empty(0)
+    return dx, dweight
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, weight, bias = inputs
+    # x is needed only for the weight's gradient: not kept alive otherwise.
+    ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weight)
+    ctx.x_dtype = x.dtype
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _backward(ctx, dy):
+    x, weight = ctx.saved_tensors
+    need_dx, need_dw, need_db = ctx.needs_input_grad
+    dx = dweight = dbias = None
+    if need_dx or need_dw:
+        dx, dweight = weighted_sum_bwd(dy, x, weight, ctx.x_dtype, need_dx, need_dw)
+    if need_db:
+        dbias = dy.sum(dtype=torch.float32).to(ctx.bias_dtype)
+    return (
+        dx if need_dx else None,
+        dweight.to(weight.dtype) if need_dw else None,
+        dbias,
+    )
+
+
+weighted_sum_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def weighted_sum(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """Differentiable weighted sum of a 2-D ``x`` (last stride 1) through the kernels."""
+    return weighted_sum_fwd(x, weight, bias)

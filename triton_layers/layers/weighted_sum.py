@@ -1,0 +1,106 @@
+"""WeightedSum: a learnable weighted reduction over the last dim (``nn.Linear(dim, 1)``
+without the trailing output dim), running the Triton kernels."""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+from .. import functional as F
+
+
+class WeightedSum(nn.Module):
+    """``y = (x * weight).sum(-1) + bias``: input (..., dim), output (...).
+
+    Computes what ``nn.Linear(dim, 1)`` computes, squeezed: ``linear(x)[..., 0]``. Sums
+    are fp32 whatever the input dtype; the output has the input's dtype, so an fp32
+    module can take fp16/bf16 inputs (mixed precision).
+
+    Parameters: ``weight`` of shape (dim,) and, with ``bias=True``, ``bias`` a 0-dim
+    scalar; both initialised as ``nn.Linear(dim, 1)`` initialises its own (same random
+    draws: under the same seed the two layers start equal). An ``nn.Linear(dim, 1)``
+    state_dict maps as ``weight`` <- ``linear.weight.reshape(-1)`` (shape (1, dim) to
+    (dim,)) and ``bias`` <- ``linear.bias.reshape(())`` (shape (1,) to ()); such a
+    state_dict also loads directly, reshaped on the way in. See :meth:`from_linear`.
+
+    Args:
+        dim: size of the last input dim, the one summed over.
+        bias: learn an additive scalar bias; no parameter at all when False.
+        use_triton: ``None`` auto, ``True``/``False`` force the kernels / the reference.
+        device, dtype: of the parameters.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        bias: bool = False,
+        use_triton: Optional[bool] = None,
+        device: Optional[Union[torch.device, str]] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+            raise ValueError(f"dim must be a non-negative int, got {dim!r}")
+        self.dim = dim
+        self.use_triton = use_triton
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(dim, **factory))
+        if bias:
+            self.bias = nn.Parameter(torch.empty((), **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """As ``nn.Linear(dim, 1)``: both uniform in (-1/sqrt(dim), 1/sqrt(dim))."""
+        if self.dim == 0:
+            return
+        # kaiming_uniform_(a=sqrt(5)) on the (1, dim) view: Linear's own call, same draws.
+        nn.init.kaiming_uniform_(self.weight.view(1, self.dim), a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.dim)
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Weighted sum of ``x`` (..., dim) over its last dim; shape (...), x's dtype."""
+        return F.weighted_sum(x, self.weight, self.bias, self.use_triton)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, bias={self.bias is not None}"
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        # An nn.Linear(dim, 1) checkpoint: weight (1, dim) and bias (1,) are reshaped.
+        weight, bias = state_dict.get(prefix + "weight"), state_dict.get(prefix + "bias")
+        if isinstance(weight, Tensor) and tuple(weight.shape) == (1, self.dim):
+            state_dict[prefix + "weight"] = weight.reshape(self.dim)
+        if isinstance(bias, Tensor) and tuple(bias.shape) == (1,):
+            state_dict[prefix + "bias"] = bias.reshape(())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, **kwargs: Any) -> "WeightedSum":
+        """A WeightedSum computing ``linear(x)[..., 0]``, with copies of its parameters.
+
+        ``linear`` must be an ``nn.Linear(dim, 1)``; ``kwargs`` (e.g. ``use_triton``) go
+        to the new layer, which has the linear's device and dtype.
+        """
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"from_linear expects an nn.Linear, got {type(linear).__name__}")
+        if linear.out_features != 1:
+            raise ValueError(
+                f"from_linear expects an nn.Linear with out_features=1, got out_features={linear.out_features}"
+            )
+        module = cls(
+            linear.in_features,
+            bias=linear.bias is not None,
+            device=linear.weight.device,
+            dtype=linear.weight.dtype,
+            **kwargs,
+        )
+        with torch.no_grad():
+            module.weight.copy_(linear.weight.reshape(-1))
+            if module.bias is not None:
+                module.bias.copy_(linear.bias.reshape(()))
+        return module
