@@ -409,3 +409,15 @@ def test_torch_compile_fullgraph(device):
     exact = _exact(x, w, b, dy)
     for got, want, name in zip((x.grad, w.grad, b.grad), exact[1:], ("dx", "dweight", "dbias")):
         assert_close_to_reference(got, want, name=name)
+
+
+def test_custom_op_door_matches_eager_door(device):
+    """The torch.library ops (what torch.compile traces) give the eager path's results."""
+    x, w, b = _inputs((9, 300), torch.float32, torch.float32, device)
+    b = b.reshape(()).detach().requires_grad_()
+    dy = torch.randn(9, device=device)
+    y_op = torch.ops.triton_layers.weighted_sum_fwd(x, w, b)
+    y_fn = K.weighted_sum(x, w, b)
+    torch.testing.assert_close(y_op, y_fn, rtol=0, atol=0)
+    for a, c in zip(torch.autograd.grad(y_op, (x, w, b), dy), torch.autograd.grad(y_fn, (x, w, b), dy)):
+        torch.testing.assert_close(a, c, rtol=0, atol=0)

@@ -118,8 +118,7 @@ def _weighted_sum_bwd_kernel(
         tl.store(DW_partial + pid_m * D + cols, tl.sum(acc, axis=0), mask=col_mask)
 
 
-@triton_op("triton_layers::weighted_sum_fwd", mutates_args=())
-def weighted_sum_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+def _forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], wrap=_launch.direct) -> Tensor:
     """Forward launcher: ``x`` (M, D) with last stride 1, ``weight`` (D,) contiguous,
     ``bias`` 0-dim or None. Returns ``y`` of shape (M,) in x's dtype."""
     n_rows, n_cols = x.shape
@@ -130,7 +129,7 @@ def weighted_sum_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tenso
     cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
     y = torch.empty(n_rows, dtype=x.dtype, device=x.device)
     partial = torch.empty((splits if splits > 1 else 0, n_rows), dtype=torch.float32, device=x.device)
-    wrap_triton(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
+    wrap(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
         x, weight, bias, y, partial,
         x.stride(0), n_rows, n_cols, cols_per_program,
         HAS_BIAS=bias is not None, SPLIT=splits > 1,
@@ -138,16 +137,16 @@ def weighted_sum_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tenso
     )
     if splits > 1:
         block = min(REDUCE_BLOCK, triton.next_power_of_2(n_rows))
-        wrap_triton(_weighted_sum_fwd_reduce_kernel)[(triton.cdiv(n_rows, block),)](
+        wrap(_weighted_sum_fwd_reduce_kernel)[(triton.cdiv(n_rows, block),)](
             partial, bias, y, n_rows, splits,
             HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4,
         )
     return y
 
 
-@triton_op("triton_layers::weighted_sum_bwd", mutates_args=())
-def weighted_sum_bwd(
-    dy: Tensor, x: Optional[Tensor], weight: Tensor, x_dtype: torch.dtype, compute_dx: bool, compute_dw: bool
+def _backward(
+    dy: Tensor, x: Optional[Tensor], weight: Tensor, x_dtype: torch.dtype, compute_dx: bool, compute_dw: bool,
+    wrap=_launch.direct,
 ) -> tuple[Tensor, Tensor]:
     """Backward launcher: ``dy`` (M,) of any stride, ``x`` (M, D) with last stride 1 (may
     be None when ``compute_dw`` is False), ``weight`` (D,) contiguous. Returns
@@ -161,7 +160,7 @@ def weighted_sum_bwd(
     rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
     dx = torch.empty((n_rows if compute_dx else 0, n_cols), dtype=x_dtype, device=dy.device)
     dw_partial = torch.empty((programs if compute_dw else 0, n_cols), dtype=torch.float32, device=dy.device)
-    wrap_triton(_weighted_sum_bwd_kernel)[(col_blocks, programs)](
+    wrap(_weighted_sum_bwd_kernel)[(col_blocks, programs)](
         dy, x, weight, dx, dw_partial,
         dy.stride(0), x.stride(0) if compute_dw else 0, dx.stride(0), n_rows, n_cols, rows_per_program,
         COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw,
@@ -171,20 +170,35 @@ def weighted_sum_bwd(
     return dx, dweight
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    x, weight, bias = inputs
+# Two doors to the same launchers, as in layer_norm.py: custom ops (wrap_triton) for
+# torch.compile, an autograd.Function launching directly for eager calls.
+@triton_op("triton_layers::weighted_sum_fwd", mutates_args=())
+def weighted_sum_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """Forward launcher as a custom op."""
+    return _forward(x, weight, bias, wrap=wrap_triton)
+
+
+@triton_op("triton_layers::weighted_sum_bwd", mutates_args=())
+def weighted_sum_bwd(
+    dy: Tensor, x: Optional[Tensor], weight: Tensor, x_dtype: torch.dtype, compute_dx: bool, compute_dw: bool
+) -> tuple[Tensor, Tensor]:
+    """Backward launcher as a custom op: ``(dx, dweight)``; those not asked for are empty."""
+    return _backward(dy, x, weight, x_dtype, compute_dx, compute_dw, wrap=wrap_triton)
+
+
+def _save(ctx, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> None:
     # x is needed only for the weight's gradient: not kept alive otherwise.
     ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weight)
     ctx.x_dtype = x.dtype
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
-def _backward(ctx, dy):
+def _grads(ctx, dy: Tensor, backward_fn) -> tuple:
     x, weight = ctx.saved_tensors
     need_dx, need_dw, need_db = ctx.needs_input_grad
     dx = dweight = dbias = None
     if need_dx or need_dw:
-        dx, dweight = weighted_sum_bwd(dy, x, weight, ctx.x_dtype, need_dx, need_dw)
+        dx, dweight = backward_fn(dy, x, weight, ctx.x_dtype, need_dx, need_dw)
     if need_db:
         dbias = dy.sum(dtype=torch.float32).to(ctx.bias_dtype)
     return (
@@ -194,9 +208,26 @@ def _backward(ctx, dy):
     )
 
 
-weighted_sum_fwd.register_autograd(_backward, setup_context=_setup_context)
+def _setup_context(ctx, inputs, output) -> None:
+    _save(ctx, *inputs)
+
+
+weighted_sum_fwd.register_autograd(lambda ctx, dy: _grads(ctx, dy, weighted_sum_bwd), setup_context=_setup_context)
+
+
+class _WeightedSumFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        _save(ctx, x, weight, bias)
+        return _forward(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _grads(ctx, dy, _backward)
 
 
 def weighted_sum(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
     """Differentiable weighted sum of a 2-D ``x`` (last stride 1) through the kernels."""
-    return weighted_sum_fwd(x, weight, bias)
+    if torch.compiler.is_compiling():
+        return weighted_sum_fwd(x, weight, bias)
+    return _WeightedSumFunction.apply(x, weight, bias)
