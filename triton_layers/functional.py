@@ -116,10 +116,11 @@ def coor_descent(
     >= 1e-20 inside log k, and it gets a gradient when it requires one). ``mask`` (bool,
     ``s``'s shape, True = valid) excludes entries: they score 0, and fully masked rows are
     all zeros with zero gradients. fp16/bf16 ``s`` is computed in fp32 and returned in
-    its dtype. Gradients are those of the unrolled iterations (exact, not a fixed-point
-    approximation), as colt5-attention's ``coor_descent``.
+    its dtype; float64 ``s`` is computed by the torch reference in float64. Gradients are
+    those of the unrolled iterations (exact, not a fixed-point approximation), as
+    colt5-attention's ``coor_descent``.
     """
-    check_tensor(s, "s")
+    check_tensor(s, "s", FLOAT_DTYPES + (torch.float64,))
     if s.dim() < 1:
         raise ValueError(f"s must have at least one dim (rows x sequence), got shape {tuple(s.shape)}")
     if isinstance(n_iters, bool) or not isinstance(n_iters, int) or n_iters < 1:
@@ -144,7 +145,8 @@ def coor_descent(
         check_shape(mask, "mask", s.shape)
     check_same_device(s=s, k=k_rows, mask=mask)
 
-    kernels = use_kernels(s, use_triton)
+    # float64 (an oracle's dtype, not a training one) takes the reference in float64.
+    kernels = use_kernels(s, use_triton) and s.dtype != torch.float64
     n_cols = s.shape[-1]
     if s.numel() == 0:
         return s * 0  # empty, and still in the autograd graph of s
