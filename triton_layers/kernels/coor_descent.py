@@ -36,7 +36,7 @@ from torch.library import triton_op, wrap_triton
 from . import _launch
 
 # log k uses k clamped to at least this (as colt5-attention does).
-K_MIN = 1e-20
+K_MIN = tl.constexpr(1e-20)
 
 
 @triton.jit
