@@ -131,12 +131,9 @@ def coor_descent(
     lead = s.shape[:-1]
     if isinstance(k, Tensor):
         check_tensor(k, "k", FLOAT_DTYPES + (torch.float64,))
-        try:
-            k_rows = k.expand(lead)
-        except RuntimeError:
-            raise ValueError(
-                f"k of shape {tuple(k.shape)} must broadcast to s's leading dims {tuple(lead)}"
-            ) from None
+        if k.dim() > len(lead) or any(a not in (1, b) for a, b in zip(reversed(k.shape), reversed(lead))):
+            raise ValueError(f"k of shape {tuple(k.shape)} must broadcast to s's leading dims {tuple(lead)}")
+        k_rows = k.expand(lead)
     else:
         _check_positive(k, "k")
         k_rows = None

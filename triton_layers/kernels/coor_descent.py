@@ -223,23 +223,22 @@ def _flag_view(mask: Optional[Tensor]) -> Optional[Tensor]:
     return None if mask is None else mask.view(torch.uint8)
 
 
-@triton_op("triton_layers::coor_descent_fwd", mutates_args=())
-def coor_descent_fwd(
-    s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
-    n_iters: int, eps: float, eps_init: float, eps_decay: float,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Forward launcher: ``s`` (rows, n) with last stride 1, ``mask`` bool of the same shape or
-    None, ``k`` one value per row (1-D) or None to use ``k_value``.
+def _direct(kernel):
+    # Eager launches go straight to Triton (as main's ``_launch.direct``; the custom ops pass
+    # wrap_triton instead, which costs ~300 us of host time per launch outside tracing).
+    return kernel
 
-    Returns ``(y, stats, eps_schedule)``: stats (rows, 2, n_iters) fp32 holds a_t and L_t;
-    eps_schedule (n_iters + 1,) fp32 holds e_0..e_T.
-    """
+
+def _forward(
+    s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    n_iters: int, eps: float, eps_init: float, eps_decay: float, wrap=_direct,
+) -> tuple[Tensor, Tensor, Tensor]:
     n_rows, n_cols = s.shape
     y = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
     stats = torch.empty((n_rows, 2, n_iters), dtype=torch.float32, device=s.device)
     eps_schedule = torch.empty(n_iters + 1, dtype=torch.float32, device=s.device)
     block, single_pass = _launch.row_block(n_cols)
-    wrap_triton(_coor_descent_fwd_kernel)[(n_rows,)](
+    wrap(_coor_descent_fwd_kernel)[(n_rows,)](
         s, _flag_view(mask), k, y, stats, eps_schedule,
         s.stride(0), 0 if mask is None else mask.stride(0), 0 if k is None else k.stride(0), y.stride(0),
         n_cols, n_iters, k_value, eps, eps_init, eps_decay,
@@ -249,12 +248,10 @@ def coor_descent_fwd(
     return y, stats, eps_schedule
 
 
-@triton_op("triton_layers::coor_descent_bwd", mutates_args=())
-def coor_descent_bwd(
+def _backward(
     dy: Tensor, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
-    stats: Tensor, eps_schedule: Tensor, compute_dk: bool,
+    stats: Tensor, eps_schedule: Tensor, compute_dk: bool, wrap=_direct,
 ) -> tuple[Tensor, Tensor]:
-    """Backward launcher. Returns ``(ds, dk)``: dk (rows,) fp32, empty unless ``compute_dk``."""
     n_rows, n_cols = s.shape
     n_iters = stats.shape[-1]
     block, n_chunks = _launch.split_row(n_rows, n_cols, s.device)
@@ -264,12 +261,12 @@ def coor_descent_bwd(
     flags = _flag_view(mask)
     stride_m = 0 if mask is None else mask.stride(0)
     warps = _launch.num_warps(block)
-    wrap_triton(_coor_descent_bwd_partial_kernel)[(n_rows, n_chunks)](
+    wrap(_coor_descent_bwd_partial_kernel)[(n_rows, n_chunks)](
         s, flags, dy, stats, eps_schedule, partial,
         s.stride(0), stride_m, dy.stride(0), n_cols, n_iters, n_chunks,
         HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps,
     )
-    wrap_triton(_coor_descent_bwd_kernel)[(n_rows, n_chunks)](
+    wrap(_coor_descent_bwd_kernel)[(n_rows, n_chunks)](
         s, flags, dy, k, stats, eps_schedule, partial, ds, dk,
         s.stride(0), stride_m, dy.stride(0), 0 if k is None else k.stride(0), ds.stride(0),
         n_cols, n_iters, n_chunks, k_value,
@@ -279,28 +276,66 @@ def coor_descent_bwd(
     return ds, dk
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    s, mask, k, k_value, _n_iters, _eps, _eps_init, _eps_decay = inputs
-    _y, stats, eps_schedule = output
+# Two doors to the same launchers, as layer_norm: torch.compile sees the torch.library
+# triton_ops (kernels through wrap_triton, so Inductor can trace them); eager calls take
+# the autograd.Function, which launches the kernels directly.
+@triton_op("triton_layers::coor_descent_fwd", mutates_args=())
+def coor_descent_fwd(
+    s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    n_iters: int, eps: float, eps_init: float, eps_decay: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Forward launcher as a custom op: ``s`` (rows, n) with last stride 1, ``mask`` bool of
+    the same shape or None, ``k`` one value per row (1-D) or None to use ``k_value``.
+
+    Returns ``(y, stats, eps_schedule)``: stats (rows, 2, n_iters) fp32 holds a_t and L_t;
+    eps_schedule (n_iters + 1,) fp32 holds e_0..e_T.
+    """
+    return _forward(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay, wrap=wrap_triton)
+
+
+@triton_op("triton_layers::coor_descent_bwd", mutates_args=())
+def coor_descent_bwd(
+    dy: Tensor, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    stats: Tensor, eps_schedule: Tensor, compute_dk: bool,
+) -> tuple[Tensor, Tensor]:
+    """Backward launcher as a custom op: ``(ds, dk)``; dk (rows,) fp32, empty unless ``compute_dk``."""
+    return _backward(dy, s, mask, k, k_value, stats, eps_schedule, compute_dk, wrap=wrap_triton)
+
+
+def _save(ctx, s, mask, k, k_value, stats, eps_schedule) -> None:
     ctx.save_for_backward(s, mask, k, stats, eps_schedule)
     ctx.k_value = k_value
 
 
-def _backward(ctx, dy, _dstats, _deps):
+def _grads(ctx, dy: Tensor, backward_fn) -> tuple:
     s, mask, k, stats, eps_schedule = ctx.saved_tensors
     need_ds, _, need_dk = ctx.needs_input_grad[:3]
     if dy.stride(-1) != 1:
         dy = dy.contiguous()
-    ds, dk = coor_descent_bwd(dy, s, mask, k, ctx.k_value, stats, eps_schedule, bool(need_dk))
-    return (
-        ds if need_ds else None,
-        None,
-        dk.to(k.dtype) if need_dk else None,
-        None, None, None, None, None,
-    )
+    ds, dk = backward_fn(dy, s, mask, k, ctx.k_value, stats, eps_schedule, bool(need_dk))
+    return (ds if need_ds else None, None, dk.to(k.dtype) if need_dk else None, None, None, None, None, None)
 
 
-coor_descent_fwd.register_autograd(_backward, setup_context=_setup_context)
+def _setup_context(ctx, inputs, output) -> None:
+    s, mask, k, k_value = inputs[:4]
+    _save(ctx, s, mask, k, k_value, *output[1:])
+
+
+coor_descent_fwd.register_autograd(
+    lambda ctx, dy, *_: _grads(ctx, dy, coor_descent_bwd), setup_context=_setup_context
+)
+
+
+class _CoorDescentFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, s, mask, k, k_value, n_iters, eps, eps_init, eps_decay):
+        y, stats, eps_schedule = _forward(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)
+        _save(ctx, s, mask, k, k_value, stats, eps_schedule)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _grads(ctx, dy, _backward)
 
 
 def coor_descent(
@@ -308,4 +343,6 @@ def coor_descent(
     n_iters: int, eps: float, eps_init: float, eps_decay: float,
 ) -> Tensor:
     """Differentiable coordinate descent of a 2-D ``s`` (last stride 1) through the kernels."""
-    return coor_descent_fwd(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)[0]
+    if torch.compiler.is_compiling():
+        return coor_descent_fwd(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)[0]
+    return _CoorDescentFunction.apply(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)
