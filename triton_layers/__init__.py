@@ -5,8 +5,7 @@ through the Triton interpreter; otherwise CPU tensors use the pure-torch referen
 """
 from . import functional
 from .conversion import convert
-from .layers import TritonLayerNorm
-from .layers import WeightedSum
+from .layers import CoordinateDescentRouter, RouterReturn, TritonLayerNorm, WeightedSum
 
 __version__ = "0.1.0"
-__all__ = ["TritonLayerNorm", "convert", "functional", "WeightedSum"]
+__all__ = ["TritonLayerNorm", "WeightedSum", "CoordinateDescentRouter", "RouterReturn", "convert", "functional"]

@@ -9,14 +9,16 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence, Union
 
+import torch
 from torch import Tensor
 
 from . import reference
-from ._checks import as_rows, check_same_device, check_shape, check_tensor, use_kernels
+from ._checks import FLOAT_DTYPES, as_rows, check_same_device, check_shape, check_tensor, use_kernels
+from .kernels import coor_descent as _coor_descent_kernels
 from .kernels import layer_norm as _layer_norm_kernels
 from .kernels import weighted_sum as _weighted_sum_kernels
 
-__all__ = ["layer_norm", "weighted_sum"]
+__all__ = ["layer_norm", "weighted_sum", "coor_descent"]
 
 
 def layer_norm(
@@ -113,3 +115,79 @@ def weighted_sum(
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
     y = _weighted_sum_kernels.weighted_sum(x2, w, b)
     return y.reshape(x.shape[:-1])
+
+def _check_positive(value: object, name: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+
+
+def coor_descent(
+    s: Tensor,
+    *,
+    n_iters: int,
+    k: Union[float, Tensor],
+    eps: float = 0.1,
+    eps_init: Optional[float] = None,
+    eps_decay: float = 1.0,
+    mask: Optional[Tensor] = None,
+    use_triton: Optional[bool] = None,
+) -> Tensor:
+    """Soft top-k of ``s`` over its last dim by coordinate descent with eps-scaling (CoLT5).
+
+    Rows are all leading dims. Per row, with ``e = max(eps_init or eps, eps)``::
+
+        a = 0; b = -s
+        repeat n_iters times:
+            a = e * (log k - logsumexp over valid j of (s_j + b_j) / e)
+            b = -relu(s + a);  e = max(e * eps_decay, eps)
+        return exp((s + a + b) / e)
+
+    Scores lie in [0, 1] and sum to about ``k`` per row. ``k`` is a positive number or a
+    tensor broadcastable to ``s.shape[:-1]`` (one value per row; its values are clamped to
+    >= 1e-20 inside log k, and it gets a gradient when it requires one). ``mask`` (bool,
+    ``s``'s shape, True = valid) excludes entries: they score 0, and fully masked rows are
+    all zeros with zero gradients. fp16/bf16 ``s`` is computed in fp32 and returned in
+    its dtype; float64 ``s`` is computed by the torch reference in float64. Gradients are
+    those of the unrolled iterations (exact, not a fixed-point approximation), as
+    colt5-attention's ``coor_descent``.
+    """
+    check_tensor(s, "s", FLOAT_DTYPES + (torch.float64,))
+    if s.dim() < 1:
+        raise ValueError(f"s must have at least one dim (rows x sequence), got shape {tuple(s.shape)}")
+    if isinstance(n_iters, bool) or not isinstance(n_iters, int) or n_iters < 1:
+        raise ValueError(f"n_iters must be an int >= 1, got {n_iters!r}")
+    _check_positive(eps, "eps")
+    _check_positive(eps_init, "eps_init", allow_none=True)
+    _check_positive(eps_decay, "eps_decay")
+    lead = s.shape[:-1]
+    if isinstance(k, Tensor):
+        check_tensor(k, "k", FLOAT_DTYPES + (torch.float64,))
+        if k.dim() > len(lead) or any(a not in (1, b) for a, b in zip(reversed(k.shape), reversed(lead))):
+            raise ValueError(f"k of shape {tuple(k.shape)} must broadcast to s's leading dims {tuple(lead)}")
+        k_rows = k.expand(lead)
+    else:
+        _check_positive(k, "k")
+        k_rows = None
+    if mask is not None:
+        check_tensor(mask, "mask", (torch.bool,))
+        check_shape(mask, "mask", s.shape)
+    check_same_device(s=s, k=k_rows, mask=mask)
+
+    # float64 (an oracle's dtype, not a training one) takes the reference in float64.
+    kernels = use_kernels(s, use_triton) and s.dtype != torch.float64
+    n_cols = s.shape[-1]
+    if s.numel() == 0:
+        return s * 0  # empty, and still in the autograd graph of s
+    if not kernels:
+        return reference.coor_descent(s, n_iters, k if k_rows is None else k_rows, float(eps),
+                                      eps_init, float(eps_decay), mask)
+    s2 = as_rows(s, n_cols)
+    m2 = as_rows(mask, n_cols) if mask is not None else None
+    k2 = k_rows.reshape(-1) if k_rows is not None else None
+    y = _coor_descent_kernels.coor_descent(
+        s2, m2, k2, 0.0 if k2 is not None else float(k), n_iters, float(eps),
+        float(eps if eps_init is None else eps_init), float(eps_decay),
+    )
+    return y.reshape(s.shape)

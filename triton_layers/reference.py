@@ -44,3 +44,46 @@ def weighted_sum(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
     if bias is not None:
         y = y + bias.to(ct)
     return y.to(x.dtype)
+
+def coor_descent(
+    s: Tensor,
+    n_iters: int,
+    k: float | Tensor,
+    eps: float,
+    eps_init: Optional[float],
+    eps_decay: float,
+    mask: Optional[Tensor],
+) -> Tensor:
+    """CoLT5 coordinate descent (soft top-k with eps-scaling) over the last dim.
+
+    ``k``: a number or a tensor with one value per row (shape ``s.shape[:-1]``); log k
+    uses k clamped to >= 1e-20. ``mask`` (bool, True = valid) excludes entries; they
+    score 0, and a fully masked row is all zeros with zero gradients. The epsilon
+    schedule is the Python-float one of colt5-attention's ``coor_descent``.
+    """
+    import math  # local: keeps this op's additions to the module in one place
+
+    dt = _compute_dtype(s)
+    sf = s.to(dt)
+    if isinstance(k, Tensor):
+        logk = k.to(dt).clamp_min(1e-20).log().unsqueeze(-1)
+    else:
+        logk = math.log(max(float(k), 1e-20))
+    if mask is not None:
+        # Fully masked rows run on all their entries and are zeroed at the end.
+        mask = mask.to(torch.bool)
+        live = mask | ~mask.any(dim=-1, keepdim=True)
+    e = max(eps if eps_init is None else eps_init, eps)
+    a = torch.zeros_like(sf[..., :1])
+    b = -sf
+    for _ in range(n_iters):
+        z = (sf + b) / e
+        if mask is not None:
+            z = z.masked_fill(~live, float("-inf"))
+        a = e * (logk - z.logsumexp(dim=-1, keepdim=True))
+        b = -torch.relu(sf + a)
+        e = max(e * eps_decay, eps)
+    y = ((sf + a + b) / e).exp()
+    if mask is not None:
+        y = y.masked_fill(~mask, 0.0)
+    return y.to(s.dtype)

@@ -135,3 +135,17 @@ def split_range(n: int, block: int, parts: int) -> tuple[int, int]:
     blocks = triton.cdiv(n, block)
     length = triton.cdiv(blocks, max(1, min(parts, blocks))) * block
     return length, triton.cdiv(n, length)
+
+# Elementwise-after-reduction kernels (coor_descent backward) split each row into chunks
+# of at most LOOP_BLOCK columns and at least SPLIT_MIN_BLOCK, aiming at this many
+# programs per SM so that a few long rows still fill the GPU.
+SPLIT_MIN_BLOCK = 256
+SPLIT_PROGRAMS_PER_SM = 4
+
+
+def split_row(n_rows: int, n_cols: int, device: torch.device) -> tuple[int, int]:
+    """Return ``(BLOCK, chunks_per_row)`` for a grid of (rows, chunks) programs."""
+    per_row = triton.cdiv(num_sms(device) * SPLIT_PROGRAMS_PER_SM, max(n_rows, 1))
+    block = triton.next_power_of_2(triton.cdiv(n_cols, per_row))
+    block = min(max(block, SPLIT_MIN_BLOCK), LOOP_BLOCK)
+    return block, triton.cdiv(n_cols, block)

@@ -1,0 +1,412 @@
+"""coor_descent: kernels vs the float64 definition, the reference vs independent definitions.
+
+fp32 inputs are rounded to their dtype first and the float64 oracle runs on the rounded
+values, so only the computation's error is measured. With eps = 0.03 the exponent is
+s / 0.03, which amplifies fp32 rounding: torch's own fp32 result is ~1e-5 off, and ours
+may be off by at most twice that plus 1e-5 (forward) / 1e-4 (gradients, relative).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.tolerances import assert_close_to_reference, max_abs_err
+from triton_layers import functional as F
+from triton_layers import reference
+
+ROUTER = dict(eps=0.03, eps_init=4.0, eps_decay=0.7)  # CoLT5's router settings
+
+
+def _definition(s, n_iters, k, eps, eps_init, eps_decay, mask):
+    """Independent float64 definition: one row at a time, masked entries dropped by indexing."""
+    rows, n = s.shape
+    out = torch.zeros_like(s)
+    for r in range(rows):
+        valid = torch.ones(n, dtype=torch.bool) if mask is None else mask[r].cpu()
+        if not valid.any():
+            continue
+        x = s[r][valid.to(s.device)]
+        logk = torch.log((k[r] if torch.is_tensor(k) else torch.tensor(float(k), dtype=s.dtype)).clamp_min(1e-20))
+        a, b = torch.zeros((), dtype=s.dtype), -x
+        e = max(eps if eps_init is None else eps_init, eps)
+        for _ in range(n_iters):
+            a = e * (logk - torch.logsumexp((x + b) / e, dim=0))
+            b = -(x + a).clamp_min(0)
+            e = max(e * eps_decay, eps)
+        out[r, valid.to(s.device)] = torch.exp((x + a + b) / e)
+    return out
+
+
+def _scores(rows, n, dtype, device, scale=1.5):
+    return (scale * torch.randn(rows, n, device=device)).to(dtype)
+
+
+def _random_mask(rows, n, device, p=0.3):
+    mask = torch.rand(rows, n, device=device) > p
+    mask[:, 0] = True  # rows stay partly valid; fully masked rows have their own test
+    return mask
+
+
+def _check_forward(ours, s, n_iters, k, kw, mask, name=""):
+    """ours vs float64 of the same (rounded) inputs; fp32 bound: 2x torch fp32's error + 1e-5."""
+    k64 = k.double() if torch.is_tensor(k) else k
+    exact = reference.coor_descent(s.double(), n_iters, k64, mask=mask, **kw)
+    if s.dtype == torch.float32:
+        torch32 = reference.coor_descent(s, n_iters, k, mask=mask, **kw)
+        assert_close_to_reference(ours, exact, rtol32=1e-5, atol=2 * max_abs_err(torch32, exact), name=name)
+    else:
+        rounded = exact.to(s.dtype)  # the best any computation can return in this dtype
+        assert_close_to_reference(ours, exact, torch_low_precision=rounded, name=name)
+    return exact
+
+
+# --- the reference against independent definitions -------------------------------------
+
+
+@pytest.mark.parametrize("rows,n", [(1, 1), (3, 7), (2, 127), (4, 64)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_reference_matches_definition(rows, n, masked):
+    s = _scores(rows, n, torch.float64, "cpu")
+    k = torch.rand(rows, dtype=torch.float64) * n / 2 + 0.5
+    mask = _random_mask(rows, n, "cpu") if masked else None
+    if masked and rows > 1:
+        mask[1] = False
+    for n_iters in (1, 7):
+        ours = reference.coor_descent(s, n_iters, k, mask=mask, **ROUTER)
+        torch.testing.assert_close(ours, _definition(s, n_iters, k, mask=mask, **ROUTER), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_reference_matches_colt5(masked):
+    colt5 = pytest.importorskip("colt5_attention.coor_descent")
+    s = _scores(5, 300, torch.float64, "cpu")
+    k = torch.rand(5, dtype=torch.float64) * 50 + 1
+    mask = _random_mask(5, 300, "cpu") if masked else None
+    for kk in (k, 37.5):
+        ours = reference.coor_descent(s, 20, kk, mask=mask, **ROUTER)
+        theirs = colt5.coor_descent(s, n_iters=20, k=kk, mask=mask, **ROUTER)
+        torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
+        gs_ours, = torch.autograd.grad(reference.coor_descent(s.requires_grad_(), 20, kk, mask=mask, **ROUTER).sum(), s)
+        gs_theirs, = torch.autograd.grad(colt5.coor_descent(s, n_iters=20, k=kk, mask=mask, **ROUTER).sum(), s)
+        torch.testing.assert_close(gs_ours, gs_theirs, rtol=1e-8, atol=1e-10)
+        s = s.detach()
+
+
+# --- kernels: forward --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows,n", [(1, 1), (3, 7), (2, 127), (4, 1000), (2, 3000), (5, 256), (1, 1024)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_forward_fp32(device, rows, n, masked):
+    s = _scores(rows, n, torch.float32, device)
+    mask = _random_mask(rows, n, device) if masked else None
+    k = max(n / 8 * 9 / 8, 1.0)
+    y = F.coor_descent(s, n_iters=20, k=k, mask=mask, **ROUTER)
+    assert y.dtype == s.dtype and y.shape == s.shape
+    _check_forward(y, s, 20, k, ROUTER, mask, name=f"{rows}x{n}")
+    if mask is not None:
+        assert (y[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rows,n", [(3, 7), (4, 1000), (2, 3000)])
+def test_forward_low_precision(device, dtype, rows, n):
+    s = _scores(rows, n, dtype, device)
+    mask = _random_mask(rows, n, device)
+    y = F.coor_descent(s, n_iters=20, k=n / 7, mask=mask, **ROUTER)
+    assert y.dtype == dtype
+    _check_forward(y, s, 20, n / 7, ROUTER, mask, name=str(dtype))
+
+
+@pytest.mark.parametrize("n_iters", [1, 2, 5, 37])
+@pytest.mark.parametrize("eps,eps_init,eps_decay", [(0.1, None, 1.0), (0.03, 4.0, 0.7), (0.5, 0.2, 0.9), (0.05, 2.0, 1.3)])
+def test_forward_schedules(device, n_iters, eps, eps_init, eps_decay):
+    s = _scores(3, 200, torch.float32, device)
+    kw = dict(eps=eps, eps_init=eps_init, eps_decay=eps_decay)
+    y = F.coor_descent(s, n_iters=n_iters, k=20.0, **kw)
+    _check_forward(y, s, n_iters, 20.0, kw, None, name=f"{n_iters} {kw}")
+
+
+def test_forward_matches_colt5(device):
+    colt5 = pytest.importorskip("colt5_attention.coor_descent")
+    s = _scores(6, 500, torch.float32, device)
+    mask = _random_mask(6, 500, device)
+    k = torch.rand(6, device=device) * 60 + 4
+    y = F.coor_descent(s, n_iters=20, k=k, mask=mask, **ROUTER)
+    theirs = colt5.coor_descent(s, n_iters=20, k=k, mask=mask, **ROUTER)
+    exact = colt5.coor_descent(s.double(), n_iters=20, k=k.double(), mask=mask, **ROUTER)
+    assert max_abs_err(y, exact) <= 2 * max_abs_err(theirs, exact) + 1e-5
+
+
+def test_scores_sum_to_k(device):
+    # Converged coordinate descent puts about k units of mass on each row.
+    s = _scores(4, 512, torch.float32, device)
+    k = torch.tensor([8.0, 30.0, 100.0, 256.0], device=device)
+    y = F.coor_descent(s, n_iters=60, k=k, eps=0.1, eps_init=2.0, eps_decay=0.8)
+    torch.testing.assert_close(y.sum(-1), k, rtol=0.02, atol=0.0)
+    assert y.min() >= 0 and y.max() <= 1
+
+
+# --- kernels: backward -------------------------------------------------------------------
+
+
+def _grads(fn, s, k, dy):
+    y = fn(s, k)
+    inputs = (s, k) if torch.is_tensor(k) and k.requires_grad else (s,)
+    return torch.autograd.grad(y, inputs, dy)
+
+
+def _check_grads(s, k, mask, n_iters, kw, rtol=1e-4):
+    """Gradients of s (and of k when a tensor) vs float64 autograd of the definition."""
+    dy = torch.randn(s.shape, device=s.device).to(s.dtype)
+    s_ = s.detach().requires_grad_()
+    k_ = k.detach().requires_grad_() if torch.is_tensor(k) else k
+    ours = _grads(lambda a, b: F.coor_descent(a, n_iters=n_iters, k=b, mask=mask, **kw), s_, k_, dy)
+    s64 = s.detach().double().requires_grad_()
+    k64 = k.detach().double().requires_grad_() if torch.is_tensor(k) else k
+    exact = _grads(lambda a, b: reference.coor_descent(a, n_iters, b, mask=mask, **kw), s64, k64, dy.double())
+    for name, g, e in zip(("ds", "dk"), ours, exact):
+        assert g.dtype == (s.dtype if name == "ds" else k.dtype)
+        assert torch.isfinite(g).all(), name
+        if s.dtype == torch.float32:
+            scale = e.abs().max().item() or 1.0
+            err = max_abs_err(g, e)
+            assert err <= rtol * scale + 1e-7, f"{name}: {err:.3e} > {rtol:.0e} * {scale:.3e}"
+        else:
+            assert_close_to_reference(g, e, torch_low_precision=e.to(g.dtype), name=name)
+    if mask is not None:
+        assert (ours[0][~mask] == 0).all()
+    return ours
+
+
+@pytest.mark.parametrize("rows,n", [(1, 1), (3, 7), (2, 127), (4, 1000), (2, 3000)])
+@pytest.mark.parametrize("n_iters", [1, 2, 20])
+def test_backward_fp32(device, rows, n, n_iters):
+    s = _scores(rows, n, torch.float32, device)
+    k = torch.rand(rows, device=device) * n / 4 + 0.5
+    mask = _random_mask(rows, n, device) if n > 1 else None
+    _check_grads(s, k, mask, n_iters, ROUTER)
+
+
+@pytest.mark.parametrize("n_iters", [3, 20])
+def test_backward_scalar_k_no_mask(device, n_iters):
+    s = _scores(3, 500, torch.float32, device)
+    _check_grads(s, 60.0, None, n_iters, ROUTER)
+    _check_grads(s, 60.0, None, n_iters, dict(eps=0.1, eps_init=None, eps_decay=1.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_backward_low_precision(device, dtype):
+    s = _scores(3, 700, dtype, device)
+    k = torch.rand(3, device=device, dtype=dtype) * 80 + 2
+    _check_grads(s, k, _random_mask(3, 700, device), 20, ROUTER)
+
+
+def test_grad_only_for_k(device):
+    s = _scores(2, 100, torch.float32, device)
+    k = (torch.rand(2, device=device) * 10 + 1).requires_grad_()
+    F.coor_descent(s, n_iters=10, k=k, **ROUTER).sum().backward()
+    k64 = k.detach().double().requires_grad_()
+    reference.coor_descent(s.double(), 10, k64, mask=None, **ROUTER).sum().backward()
+    torch.testing.assert_close(k.grad.double(), k64.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_k_below_clamp_has_zero_grad(device):
+    s = _scores(2, 50, torch.float32, device)
+    k = torch.tensor([1e-30, 5.0], device=device, requires_grad=True)
+    y = F.coor_descent(s, n_iters=5, k=k, **ROUTER)
+    y.sum().backward()
+    assert k.grad[0] == 0 and k.grad[1] != 0
+    assert torch.isfinite(y).all()
+
+
+# --- long rows: looped forward, many chunks in the backward -------------------------------
+
+
+@pytest.mark.parametrize("rows,n", [(2, 1000), (1, 3000), (3, 257)])
+def test_long_rows_looped(device, small_blocks, rows, n):
+    s = _scores(rows, n, torch.float32, device)
+    mask = _random_mask(rows, n, device)
+    k = torch.rand(rows, device=device) * n / 8 + 1
+    y = F.coor_descent(s, n_iters=20, k=k, mask=mask, **ROUTER)
+    _check_forward(y, s, 20, k, ROUTER, mask)
+    _check_grads(s, k, mask, 20, ROUTER)
+
+
+def test_very_long_row(device):
+    # Longer than the 131,072-column cap of the seed and of colt5-attention's Triton version.
+    n = 262144 + 3
+    s = _scores(1, n, torch.float32, device)
+    k = torch.tensor([n / 8.0], device=device)
+    y = F.coor_descent(s, n_iters=3, k=k, **ROUTER)
+    _check_forward(y, s, 3, k, ROUTER, None)
+    _check_grads(s, k, None, 3, ROUTER)
+
+
+# --- masks, shapes, layouts -------------------------------------------------------------
+
+
+def test_fully_masked_rows(device):
+    s = _scores(4, 300, torch.float32, device)
+    mask = _random_mask(4, 300, device)
+    mask[1] = False
+    mask[3] = False
+    k = (torch.rand(4, device=device) * 20 + 1).requires_grad_()
+    s_ = s.clone().requires_grad_()
+    y = F.coor_descent(s_, n_iters=20, k=k, mask=mask, **ROUTER)
+    assert torch.isfinite(y).all()
+    assert (y[1] == 0).all() and (y[3] == 0).all()
+    y.backward(torch.randn_like(y))
+    assert torch.isfinite(s_.grad).all() and torch.isfinite(k.grad).all()
+    assert (s_.grad[1] == 0).all() and (s_.grad[3] == 0).all()
+    assert k.grad[1] == 0 and k.grad[3] == 0
+    _check_grads(s, k, mask, 20, ROUTER)
+
+
+def test_leading_dims_and_k_broadcast(device):
+    s = _scores(6, 90, torch.float32, device).reshape(2, 3, 90)
+    k_full = torch.rand(2, 3, device=device) * 10 + 2
+    for k in (k_full, k_full[:, :1], torch.tensor(7.0, device=device), 7.0):
+        y = F.coor_descent(s, n_iters=10, k=k, **ROUTER)
+        k_rows = k.expand(2, 3).double() if torch.is_tensor(k) else k
+        exact = reference.coor_descent(s.double(), 10, k_rows, mask=None, **ROUTER)
+        assert y.shape == s.shape
+        assert max_abs_err(y, exact) < 1e-4
+    k = torch.tensor(7.0, device=device, requires_grad=True)
+    F.coor_descent(s, n_iters=10, k=k, **ROUTER).sum().backward()
+    k64 = torch.tensor(7.0, dtype=torch.float64, requires_grad=True)
+    reference.coor_descent(s.double(), 10, k64.expand(2, 3), mask=None, **ROUTER).sum().backward()
+    torch.testing.assert_close(k.grad.double(), k64.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_non_contiguous(device):
+    base = _scores(4, 600, torch.float32, device)
+    s_view = base[:, 100:400]  # last stride 1, row stride 600: no copy
+    s_t = _scores(300, 4, torch.float32, device).t()  # last stride 4: copied
+    mask_t = _random_mask(300, 4, device).t()
+    for s, mask in ((s_view, None), (s_t, mask_t), (s_view, mask_t)):
+        assert not s.is_contiguous()
+        y = F.coor_descent(s, n_iters=20, k=30.0, mask=mask, **ROUTER)
+        _check_forward(y, s.contiguous(), 20, 30.0, ROUTER, None if mask is None else mask.contiguous())
+        _check_grads(s, 30.0, mask, 20, ROUTER)
+    # A non-contiguous gradient of the output.
+    s = s_view.detach().requires_grad_()
+    dy = torch.randn(300, 4, device=device).t()
+    F.coor_descent(s, n_iters=5, k=30.0).backward(dy)
+    s2 = s_view.detach().requires_grad_()
+    F.coor_descent(s2, n_iters=5, k=30.0).backward(dy.contiguous())
+    assert torch.equal(s.grad, s2.grad)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (2, 0, 4)])
+def test_empty(device, shape):
+    s = torch.randn(shape, device=device).requires_grad_()
+    y = F.coor_descent(s, n_iters=3, k=2.0)
+    assert y.shape == s.shape
+    y.sum().backward()
+    assert s.grad.shape == s.shape
+
+
+def test_reference_path_matches_kernels(device):
+    s = _scores(3, 400, torch.float32, device)
+    mask = _random_mask(3, 400, device)
+    y_k = F.coor_descent(s, n_iters=20, k=40.0, mask=mask, use_triton=True, **ROUTER)
+    y_r = F.coor_descent(s, n_iters=20, k=40.0, mask=mask, use_triton=False, **ROUTER)
+    torch.testing.assert_close(y_k, y_r, rtol=0, atol=1e-4)
+
+
+def test_bitwise_reproducible(device):
+    s = _scores(3, 1000, torch.float32, device)
+    k = torch.rand(3, device=device) * 100 + 1
+    dy = torch.randn_like(s)
+    runs = [_grads(lambda a, b: F.coor_descent(a, n_iters=20, k=b, **ROUTER), s.clone().requires_grad_(),
+                   k.clone().requires_grad_(), dy) for _ in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_autocast(device):
+    x = torch.randn(2, 64, 32, device=device)
+    w = torch.randn(32, 1, device=device)
+    dtype = torch.bfloat16
+    with torch.autocast(device_type=torch.device(device).type, dtype=dtype):
+        s = (x @ w).squeeze(-1)
+        y = F.coor_descent(s, n_iters=20, k=8.0, **ROUTER)
+    assert s.dtype == dtype and y.dtype == dtype
+    exact = reference.coor_descent(s.double(), 20, 8.0, mask=None, **ROUTER)
+    assert_close_to_reference(y, exact, torch_low_precision=exact.to(dtype))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compile only on the GPU (design.md)")
+def test_compile_fullgraph(device):
+    s = _scores(4, 2000, torch.float32, device).requires_grad_()
+    k = (torch.rand(4, device=device) * 100 + 1).requires_grad_()
+    fn = torch.compile(lambda a, b: F.coor_descent(a, n_iters=20, k=b, **ROUTER), fullgraph=True)
+    y = fn(s, k)
+    ds, dk = torch.autograd.grad(y.square().sum(), (s, k))
+    y0 = F.coor_descent(s, n_iters=20, k=k, **ROUTER)
+    ds0, dk0 = torch.autograd.grad(y0.square().sum(), (s, k))
+    torch.testing.assert_close((y, ds, dk), (y0, ds0, dk0), rtol=1e-5, atol=1e-6)
+
+
+def test_compile_reference_path():
+    s = torch.randn(3, 50)
+    fn = torch.compile(lambda a: F.coor_descent(a, n_iters=4, k=5.0, use_triton=False), backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(fn(s), reference.coor_descent(s, 4, 5.0, 0.1, None, 1.0, None))
+
+
+# --- bad inputs ---------------------------------------------------------------------------
+
+
+def test_bad_inputs(device):
+    s = torch.randn(3, 10, device=device)
+    ok = dict(n_iters=3, k=2.0)
+    with pytest.raises(TypeError, match="s must be a torch.Tensor"):
+        F.coor_descent([[1.0]], **ok)
+    with pytest.raises(TypeError, match="dtype torch.int64"):
+        F.coor_descent(torch.ones(3, 10, dtype=torch.long, device=device), **ok)
+    with pytest.raises(ValueError, match="at least one dim"):
+        F.coor_descent(torch.tensor(1.0, device=device), **ok)
+    for n_iters in (0, -1, 2.0, True, None):
+        with pytest.raises(ValueError, match="n_iters"):
+            F.coor_descent(s, n_iters=n_iters, k=2.0)
+    for k in (0, -1.0, math.inf, math.nan, True, "3"):
+        with pytest.raises(ValueError, match="k must be"):
+            F.coor_descent(s, n_iters=3, k=k)
+    with pytest.raises(ValueError, match=r"k of shape \(4,\)"):
+        F.coor_descent(s, n_iters=3, k=torch.ones(4, device=device))
+    with pytest.raises(TypeError, match="k has dtype"):
+        F.coor_descent(s, n_iters=3, k=torch.ones(3, dtype=torch.long, device=device))
+    for name in ("eps", "eps_init", "eps_decay"):
+        with pytest.raises(ValueError, match=name):
+            F.coor_descent(s, **ok, **{name: 0.0})
+    with pytest.raises(TypeError, match="mask has dtype"):
+        F.coor_descent(s, **ok, mask=torch.ones(3, 10, device=device))
+    with pytest.raises(ValueError, match=r"mask must have shape \(3, 10\)"):
+        F.coor_descent(s, **ok, mask=torch.ones(3, 9, dtype=torch.bool, device=device))
+    with pytest.raises(ValueError, match="one device"):
+        F.coor_descent(s, n_iters=3, k=torch.ones(3, device="meta"))
+    with pytest.raises(TypeError):
+        F.coor_descent(s, 3, 2.0)  # keyword-only, as colt5-attention's
+
+
+def test_use_triton_true_without_interpreter_raises(monkeypatch):
+    from triton_layers import _checks
+
+    monkeypatch.setattr(_checks, "TRITON_INTERPRET", False)
+    with pytest.raises(ValueError, match="use_triton=True"):
+        F.coor_descent(torch.randn(2, 5), n_iters=2, k=1.0, use_triton=True)
+
+
+def test_custom_op_door_matches_eager_door(device):
+    """The torch.library ops (what torch.compile traces) give the eager path's results, bitwise."""
+    s = _scores(4, 700, torch.float32, device).requires_grad_()
+    mask = _random_mask(4, 700, device)
+    k = (torch.rand(4, device=device) * 50 + 2).requires_grad_()
+    dy = torch.randn(4, 700, device=device)
+    y_op = torch.ops.triton_layers.coor_descent_fwd(s, mask, k, 0.0, 20, 0.03, 4.0, 0.7)[0]
+    y_fn = F.coor_descent(s, n_iters=20, k=k, mask=mask, **ROUTER)
+    torch.testing.assert_close(y_op, y_fn, rtol=0, atol=0)
+    for a, c in zip(torch.autograd.grad(y_op, (s, k), dy), torch.autograd.grad(y_fn, (s, k), dy)):
+        torch.testing.assert_close(a, c, rtol=0, atol=0)

@@ -1,0 +1,342 @@
+"""CoLT5 coordinate descent (soft top-k with eps-scaling) over the last dim: kernels, launchers, autograd.
+
+Definition (per row; ``valid`` = unmasked entries, e_0 = max(eps_init, eps), e_t = max(e_{t-1} * decay, eps)):
+    a_0 = 0, b_0 = -s
+    for t = 1..T:  L_t = LSE_valid((s + b_{t-1}) / e_{t-1});  a_t = e_{t-1} (log k - L_t);  b_t = -relu(s + a_t)
+    y = exp((s + a_T + b_T) / e_T) = exp(min(s + a_T, 0) / e_T), 0 where masked.
+
+Since s + b_{t-1} = min(s, -a_{t-1}) for t >= 2 (and = 0 for t = 1), every iteration is a
+function of s and one scalar, and the row max of min(s, -a) / e is min(max s, -a) / e: one
+reduction (a sum of exps) per iteration. The forward keeps one program per row (the
+iterations are a chain of row reductions; splitting a row would need a launch or a grid
+barrier per iteration) and stores only a_t and L_t per iteration: two scalars, nothing
+row-sized.
+
+Backward (the exact gradient of the unrolled iterations). With g = dy * y / e_T * [s + a_T <= 0]:
+    da_T = sum(g);  for t = T..2: da_{t-1} = da_t * c_t,  c_t = cnt_t * exp(-a_{t-1} / e_{t-1} - L_t)
+    where cnt_t = #{valid j: s_j + a_{t-1} > 0} (those entries all sit at -a_{t-1}, the softmax
+    mass above the relu kink);  t = 1 has no s-dependence (s + b_0 = 0);
+    ds = g - sum_{t=2..T} da_t * exp(s / e_{t-1} - L_t) * [s + a_{t-1} <= 0]
+    dlog k = sum_{t=1..T} e_{t-1} da_t,  dk = dlog k / k (0 where k was clamped to 1e-20).
+After one row sum and T - 1 row counts, ds is elementwise, so the backward splits every row
+over many programs: launch 1 writes per-chunk partials (sum g, counts), launch 2 reduces
+them in a fixed order (no atomics: bitwise reproducible), runs the scalar recursion and
+writes its chunk of ds. Masked entries get zero; fully masked rows give zeros everywhere.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+from torch.library import triton_op, wrap_triton
+
+from . import _launch
+
+# log k uses k clamped to at least this (as colt5-attention does).
+K_MIN = tl.constexpr(1e-20)
+
+
+@triton.jit
+def _load_chunk(S, Mask, offs, N, HAS_MASK: tl.constexpr):
+    """Load s (fp32) at ``offs`` of one row and whether each entry is valid (in bounds and unmasked)."""
+    valid = offs < N
+    if HAS_MASK:
+        valid = valid & (tl.load(Mask + offs, mask=valid, other=0) != 0)
+    s = tl.load(S + offs, mask=valid, other=0.0).to(tl.float32)
+    return s, valid
+
+
+@triton.jit
+def _coor_descent_fwd_kernel(
+    S, Mask, K, Y, Stats, Eps,
+    stride_s_row, stride_m_row, stride_k, stride_y_row, N, n_iters,
+    k_value, eps, eps_init, eps_decay,
+    HAS_MASK: tl.constexpr, K_PER_ROW: tl.constexpr,
+    BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    S += row * stride_s_row
+    Y += row * stride_y_row
+    if HAS_MASK:
+        Mask += row * stride_m_row
+    A = Stats + row * 2 * n_iters  # a_1..a_T
+    L = A + n_iters  # L_1..L_T
+    cols = tl.arange(0, BLOCK_N)
+    if K_PER_ROW:
+        k = tl.load(K + row * stride_k).to(tl.float32)
+    else:
+        k = k_value
+    logk = tl.log(tl.maximum(k, K_MIN))
+
+    # Row statistics that never change: number of valid entries and max of s.
+    if SINGLE_PASS:
+        s, valid = _load_chunk(S, Mask, cols, N, HAS_MASK)
+        n_valid = tl.sum(valid.to(tl.float32), axis=0)
+        s_max = tl.max(tl.where(valid, s, float("-inf")), axis=0)
+    else:
+        cnt_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        max_acc = tl.full([BLOCK_N], float("-inf"), dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            s, valid = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
+            cnt_acc += valid.to(tl.float32)
+            max_acc = tl.maximum(max_acc, tl.where(valid, s, float("-inf")))
+        n_valid = tl.sum(cnt_acc, axis=0)
+        s_max = tl.max(max_acc, axis=0)
+    # A fully masked row runs on finite dummies (its output is all zeros anyway).
+    s_max = tl.where(n_valid > 0, s_max, 0.0)
+
+    # Iteration 1: s + b_0 = 0 on every valid entry, so L_1 = log(#valid).
+    e = tl.maximum(eps_init, eps)
+    lse = tl.log(tl.maximum(n_valid, 1.0))
+    a = e * (logk - lse)
+    tl.store(A, a)
+    tl.store(L, lse)
+    if row == 0:
+        tl.store(Eps, e)
+    e = tl.maximum(e * eps_decay, eps)
+    for t in range(1, n_iters):
+        if row == 0:
+            tl.store(Eps + t, e)
+        lim = -a
+        # max_j min(s_j, -a) / e, reached by the row's max: every exp below is <= 1 and the
+        # sum is >= 1 (on valid rows), so the log below is safe.
+        m = tl.minimum(s_max, lim) / e
+        if SINGLE_PASS:
+            z = tl.where(valid, tl.exp(tl.minimum(s, lim) / e - m), 0.0)
+            total = tl.sum(z, axis=0)
+        else:
+            acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for start in range(0, N, BLOCK_N):
+                s, valid = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
+                acc += tl.where(valid, tl.exp(tl.minimum(s, lim) / e - m), 0.0)
+            total = tl.sum(acc, axis=0)
+        lse = m + tl.log(tl.maximum(total, 1.0))
+        a = e * (logk - lse)
+        tl.store(A + t, a)
+        tl.store(L + t, lse)
+        e = tl.maximum(e * eps_decay, eps)
+    if row == 0:
+        tl.store(Eps + n_iters, e)
+
+    if SINGLE_PASS:
+        y = tl.where(valid, tl.exp(tl.minimum(s + a, 0.0) / e), 0.0)
+        tl.store(Y + cols, y.to(Y.dtype.element_ty), mask=cols < N)
+    else:
+        for start in range(0, N, BLOCK_N):
+            s, valid = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
+            y = tl.where(valid, tl.exp(tl.minimum(s + a, 0.0) / e), 0.0)
+            tl.store(Y + start + cols, y.to(Y.dtype.element_ty), mask=start + cols < N)
+
+
+@triton.jit
+def _coor_descent_grad_out(S, Mask, DY, Stats, Eps, offs, N, n_iters, HAS_MASK: tl.constexpr):
+    """s, valid and g = dy * y / e_T * [s + a_T <= 0] (0 where invalid) at ``offs`` of one row."""
+    s, valid = _load_chunk(S, Mask, offs, N, HAS_MASK)
+    dy = tl.load(DY + offs, mask=valid, other=0.0).to(tl.float32)
+    a_last = tl.load(Stats + n_iters - 1)
+    e_last = tl.load(Eps + n_iters)
+    z = s + a_last
+    # exp of min(z, 0) (= y): no inf computed and then discarded where z > 0.
+    g = tl.where(valid & (z <= 0.0), dy * tl.exp(tl.minimum(z, 0.0) / e_last) / e_last, 0.0)
+    return s, valid, g
+
+
+@triton.jit
+def _coor_descent_bwd_partial_kernel(
+    S, Mask, DY, Stats, Eps, Partial,
+    stride_s_row, stride_m_row, stride_dy_row, N, n_iters, n_chunks,
+    HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # Partial[row, 0, chunk] = sum of g over the chunk;
+    # Partial[row, t - 1, chunk] = #{valid j in chunk: s_j + a_{t-1} > 0} for t = 2..T.
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    S += row * stride_s_row
+    DY += row * stride_dy_row
+    if HAS_MASK:
+        Mask += row * stride_m_row
+    A = Stats + row * 2 * n_iters
+    P = Partial + row * n_iters * n_chunks + chunk
+    offs = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    s, valid, g = _coor_descent_grad_out(S, Mask, DY, A, Eps, offs, N, n_iters, HAS_MASK)
+    tl.store(P, tl.sum(g, axis=0))
+    for t in range(2, n_iters + 1):
+        a_prev = tl.load(A + t - 2)
+        above = valid & (s + a_prev > 0.0)
+        tl.store(P + (t - 1) * n_chunks, tl.sum(above.to(tl.float32), axis=0))
+
+
+@triton.jit
+def _coor_descent_bwd_kernel(
+    S, Mask, DY, K, Stats, Eps, Partial, DS, DK,
+    stride_s_row, stride_m_row, stride_dy_row, stride_k, stride_ds_row, N, n_iters, n_chunks,
+    k_value,
+    HAS_MASK: tl.constexpr, K_PER_ROW: tl.constexpr, COMPUTE_DK: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    S += row * stride_s_row
+    DY += row * stride_dy_row
+    DS += row * stride_ds_row
+    if HAS_MASK:
+        Mask += row * stride_m_row
+    A = Stats + row * 2 * n_iters
+    L = A + n_iters
+    P = Partial + row * n_iters * n_chunks
+    chunk_ids = tl.arange(0, CHUNKS_BLOCK)
+    in_row = chunk_ids < n_chunks
+    offs = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    s, valid, ds = _coor_descent_grad_out(S, Mask, DY, A, Eps, offs, N, n_iters, HAS_MASK)
+    # Every program of a row reduces the row's partials itself, in the same fixed order.
+    da = tl.sum(tl.load(P + chunk_ids, mask=in_row, other=0.0), axis=0)  # da_T
+    dlogk = da * 0.0
+    for i in range(0, n_iters - 1):
+        t = n_iters - i  # T, T-1, ..., 2
+        a_prev = tl.load(A + t - 2)
+        lse = tl.load(L + t - 1)
+        e_prev = tl.load(Eps + t - 1)
+        below = valid & (s + a_prev <= 0.0)
+        # p_t = softmax of min(s, -a_{t-1}) / e_{t-1}: <= 1, never inf.
+        p = tl.exp(tl.minimum(s, -a_prev) / e_prev - lse)
+        ds -= tl.where(below, da * p, 0.0)
+        dlogk += e_prev * da
+        count = tl.sum(tl.load(P + (t - 1) * n_chunks + chunk_ids, mask=in_row, other=0.0), axis=0)
+        da = da * (count * tl.exp(-a_prev / e_prev - lse))
+    tl.store(DS + offs, ds.to(DS.dtype.element_ty), mask=offs < N)
+    if COMPUTE_DK:
+        if chunk == 0:
+            dlogk += tl.load(Eps) * da  # t = 1
+            if K_PER_ROW:
+                k = tl.load(K + row * stride_k).to(tl.float32)
+            else:
+                k = k_value
+            dk = tl.where(k >= K_MIN, dlogk / k, 0.0)
+            tl.store(DK + row, dk)
+
+
+def _flag_view(mask: Optional[Tensor]) -> Optional[Tensor]:
+    # bool storage read as bytes (same size): no copy.
+    return None if mask is None else mask.view(torch.uint8)
+
+
+def _forward(
+    s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    n_iters: int, eps: float, eps_init: float, eps_decay: float, wrap=_launch.direct,
+) -> tuple[Tensor, Tensor, Tensor]:
+    n_rows, n_cols = s.shape
+    y = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
+    stats = torch.empty((n_rows, 2, n_iters), dtype=torch.float32, device=s.device)
+    eps_schedule = torch.empty(n_iters + 1, dtype=torch.float32, device=s.device)
+    block, single_pass = _launch.row_block(n_cols)
+    wrap(_coor_descent_fwd_kernel)[(n_rows,)](
+        s, _flag_view(mask), k, y, stats, eps_schedule,
+        s.stride(0), 0 if mask is None else mask.stride(0), 0 if k is None else k.stride(0), y.stride(0),
+        n_cols, n_iters, k_value, eps, eps_init, eps_decay,
+        HAS_MASK=mask is not None, K_PER_ROW=k is not None,
+        BLOCK_N=block, SINGLE_PASS=single_pass, num_warps=_launch.num_warps(block),
+    )
+    return y, stats, eps_schedule
+
+
+def _backward(
+    dy: Tensor, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    stats: Tensor, eps_schedule: Tensor, compute_dk: bool, wrap=_launch.direct,
+) -> tuple[Tensor, Tensor]:
+    n_rows, n_cols = s.shape
+    n_iters = stats.shape[-1]
+    block, n_chunks = _launch.split_row(n_rows, n_cols, s.device)
+    partial = torch.empty((n_rows, n_iters, n_chunks), dtype=torch.float32, device=s.device)
+    ds = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
+    dk = torch.empty(n_rows if compute_dk else 0, dtype=torch.float32, device=s.device)
+    flags = _flag_view(mask)
+    stride_m = 0 if mask is None else mask.stride(0)
+    warps = _launch.num_warps(block)
+    wrap(_coor_descent_bwd_partial_kernel)[(n_rows, n_chunks)](
+        s, flags, dy, stats, eps_schedule, partial,
+        s.stride(0), stride_m, dy.stride(0), n_cols, n_iters, n_chunks,
+        HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps,
+    )
+    wrap(_coor_descent_bwd_kernel)[(n_rows, n_chunks)](
+        s, flags, dy, k, stats, eps_schedule, partial, ds, dk,
+        s.stride(0), stride_m, dy.stride(0), 0 if k is None else k.stride(0), ds.stride(0),
+        n_cols, n_iters, n_chunks, k_value,
+        HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=compute_dk,
+        BLOCK_N=block, CHUNKS_BLOCK=max(triton.next_power_of_2(n_chunks), 2), num_warps=warps,
+    )
+    return ds, dk
+
+
+# Two doors to the same launchers, as layer_norm: torch.compile sees the torch.library
+# triton_ops (kernels through wrap_triton, so Inductor can trace them); eager calls take
+# the autograd.Function, which launches the kernels directly.
+@triton_op("triton_layers::coor_descent_fwd", mutates_args=())
+def coor_descent_fwd(
+    s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    n_iters: int, eps: float, eps_init: float, eps_decay: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Forward launcher as a custom op: ``s`` (rows, n) with last stride 1, ``mask`` bool of
+    the same shape or None, ``k`` one value per row (1-D) or None to use ``k_value``.
+
+    Returns ``(y, stats, eps_schedule)``: stats (rows, 2, n_iters) fp32 holds a_t and L_t;
+    eps_schedule (n_iters + 1,) fp32 holds e_0..e_T.
+    """
+    return _forward(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay, wrap=wrap_triton)
+
+
+@triton_op("triton_layers::coor_descent_bwd", mutates_args=())
+def coor_descent_bwd(
+    dy: Tensor, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    stats: Tensor, eps_schedule: Tensor, compute_dk: bool,
+) -> tuple[Tensor, Tensor]:
+    """Backward launcher as a custom op: ``(ds, dk)``; dk (rows,) fp32, empty unless ``compute_dk``."""
+    return _backward(dy, s, mask, k, k_value, stats, eps_schedule, compute_dk, wrap=wrap_triton)
+
+
+def _save(ctx, s, mask, k, k_value, stats, eps_schedule) -> None:
+    ctx.save_for_backward(s, mask, k, stats, eps_schedule)
+    ctx.k_value = k_value
+
+
+def _grads(ctx, dy: Tensor, backward_fn) -> tuple:
+    s, mask, k, stats, eps_schedule = ctx.saved_tensors
+    need_ds, _, need_dk = ctx.needs_input_grad[:3]
+    if dy.stride(-1) != 1:
+        dy = dy.contiguous()
+    ds, dk = backward_fn(dy, s, mask, k, ctx.k_value, stats, eps_schedule, bool(need_dk))
+    return (ds if need_ds else None, None, dk.to(k.dtype) if need_dk else None, None, None, None, None, None)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    s, mask, k, k_value = inputs[:4]
+    _save(ctx, s, mask, k, k_value, *output[1:])
+
+
+coor_descent_fwd.register_autograd(
+    lambda ctx, dy, *_: _grads(ctx, dy, coor_descent_bwd), setup_context=_setup_context
+)
+
+
+class _CoorDescentFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, s, mask, k, k_value, n_iters, eps, eps_init, eps_decay):
+        y, stats, eps_schedule = _forward(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)
+        _save(ctx, s, mask, k, k_value, stats, eps_schedule)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _grads(ctx, dy, _backward)
+
+
+def coor_descent(
+    s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    n_iters: int, eps: float, eps_init: float, eps_decay: float,
+) -> Tensor:
+    """Differentiable coordinate descent of a 2-D ``s`` (last stride 1) through the kernels."""
+    if torch.compiler.is_compiling():
+        return coor_descent_fwd(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)[0]
+    return _CoorDescentFunction.apply(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)

@@ -1,0 +1,252 @@
+"""CoordinateDescentRouter: CoLT5's soft top-k token router on the coor_descent kernels.
+
+A drop-in for colt5-attention's ``CoordinateDescentRouter``: same constructor, forward
+signature, return value and parameter name (``routing_token``), so its state_dicts load
+strictly. Differences (fixes): ``random_route=True`` works without a mask; any
+``n_iters >= 1`` works (no checkpoint segments to divide); with several routing tokens
+``routed_tokens[b, r] = x[b, indices[b, r]]`` (colt5 gathers from the wrong batch
+element when the batch has more than one); with ``route_block_size`` the tokens are
+gathered at the returned (whole-sequence) indices, per-batch routing tokens are used
+for every block, and ``route_back`` accepts a routing-token dim.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional, Union
+
+import torch
+import torch.nn.functional as torch_F
+from torch import Tensor, nn
+
+from .. import functional as F
+
+
+class RouterReturn(NamedTuple):
+    """What :class:`CoordinateDescentRouter` returns (field names as colt5-attention's).
+
+    indices: (b, [r,] num_tokens) positions chosen in the sequence, or None when the
+        sequence is not longer than ``num_tokens`` (then every token is routed).
+    scores: (b, [r,] num_tokens) their soft top-k scores (1 in value with straight-through).
+    routed_tokens: (b, [r,] num_tokens, d) the chosen tokens, ``x[b, indices[b, ...]]``.
+    routed_mask: (b, [r,] num_tokens) the mask at the chosen positions, or None.
+    """
+
+    indices: Optional[Tensor]
+    scores: Tensor
+    routed_tokens: Tensor
+    routed_mask: Optional[Tensor]
+
+
+def _batch_index(indices: Tensor) -> Tensor:
+    """arange(b) shaped to broadcast against ``indices`` (b, ...)."""
+    b = indices.shape[0]
+    return torch.arange(b, device=indices.device).reshape(b, *([1] * (indices.dim() - 1)))
+
+
+class CoordinateDescentRouter(nn.Module):
+    """Route the ``num_tokens`` highest-scoring tokens of each sequence (CoLT5).
+
+    Scores are ``s = x @ routing_token`` (cosine similarity times ``cosine_sim_scale``
+    with ``cosine_sim_routing``), turned into soft top-k scores by
+    :func:`triton_layers.functional.coor_descent` with ``k = min(num_tokens *
+    fetch_k_ratio, n)``; the top ``num_tokens`` are returned. With ``straight_through``
+    the returned scores are 1 in value (0 at masked positions) but carry the soft
+    scores' gradient.
+
+    Args:
+        dim: token width d.
+        straight_through: return 1-valued scores with the soft scores' gradient.
+        n_iters, eps, eps_decay, eps_init: coordinate descent settings (eps-scaling).
+        fetch_k_ratio: k is ``num_tokens`` times this (>= 1).
+        num_routing_tokens: r routes per sequence; outputs get a dim r when r > 1.
+        learned_routing_tokens: no ``routing_token`` parameter; pass ``routing_tokens``
+            (b, d) or (b, r, d) to forward instead.
+        use_triton: ``None`` auto, ``True``/``False`` force the kernels / the reference.
+        cosine_sim_routing, cosine_sim_scale: score by scaled cosine similarity.
+        route_block_size: route ``num_tokens / num_blocks`` tokens from each block of this
+            many positions (the sequence is cut to a multiple of it).
+        triton_checkpoint_segments: accepted for compatibility with colt5-attention and
+            ignored (the kernels keep two scalars per iteration, no checkpoints needed).
+        device, dtype: of the ``routing_token`` parameter.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        straight_through: bool = True,
+        n_iters: int = 20,
+        fetch_k_ratio: float = 9 / 8,
+        eps: float = 0.03,
+        eps_decay: float = 0.7,
+        eps_init: float = 4.0,
+        num_routing_tokens: int = 1,
+        learned_routing_tokens: bool = False,
+        use_triton: Optional[bool] = None,
+        cosine_sim_routing: bool = False,
+        cosine_sim_scale: float = 8,
+        route_block_size: Optional[int] = None,
+        triton_checkpoint_segments: Optional[int] = None,
+        device: Optional[Union[torch.device, str]] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"dim must be a positive int, got {dim!r}")
+        if isinstance(n_iters, bool) or not isinstance(n_iters, int) or n_iters < 1:
+            raise ValueError(f"n_iters must be an int >= 1, got {n_iters!r}")
+        if not fetch_k_ratio >= 1:
+            raise ValueError(f"fetch_k_ratio must be >= 1, got {fetch_k_ratio!r}")
+        if isinstance(num_routing_tokens, bool) or not isinstance(num_routing_tokens, int) or num_routing_tokens < 1:
+            raise ValueError(f"num_routing_tokens must be an int >= 1, got {num_routing_tokens!r}")
+        if route_block_size is not None and (not isinstance(route_block_size, int) or route_block_size < 1):
+            raise ValueError(f"route_block_size must be None or an int >= 1, got {route_block_size!r}")
+        self.dim = dim
+        self.straight_through = straight_through
+        self.n_iters = n_iters
+        self.fetch_k_ratio = fetch_k_ratio
+        self.eps = eps
+        self.eps_decay = eps_decay
+        self.eps_init = eps_init
+        self.num_routing_tokens = num_routing_tokens
+        self.is_one_routing_token = num_routing_tokens == 1
+        self.use_triton = use_triton
+        self.cosine_sim_routing = cosine_sim_routing
+        self.cosine_sim_scale = cosine_sim_scale
+        self.route_block_size = route_block_size
+        self.triton_checkpoint_segments = triton_checkpoint_segments
+        if learned_routing_tokens:
+            self.register_parameter("routing_token", None)
+        else:
+            self.routing_token = nn.Parameter(torch.empty(num_routing_tokens, dim, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Routing tokens from a standard normal (as colt5-attention)."""
+        if self.routing_token is not None:
+            nn.init.normal_(self.routing_token)
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, num_routing_tokens={self.num_routing_tokens}, "
+            f"learned_routing_tokens={self.routing_token is None}, n_iters={self.n_iters}, "
+            f"fetch_k_ratio={self.fetch_k_ratio}, eps={self.eps}, eps_init={self.eps_init}, "
+            f"eps_decay={self.eps_decay}, straight_through={self.straight_through}, "
+            f"cosine_sim_routing={self.cosine_sim_routing}, route_block_size={self.route_block_size}"
+        )
+
+    def route_back(self, src: Tensor, routed_tokens: Tensor, indices: Tensor) -> Tensor:
+        """Write ``routed_tokens`` back into ``src`` (b, n, d) at ``indices``, in place; returns ``src``."""
+        src[_batch_index(indices), indices] = routed_tokens
+        return src
+
+    def _scores(self, x: Tensor, routing_tokens: Optional[Tensor], num_blocks: int) -> Tensor:
+        """s (b', r, n) for x (b', n, d)."""
+        if self.routing_token is not None:
+            tokens = self.routing_token
+            pattern = "bnd,rd->brn"
+        else:
+            if routing_tokens is None:
+                raise ValueError("learned_routing_tokens=True: pass routing_tokens (b, d) or (b, r, d) to forward")
+            tokens = routing_tokens.unsqueeze(1) if routing_tokens.dim() == 2 else routing_tokens
+            if tokens.dim() != 3 or tokens.shape[-1] != x.shape[-1]:
+                raise ValueError(
+                    f"routing_tokens must be (b, d) or (b, r, d) with d = {x.shape[-1]}, "
+                    f"got {tuple(routing_tokens.shape)}"
+                )
+            if tokens.shape[1] != self.num_routing_tokens:
+                raise ValueError(
+                    f"routing_tokens has {tokens.shape[1]} routes, the router was built with "
+                    f"num_routing_tokens={self.num_routing_tokens}"
+                )
+            tokens = tokens.repeat_interleave(num_blocks, dim=0)  # one copy per block
+            pattern = "bnd,brd->brn"
+        if self.cosine_sim_routing:
+            x, tokens = torch_F.normalize(x, dim=-1), torch_F.normalize(tokens, dim=-1)
+        s = torch.einsum(pattern, x, tokens)
+        if self.cosine_sim_routing:
+            s = s * self.cosine_sim_scale
+        return s
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        num_tokens: int,
+        mask: Optional[Tensor] = None,
+        random_route: bool = False,
+        routing_tokens: Optional[Tensor] = None,
+        keep_one_route_dim: bool = False,
+    ) -> RouterReturn:
+        """Route ``num_tokens`` tokens of each sequence of ``x`` (b, n, d).
+
+        ``mask`` (b, n) bool, True = valid. ``random_route`` replaces the scores by
+        random ones (a negative control). ``keep_one_route_dim`` keeps a route dim of
+        size 1 when there is one routing token. Returns a :class:`RouterReturn`.
+        """
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, dim), got shape {tuple(x.shape)}")
+        if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(x.shape[:2])):
+            raise ValueError(f"mask must be bool of shape {tuple(x.shape[:2])}, got {mask.dtype} {tuple(mask.shape)}")
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
+            raise ValueError(f"num_tokens must be an int >= 1, got {num_tokens!r}")
+        b, n, d = x.shape
+        r = self.num_routing_tokens
+        has_route_dim = keep_one_route_dim or not self.is_one_routing_token
+
+        if n <= num_tokens:  # nothing to choose: every token is routed
+            if has_route_dim:
+                x = x.unsqueeze(1).expand(b, r, n, d)
+                mask = None if mask is None else mask.unsqueeze(1).expand(b, r, n)
+                shape = (b, r, n)
+            else:
+                shape = (b, n)
+            return RouterReturn(None, torch.ones(shape, device=x.device, dtype=x.dtype), x, mask)
+
+        num_blocks, width = 1, n
+        if self.route_block_size is not None:
+            width = self.route_block_size
+            num_blocks = n // width
+            if num_blocks == 0:
+                raise ValueError(f"route_block_size={width} is longer than the sequence ({n})")
+            x = x[:, : num_blocks * width]
+            mask = None if mask is None else mask[:, : num_blocks * width]
+            num_tokens = math.ceil(num_tokens / num_blocks)
+            if num_tokens > width:
+                raise ValueError(f"{num_tokens} tokens per block of {width} positions: too many")
+        x_blocks = x.reshape(b * num_blocks, width, d)
+        s = self._scores(x_blocks, routing_tokens, num_blocks).reshape(b * num_blocks * r, width)
+        flat_mask = None
+        if mask is not None:
+            flat_mask = mask.reshape(b * num_blocks, 1, width).expand(-1, r, -1).reshape(-1, width)
+
+        scores = F.coor_descent(
+            s, n_iters=self.n_iters, k=min(num_tokens * self.fetch_k_ratio, width),
+            eps=self.eps, eps_init=self.eps_init, eps_decay=self.eps_decay, mask=flat_mask,
+            use_triton=self.use_triton,
+        )
+        if random_route:
+            scores = torch.randn_like(scores)
+            if flat_mask is not None:
+                scores = scores.masked_fill(~flat_mask, -torch.finfo(scores.dtype).max)
+
+        selected_scores, indices = scores.topk(num_tokens, dim=-1)
+        if self.straight_through:
+            selected_scores = selected_scores + (1.0 - selected_scores).detach()
+            if flat_mask is not None:
+                selected_scores = selected_scores.masked_fill(~flat_mask.gather(-1, indices), 0.0)
+
+        # (b * blocks * r, t) -> (b, r, blocks * t), with indices into the whole sequence.
+        selected_scores = selected_scores.reshape(b, num_blocks, r, num_tokens).transpose(1, 2)
+        indices = indices.reshape(b, num_blocks, r, num_tokens).transpose(1, 2)
+        if num_blocks > 1:
+            offsets = torch.arange(num_blocks, device=x.device) * width
+            indices = indices + offsets.reshape(num_blocks, 1)
+        selected_scores = selected_scores.reshape(b, r, num_blocks * num_tokens)
+        indices = indices.reshape(b, r, num_blocks * num_tokens)
+        if not has_route_dim:
+            selected_scores, indices = selected_scores.squeeze(1), indices.squeeze(1)
+
+        batch = _batch_index(indices)
+        routed_tokens = x[batch, indices]
+        routed_mask = None if mask is None else mask[batch, indices]
+        return RouterReturn(indices, selected_scores, routed_tokens, routed_mask)
