@@ -276,7 +276,7 @@ def test_leading_dims_and_k_broadcast(device):
         assert max_abs_err(y, exact) < 1e-4
     k = torch.tensor(7.0, device=device, requires_grad=True)
     F.coor_descent(s, n_iters=10, k=k, **ROUTER).sum().backward()
-    k64 = torch.tensor(7.0, dtype=torch.float64, requires_grad=True)
+    k64 = torch.tensor(7.0, dtype=torch.float64, device=device, requires_grad=True)
     reference.coor_descent(s.double(), 10, k64.expand(2, 3), mask=None, **ROUTER).sum().backward()
     torch.testing.assert_close(k.grad.double(), k64.grad, rtol=1e-4, atol=1e-6)
 
