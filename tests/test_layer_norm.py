@@ -322,3 +322,22 @@ def test_custom_op_door_matches_eager_door(device):
     g_fn = torch.autograd.grad(y_fn, (x, w, b), dy)
     for a, c in zip(g_op, g_fn):
         torch.testing.assert_close(a, c, rtol=0, atol=0)
+
+
+def test_torch_compile_fullgraph(device):
+    """Kernel path under torch.compile(fullgraph=True) on the GPU; on the CPU the reference
+    path (compiling interpreted kernels is not supported, design.md)."""
+    on_gpu = device == "cuda"
+    fn = torch.compile(
+        lambda x, w, b: TF.layer_norm(x, w, b, stable=True, use_triton=on_gpu),
+        fullgraph=True, dynamic=False, backend="inductor" if on_gpu else "aot_eager",
+    )
+    x, w, b = _inputs(6, 300, torch.float32, device)
+    dy = torch.randn(6, 300, device=device)
+    y = fn(x, w, b)
+    y.backward(dy)
+    y64, leaves = _exact(x, w, b, stable=True)
+    y64.backward(dy.double())
+    assert_close_to_reference(y, y64, name="y")
+    for got, want, name in zip((x.grad, w.grad, b.grad), leaves, ("dx", "dweight", "dbias")):
+        assert_close_to_reference(got, want.grad, rtol32=1e-4, name=name)
