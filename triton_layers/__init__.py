@@ -6,6 +6,7 @@ through the Triton interpreter; otherwise CPU tensors use the pure-torch referen
 from . import functional
 from .conversion import convert
 from .layers import TritonLayerNorm
+from .layers import CausalSoftmax
 
 __version__ = "0.1.0"
-__all__ = ["TritonLayerNorm", "convert", "functional"]
+__all__ = ["TritonLayerNorm", "convert", "functional", "CausalSoftmax"]

@@ -1,4 +1,5 @@
 """The nn.Modules. They own their parameters and call :mod:`triton_layers.functional`."""
 from .layer_norm import TritonLayerNorm
+from .softmax import CausalSoftmax
 
-__all__ = ["TritonLayerNorm"]
+__all__ = ["TritonLayerNorm", "CausalSoftmax"]
