@@ -322,3 +322,10 @@ def test_kernel_path_compiles_fullgraph(device):
     y = fn(x, mask)
     y.backward(torch.ones_like(y))
     torch.testing.assert_close(y, reference.softmax(x, True, 0.5, mask), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype,big", [(torch.float16, 6e4), (torch.bfloat16, 1e30), (torch.float32, 1e30)], ids=str)
+def test_large_scores_do_not_overflow(device, dtype, big):
+    x = (big * torch.rand(2, 5, 9, device=device)).to(dtype)
+    y, dx = check_against_torch(x, True, None, None, name=f"large {dtype}")
+    assert torch.isfinite(y).all() and torch.isfinite(dx).all()

@@ -43,6 +43,39 @@ def _visible_limit(rows, n_cols, n_q, CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def _row_tile(pid, n_rows, n_cols, n_q, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program ``pid``'s (BLOCK_M x BLOCK_N) tile of whole rows: row and column indices,
+    which entries are visible keys (to read), and which are in bounds (to write)."""
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    limit = _visible_limit(rows, n_cols, n_q, CAUSAL)
+    visible = (cols[None, :] < limit[:, None]) & row_ok[:, None]
+    in_bounds = (cols[None, :] < n_cols) & row_ok[:, None]
+    return rows[:, None], cols[None, :], visible, in_bounds
+
+
+@triton.jit
+def _load_scores(X, PadMask, x_offs, mask_offs, visible, scale_log2, HAS_MASK: tl.constexpr):
+    """``x * scale * log2(e)`` in fp32 at visible, unpadded keys, -inf elsewhere; the hidden
+    keys are not read."""
+    if HAS_MASK:
+        pad = tl.load(PadMask + mask_offs, mask=visible, other=1)
+        visible = visible & (pad == 0)
+    x = tl.load(X + x_offs, mask=visible, other=0.0)
+    return tl.where(visible, x.to(tl.float32) * scale_log2, float("-inf"))
+
+
+@triton.jit
+def _store_zeros_past(Row, limit, n_cols, BLOCK_N: tl.constexpr):
+    """Zeros in the chunks of a looped row after its last visible chunk (nothing is read)."""
+    cols = tl.arange(0, BLOCK_N)
+    zeros = tl.zeros([BLOCK_N], dtype=Row.dtype.element_ty)
+    for start in range(tl.cdiv(limit, BLOCK_N) * BLOCK_N, n_cols, BLOCK_N):
+        tl.store(Row + start + cols, zeros, mask=start + cols < n_cols)
+
+
+@triton.jit
 def _softmax_fwd_kernel(
     X, Y, PadMask,
     stride_x_row, stride_y_row, stride_mask_row,
@@ -51,29 +84,20 @@ def _softmax_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_N)
     if SINGLE_PASS:
-        # A (BLOCK_M x BLOCK_N) tile: BLOCK_M whole rows.
-        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        limit = _visible_limit(rows, n_cols, n_q, CAUSAL)
-        visible = (cols[None, :] < limit[:, None]) & row_ok[:, None]
-        if HAS_MASK:
-            batch = rows // rows_per_batch
-            pad = tl.load(PadMask + batch[:, None] * stride_mask_row + cols[None, :], mask=visible, other=1)
-            visible = visible & (pad == 0)
-        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=visible, other=0.0)
-        z = tl.where(visible, x.to(tl.float32) * scale_log2, float("-inf"))
+        rows, cols, visible, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
+        mask_offs = (rows // rows_per_batch) * stride_mask_row + cols
+        z = _load_scores(X, PadMask, rows * stride_x_row + cols, mask_offs, visible, scale_log2, HAS_MASK)
         m = tl.max(z, axis=1)
         m = tl.where(m == float("-inf"), 0.0, m)  # a row with no visible key
         e = tl.exp2(z - m[:, None])
         denom = tl.sum(e, axis=1)
         inv = 1.0 / tl.where(denom > 0.0, denom, 1.0)  # no visible key: e == 0, y == 0
         y = e * inv[:, None]
-        out_mask = (cols[None, :] < n_cols) & row_ok[:, None]
-        tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=out_mask)
+        tl.store(Y + rows * stride_y_row + cols, y.to(Y.dtype.element_ty), mask=in_bounds)
     else:
         row = pid
+        cols = tl.arange(0, BLOCK_N)
         x_row = X + row * stride_x_row
         y_row = Y + row * stride_y_row
         if HAS_MASK:
@@ -83,12 +107,7 @@ def _softmax_fwd_kernel(
         m = float("-inf")
         denom = 0.0
         for start in range(0, limit, BLOCK_N):
-            visible = start + cols < limit
-            if HAS_MASK:
-                pad = tl.load(PadMask + start + cols, mask=visible, other=1)
-                visible = visible & (pad == 0)
-            x = tl.load(x_row + start + cols, mask=visible, other=0.0)
-            z = tl.where(visible, x.to(tl.float32) * scale_log2, float("-inf"))
+            z = _load_scores(x_row, PadMask, start + cols, start + cols, start + cols < limit, scale_log2, HAS_MASK)
             m_new = tl.maximum(m, tl.max(z, axis=0))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             denom = denom * tl.exp2(m - m_use) + tl.sum(tl.exp2(z - m_use), axis=0)
@@ -96,19 +115,11 @@ def _softmax_fwd_kernel(
         m = tl.where(m == float("-inf"), 0.0, m)
         inv = 1.0 / tl.where(denom > 0.0, denom, 1.0)  # no visible key: e == 0, y == 0
         for start in range(0, limit, BLOCK_N):
-            visible = start + cols < limit
-            if HAS_MASK:
-                pad = tl.load(PadMask + start + cols, mask=visible, other=1)
-                visible = visible & (pad == 0)
-            x = tl.load(x_row + start + cols, mask=visible, other=0.0)
-            z = tl.where(visible, x.to(tl.float32) * scale_log2, float("-inf"))
+            z = _load_scores(x_row, PadMask, start + cols, start + cols, start + cols < limit, scale_log2, HAS_MASK)
             y = tl.exp2(z - m) * inv
             tl.store(y_row + start + cols, y.to(Y.dtype.element_ty), mask=start + cols < n_cols)
         if CAUSAL:
-            # Past the last visible chunk: zeros only, nothing read.
-            zeros = tl.zeros([BLOCK_N], dtype=Y.dtype.element_ty)
-            for start in range(tl.cdiv(limit, BLOCK_N) * BLOCK_N, n_cols, BLOCK_N):
-                tl.store(y_row + start + cols, zeros, mask=start + cols < n_cols)
+            _store_zeros_past(y_row, limit, n_cols, BLOCK_N)
 
 
 @triton.jit
@@ -121,20 +132,16 @@ def _softmax_bwd_kernel(
 ):
     # y is 0 at every masked key, so dx is too: only the causal prefix needs reading.
     pid = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_N)
     if SINGLE_PASS:
-        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        limit = _visible_limit(rows, n_cols, n_q, CAUSAL)
-        visible = (cols[None, :] < limit[:, None]) & row_ok[:, None]
-        y = tl.load(Y + rows[:, None] * stride_y_row + cols[None, :], mask=visible, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=visible, other=0.0).to(tl.float32)
+        rows, cols, visible, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
+        y = tl.load(Y + rows * stride_y_row + cols, mask=visible, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows * stride_dy_row + cols, mask=visible, other=0.0).to(tl.float32)
         dot = tl.sum(y * dy, axis=1)
         dx = (scale * y) * (dy - dot[:, None])
-        out_mask = (cols[None, :] < n_cols) & row_ok[:, None]
-        tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=out_mask)
+        tl.store(DX + rows * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=in_bounds)
     else:
         row = pid
+        cols = tl.arange(0, BLOCK_N)
         y_row = Y + row * stride_y_row
         dy_row = DY + row * stride_dy_row
         dx_row = DX + row * stride_dx_row
@@ -153,9 +160,7 @@ def _softmax_bwd_kernel(
             dx = (scale * y) * (dy - dot)
             tl.store(dx_row + start + cols, dx.to(DX.dtype.element_ty), mask=start + cols < n_cols)
         if CAUSAL:
-            zeros = tl.zeros([BLOCK_N], dtype=DX.dtype.element_ty)
-            for start in range(tl.cdiv(limit, BLOCK_N) * BLOCK_N, n_cols, BLOCK_N):
-                tl.store(dx_row + start + cols, zeros, mask=start + cols < n_cols)
+            _store_zeros_past(dx_row, limit, n_cols, BLOCK_N)
 
 
 @triton_op("triton_layers::softmax_fwd", mutates_args=())
