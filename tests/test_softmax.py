@@ -6,13 +6,14 @@ import math
 import pytest
 import torch
 import torch.nn.functional as TF
-from conftest import DTYPES
 
 import triton_layers
 from triton_layers import CausalSoftmax, _checks, reference
 from triton_layers import functional as F
 from triton_layers.kernels import softmax as softmax_kernels
-from tolerances import assert_close_to_reference
+
+from .conftest import DTYPES
+from .tolerances import assert_close_to_reference
 
 # (shape of the scores, whether it is batch-first (B, [H,] Nq, Nk) so a padding mask applies)
 SHAPES = [
@@ -312,6 +313,24 @@ def test_reference_path_compiles_fullgraph():
     x = torch.randn(2, 3, 5, 7)
     mask = random_padding(2, 7, "cpu")
     torch.testing.assert_close(fn(x, mask), reference.softmax(x, True, 0.5, mask))
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_custom_op_door_matches_eager_door(device, looped, request):
+    """The torch.library ops (what torch.compile traces) give what the eager autograd.Function gives."""
+    if looped:
+        request.getfixturevalue("softmax_small_blocks")
+    x = torch.randn(2, 3, 5, 70, device=device, dtype=torch.bfloat16)
+    mask = random_padding(2, 70, device)
+    pad, dy = mask.view(torch.uint8), torch.randn_like(x).reshape(-1, 70)
+    outs = []
+    for op in (softmax_kernels.softmax_fwd, softmax_kernels._SoftmaxFunction.apply):
+        x2 = x.reshape(-1, 70).clone().requires_grad_()
+        y = op(x2, pad, 5, 15, True, 0.6)
+        y.backward(dy)
+        outs.append((y, x2.grad))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    check_against_torch(x, True, 0.6, mask, name="custom op door")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compile only on the GPU (see design.md)")
