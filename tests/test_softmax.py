@@ -130,7 +130,7 @@ def softmax_small_blocks(small_blocks, monkeypatch):
     """
     monkeypatch.setattr(small_blocks, "SOFTMAX_MAX_FUSED_COLS", 64)
     monkeypatch.setattr(small_blocks, "LOOP_BLOCK", 32)
-    monkeypatch.setattr(small_blocks, "ROW_TILE", 128)
+    monkeypatch.setattr(small_blocks, "SOFTMAX_TILE_ELEMENTS", 128)
     return small_blocks
 
 

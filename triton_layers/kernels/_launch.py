@@ -60,8 +60,8 @@ def persistent_grid(n_rows: int, device: torch.device, programs_per_sm: int = 1)
 SOFTMAX_MAX_FUSED_COLS = 32768
 # Short rows are packed into (rows x block) tiles of about this many elements, so that
 # each program still moves enough bytes when rows are short (N = 1024 and below).
-ROW_TILE = 4096
-MAX_TILE_ROWS = 64
+SOFTMAX_TILE_ELEMENTS = 4096
+SOFTMAX_MAX_TILE_ROWS = 64
 
 
 def softmax_tile(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
@@ -74,5 +74,5 @@ def softmax_tile(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
         block_n = min(LOOP_BLOCK, SOFTMAX_MAX_FUSED_COLS)
         return 1, block_n, False, max(1, min(32, block_n // 512))
     block_n = max(triton.next_power_of_2(n_cols), 16)
-    block_m = max(1, min(ROW_TILE // block_n, MAX_TILE_ROWS, triton.next_power_of_2(max(n_rows, 1))))
+    block_m = max(1, min(SOFTMAX_TILE_ELEMENTS // block_n, SOFTMAX_MAX_TILE_ROWS, triton.next_power_of_2(max(n_rows, 1))))
     return block_m, block_n, True, max(1, min(32, block_m * block_n // 512))
