@@ -74,5 +74,6 @@ def softmax_tile(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
         block_n = min(LOOP_BLOCK, SOFTMAX_MAX_FUSED_COLS)
         return 1, block_n, False, max(1, min(32, block_n // 512))
     block_n = max(triton.next_power_of_2(n_cols), 16)
-    block_m = max(1, min(SOFTMAX_TILE_ELEMENTS // block_n, SOFTMAX_MAX_TILE_ROWS, triton.next_power_of_2(max(n_rows, 1))))
+    rows = triton.next_power_of_2(max(n_rows, 1))
+    block_m = max(1, min(SOFTMAX_TILE_ELEMENTS // block_n, SOFTMAX_MAX_TILE_ROWS, rows))
     return block_m, block_n, True, max(1, min(32, block_m * block_n // 512))
