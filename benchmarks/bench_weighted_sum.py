@@ -38,14 +38,6 @@ def _parse_args():
     return args
 
 
-def _allow_recompiles(limit: int = 64) -> None:
-    """dynamic=False compiles once per shape and dtype: more than dynamo's default of 8."""
-    config = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(config, name):
-            setattr(config, name, max(getattr(config, name), limit))
-
-
 def _check(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, label: str) -> None:
     """Warn (do not stop) if our forward disagrees with a float32 matmul."""
     ref = x.float() @ w.float()
@@ -105,7 +97,6 @@ def main() -> None:
         "mul-sum": _mul_sum,
     }
     if not args.no_compile:
-        _allow_recompiles()
         impls["compile"] = harness.compiled(_mul_sum)
     results: list = []
     for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:

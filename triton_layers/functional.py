@@ -16,9 +16,10 @@ from . import reference
 from ._checks import FLOAT_DTYPES, as_rows, check_same_device, check_shape, check_tensor, use_kernels
 from .kernels import coor_descent as _coor_descent_kernels
 from .kernels import layer_norm as _layer_norm_kernels
+from .kernels import softmax as _softmax_kernels
 from .kernels import weighted_sum as _weighted_sum_kernels
 
-__all__ = ["layer_norm", "weighted_sum", "coor_descent"]
+__all__ = ["layer_norm", "softmax", "weighted_sum", "coor_descent"]
 
 
 def layer_norm(
@@ -191,3 +192,63 @@ def coor_descent(
         float(eps if eps_init is None else eps_init), float(eps_decay),
     )
     return y.reshape(s.shape)
+
+def softmax(
+    x: Tensor,
+    causal: bool = False,
+    scale: Optional[float] = None,
+    key_padding_mask: Optional[Tensor] = None,
+    use_triton: Optional[bool] = None,
+) -> Tensor:
+    """Softmax of ``scale * x`` over the last dim, with optional causal and key padding masks.
+
+    ``x`` holds attention scores (..., Nq, Nk); without masks it may have any shape.
+    ``scale`` (default 1) multiplies ``x`` inside the kernel (no extra pass).
+
+    ``causal=True`` lets query i (0-based) see keys j <= i + (Nk - Nq): the mask is
+    aligned to the bottom-right corner, as in flash-attn >= 2.1 and
+    ``torch.nn.attention.bias.causal_lower_right``. Square scores give the usual lower
+    triangle; a single query (Nq = 1, decoding) sees every key.
+
+    ``key_padding_mask`` is a bool (B, Nk) tensor, True marking padding keys to ignore
+    (``nn.MultiheadAttention``'s meaning), for ``x`` of shape (B, Nq, Nk) or (B, H, Nq, Nk).
+
+    A row whose keys are all masked (the top rows when Nq > Nk with ``causal``, or a batch
+    entry that is all padding) gives zeros and a zero gradient, never NaN. Statistics are
+    fp32; the output has ``x``'s shape and dtype (fp32, fp16 or bf16).
+    """
+    check_tensor(x, "x")
+    if key_padding_mask is not None:
+        check_tensor(key_padding_mask, "key_padding_mask", (torch.bool,))
+    check_same_device(x=x, key_padding_mask=key_padding_mask)
+    if isinstance(scale, bool) or not (scale is None or isinstance(scale, (int, float))):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if scale is not None and not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale!r}")
+    causal = bool(causal)
+    if causal and x.dim() < 2:
+        raise ValueError(f"causal=True needs scores of shape (..., Nq, Nk); got x of shape {tuple(x.shape)}")
+    if key_padding_mask is not None:
+        if x.dim() not in (3, 4):
+            raise ValueError(
+                f"key_padding_mask needs scores of shape (B, Nq, Nk) or (B, H, Nq, Nk); "
+                f"got x of shape {tuple(x.shape)}"
+            )
+        check_shape(key_padding_mask, "key_padding_mask", (x.shape[0], x.shape[-1]))
+    scale = 1.0 if scale is None else float(scale)
+
+    kernels = use_kernels(x, use_triton)
+    # Empty inputs take the reference: no launch, and autograd still gives (empty) grads.
+    if not kernels or x.numel() == 0:
+        return reference.softmax(x, causal, scale, key_padding_mask)
+    n_cols = x.shape[-1] if x.dim() else 1
+    x2 = as_rows(x, n_cols)
+    pad_mask, rows_per_batch = None, 1
+    if key_padding_mask is not None:
+        if key_padding_mask.stride(-1) != 1:
+            key_padding_mask = key_padding_mask.contiguous()
+        pad_mask = key_padding_mask.view(torch.uint8)
+        rows_per_batch = x2.shape[0] // x.shape[0]
+    n_q = x.shape[-2] if causal else 1
+    y = _softmax_kernels.softmax(x2, pad_mask, n_q, rows_per_batch, causal, scale)
+    return y.reshape(x.shape)

@@ -87,3 +87,32 @@ def coor_descent(
     if mask is not None:
         y = y.masked_fill(~mask, 0.0)
     return y.to(s.dtype)
+
+def softmax(
+    x: Tensor,
+    causal: bool = False,
+    scale: Optional[float] = None,
+    key_padding_mask: Optional[Tensor] = None,
+) -> Tensor:
+    """Masked softmax of ``scale * x`` over the last dim; masked keys and fully masked rows give 0.
+
+    Unlike the other references it takes ``x`` in its own shape (..., Nq, Nk), because the
+    masks depend on the last two dims: with ``causal``, query i sees keys
+    j <= i + (Nk - Nq) (bottom-right aligned); ``key_padding_mask`` is bool (B, Nk),
+    True = padding, for ``x`` of shape (B, Nq, Nk) or (B, H, Nq, Nk).
+    """
+    z = x.to(_compute_dtype(x)) * (1.0 if scale is None else scale)
+    keep = torch.ones(x.shape[-1:], dtype=torch.bool, device=x.device)
+    if causal:
+        n_q, n_k = x.shape[-2], x.shape[-1]
+        q = torch.arange(n_q, device=x.device)[:, None]
+        keep = torch.arange(n_k, device=x.device)[None, :] <= q + (n_k - n_q)
+    if key_padding_mask is not None:
+        pad = key_padding_mask.reshape(x.shape[0], *([1] * (x.dim() - 2)), x.shape[-1])
+        keep = keep & ~pad
+    keep = keep.expand(x.shape)
+    # Fully masked rows go through softmax as zeros (finite, no NaN), then are zeroed.
+    empty_row = ~keep.any(dim=-1, keepdim=True)
+    z = z.masked_fill(~keep, float("-inf")).masked_fill(empty_row, 0.0)
+    y = torch.softmax(z, dim=-1).masked_fill(~keep, 0.0)
+    return y.to(x.dtype)

@@ -149,3 +149,26 @@ def split_row(n_rows: int, n_cols: int, device: torch.device) -> tuple[int, int]
     block = triton.next_power_of_2(triton.cdiv(n_cols, per_row))
     block = min(max(block, SPLIT_MIN_BLOCK), LOOP_BLOCK)
     return block, triton.cdiv(n_cols, block)
+
+# Softmax keeps rows of up to this many columns whole in registers (one read of the row;
+# 32 fp32 values a thread at 32 warps); longer rows are streamed in LOOP_BLOCK chunks.
+SOFTMAX_MAX_FUSED_COLS = 32768
+# Short rows are packed into (rows x block) tiles of about this many elements, so that
+# each program still moves enough bytes when rows are short (N = 1024 and below).
+SOFTMAX_TILE_ELEMENTS = 4096
+SOFTMAX_MAX_TILE_ROWS = 64
+
+
+def softmax_tile(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
+    """Return ``(BLOCK_M, BLOCK_N, single_pass, num_warps)`` for a row-wise softmax.
+
+    ``BLOCK_M`` rows of ``BLOCK_N`` columns per program on the single-pass path; one row
+    per program, walked in ``BLOCK_N`` chunks, on the looped path. About 16 elements a thread.
+    """
+    if n_cols > SOFTMAX_MAX_FUSED_COLS:
+        block_n = min(LOOP_BLOCK, SOFTMAX_MAX_FUSED_COLS)
+        return 1, block_n, False, max(1, min(32, block_n // 512))
+    block_n = max(triton.next_power_of_2(n_cols), 16)
+    rows = triton.next_power_of_2(max(n_rows, 1))
+    block_m = max(1, min(SOFTMAX_TILE_ELEMENTS // block_n, SOFTMAX_MAX_TILE_ROWS, rows))
+    return block_m, block_n, True, max(1, min(32, block_m * block_n // 512))

@@ -1,0 +1,112 @@
+"""Softmax forward and backward, plain and causal, against torch, torch.compile, Liger.
+
+Attention-shaped scores (B*H, N, N). Bytes model: forward reads x and writes y
+(2*rows*N*s); backward reads y and dy and writes dx (3*rows*N*s); causal is counted as
+full, as in shared/perf/peers-*.md, so a causal run that skips the masked half shows
+more than 100% of the copy bandwidth. Peers: torch eager and torch.compile of
+``softmax`` and of the causal ``masked_fill(triu) + softmax``; Liger (plain) if installed.
+Run: python -m benchmarks.bench_softmax [--quick] [--out DIR]
+"""
+from __future__ import annotations
+
+import torch
+
+from benchmarks import harness
+from triton_layers import functional as TF
+
+# (B*H, N): B*H*N*N fixed at 2**28 up to N = 8192, as in the peers files.
+SHAPES = [(256, 1024), (64, 2048), (16, 4096), (4, 8192), (1, 32768)]
+QUICK_SHAPES = [(256, 1024), (16, 4096)]
+OURS, OURS_CAUSAL = "triton_layers", "triton_layers-causal"
+
+
+def _liger():
+    try:
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    except ImportError:
+        return None
+    return LigerSoftmaxFunction.apply
+
+
+def _torch_causal(x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    return x.masked_fill(hidden, float("-inf")).softmax(-1)
+
+
+def _targets(results: list, shapes: list, dtypes: list) -> str:
+    """The issue's targets, one line per (shape, dtype, direction)."""
+    by = {(r.shape, r.dtype, r.direction, r.impl): r for r in results}
+    lines = [
+        "## softmax targets",
+        "",
+        "plain >= 90% of copy; causal/plain time <= 0.8 (fwd) / 0.75 (bwd) at N >= 2048; "
+        "compile-causal/causal time >= 1.5",
+        "",
+        "| shape | dtype | dir | plain % copy | causal/plain | compile-causal/causal |",
+        "|---|---|---|---|---|---|",
+    ]
+    for bh, n in shapes:
+        for dtype in dtypes:
+            for direction in ("fwd", "bwd"):
+                key = (f"{bh}x{n}x{n}", str(dtype).replace("torch.", ""), direction)
+                plain, causal = by.get(key + (OURS,)), by.get(key + (OURS_CAUSAL,))
+                peer = by.get(key + ("compile-causal",))
+                cells = [
+                    f"{plain.pct_copy:.0f}%" if plain else "",
+                    f"{causal.us / plain.us:.2f}" if plain and causal else "",
+                    f"{peer.us / causal.us:.2f}" if peer and causal and peer.us == peer.us else "",
+                ]
+                lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print(text, flush=True)
+    return text
+
+
+def main() -> None:
+    args = harness.parse_args(__doc__)
+    device = harness.require_cuda()
+    copy = harness.copy_bandwidth_gbps(device)
+    impls = {
+        OURS: lambda x, hidden: TF.softmax(x),
+        OURS_CAUSAL: lambda x, hidden: TF.softmax(x, causal=True),
+        "torch": lambda x, hidden: torch.softmax(x, -1),
+    }
+    if not args.no_compile:
+        impls["compile"] = harness.compiled(lambda x, hidden: torch.softmax(x, -1))
+    impls["torch-causal"] = _torch_causal
+    if not args.no_compile:
+        impls["compile-causal"] = harness.compiled(_torch_causal)
+    liger = _liger()
+    if liger is not None:
+        impls["liger"] = lambda x, hidden: liger(x)
+    shapes = QUICK_SHAPES if args.quick else SHAPES
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    results: list = []
+    for dtype in dtypes:
+        for bh, n in shapes:
+            shape, s = f"{bh}x{n}x{n}", torch.finfo(dtype).bits // 8
+            nbytes = bh * n * n * s
+            x = torch.randn(bh, n, n, device=device, dtype=dtype).requires_grad_()
+            dy = torch.randn_like(x)
+            hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
+            for name, op in impls.items():
+                fwd = harness.try_peer(lambda: (lambda: op(x, hidden)))
+                harness.measure(results, "softmax", shape, dtype, "fwd", name, fwd, 2 * nbytes, copy,
+                                quick=args.quick)
+                if fwd is None:
+                    harness.measure(results, "softmax", shape, dtype, "bwd", name, None, 0, copy)
+                    continue
+                y = op(x, hidden)
+                bwd = harness.try_peer(lambda: (lambda: y.backward(dy, retain_graph=True)))
+                harness.measure(results, "softmax", shape, dtype, "bwd", name, bwd, 3 * nbytes, copy,
+                                grad_to_none=[x], quick=args.quick)
+                del y, fwd, bwd
+                x.grad = None
+            del x, dy, hidden
+            torch.cuda.empty_cache()
+    harness.print_table(results, list(impls), f"softmax on {torch.cuda.get_device_name()}", copy)
+    _targets(results, shapes, dtypes)
+    harness.write_csv(results, f"{args.out}/softmax.csv")
+
+
+if __name__ == "__main__":
+    main()

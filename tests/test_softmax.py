@@ -1,0 +1,350 @@
+"""CausalSoftmax / functional.softmax: kernels vs reference vs an independent torch definition."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import triton_layers
+from triton_layers import CausalSoftmax, _checks, reference
+from triton_layers import functional as F
+from triton_layers.kernels import softmax as softmax_kernels
+
+from .conftest import DTYPES
+from .tolerances import assert_close_to_reference
+
+# (shape of the scores, whether it is batch-first (B, [H,] Nq, Nk) so a padding mask applies)
+SHAPES = [
+    (2, 3, 7, 7),  # square
+    (2, 5, 127),  # Nq < Nk
+    (1, 2, 9, 4),  # Nq > Nk: the top rows see no key under causal
+    (3, 1, 1000),  # Nq = 1 (decoding): sees every key
+    (2, 4, 3000),  # long-ish rows, Nq < Nk
+    (1, 1, 1),
+    (2, 2, 64, 64),  # powers of two
+    (1, 16, 24),
+]
+
+
+def random_padding(batch: int, n_k: int, device, all_padded: int | None = None) -> torch.Tensor:
+    """About 30% padding, at least one key of each batch entry kept (unless ``all_padded``)."""
+    mask = torch.rand(batch, n_k, device=device) < 0.3
+    mask[:, torch.randint(n_k, (batch,))] = False
+    if all_padded is not None:
+        mask[all_padded] = True
+    return mask
+
+
+def independent(x, causal, scale, mask, dy=None):
+    """torch's masked_fill + softmax in x's dtype, fully masked rows set to 0 (y and grad).
+
+    Written without the library's code: the causal mask comes from tril with the
+    diagonal offset Nk - Nq, the padding mask is broadcast by indexing.
+    """
+    x = x.detach().requires_grad_(dy is not None)
+    keep = torch.ones(x.shape, dtype=torch.bool, device=x.device)
+    if causal:
+        n_q, n_k = x.shape[-2], x.shape[-1]
+        keep = keep & torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).tril(diagonal=n_k - n_q)
+    if mask is not None:
+        pad = mask[:, None, :] if x.dim() == 3 else mask[:, None, None, :]
+        keep = keep & ~pad
+    z = (x * scale).masked_fill(~keep, float("-inf"))
+    y = torch.softmax(z, dim=-1)
+    dead = ~keep.any(dim=-1, keepdim=True)
+    y_fixed = torch.where(dead, torch.zeros_like(y), y)
+    if dy is None:
+        return y_fixed.detach(), None
+    (dx,) = torch.autograd.grad(y, x, dy.to(x.dtype))
+    return y_fixed.detach(), torch.where(dead, torch.zeros_like(dx), dx)
+
+
+def check_against_torch(x, causal, scale, mask, use_triton=None, name=""):
+    """Forward and dx of functional.softmax vs float64 torch (and torch in x's dtype for the bound)."""
+    xg = x.detach().requires_grad_()
+    y = F.softmax(xg, causal=causal, scale=scale, key_padding_mask=mask, use_triton=use_triton)
+    dy = torch.randn_like(y)
+    (dx,) = torch.autograd.grad(y, xg, dy)
+    s = 1.0 if scale is None else scale
+    y64, dx64 = independent(x.double(), causal, s, mask, dy.double())
+    y_lo, dx_lo = (None, None) if x.dtype == torch.float32 else independent(x, causal, s, mask, dy)
+    assert_close_to_reference(y, y64, y_lo, name=f"{name} y")
+    assert_close_to_reference(dx, dx64, dx_lo, name=f"{name} dx")
+    return y, dx
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (False, True), (True, True)])
+def test_kernels_match_torch_and_reference(device, dtype, shape, causal, masked):
+    x = (3 * torch.randn(shape, device=device)).to(dtype)
+    mask = random_padding(shape[0], shape[-1], device) if masked else None
+    scale = 0.37 if masked else None
+    y, dx = check_against_torch(x, causal, scale, mask, name=f"{shape} {dtype}")
+    # The kernels against the reference path (same inputs, same dtype out).
+    xr = x.detach().requires_grad_()
+    yr = reference.softmax(xr, causal, scale, mask)
+    assert yr.dtype == y.dtype == dtype and y.shape == x.shape
+    tol = {torch.float32: (1e-5, 1e-6), torch.float16: (2e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}[dtype]
+    torch.testing.assert_close(y, yr, rtol=tol[0], atol=tol[1])
+
+
+@pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_reference_matches_independent_float64(shape, causal, masked):
+    x = 3 * torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    mask = random_padding(shape[0], shape[-1], "cpu") if masked else None
+    y = reference.softmax(x, causal, 0.8, mask)
+    dy = torch.randn_like(y)
+    (dx,) = torch.autograd.grad(y, x, dy)
+    y64, dx64 = independent(x, causal, 0.8, mask, dy)
+    torch.testing.assert_close(y, y64, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(dx, dx64, rtol=1e-12, atol=1e-14)
+    if shape[-2] > 0:
+        assert torch.allclose(y.sum(-1)[y.sum(-1) > 0], torch.ones((), dtype=torch.float64))
+
+
+@pytest.mark.parametrize("n_q,n_k", [(5, 5), (3, 11), (1, 9), (6, 6)])
+def test_causal_alignment_matches_sdpa_lower_right(device, n_q, n_k):
+    """softmax(scale * q @ k^T, causal) @ v equals SDPA with torch's causal_lower_right bias."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    q = torch.randn(2, 3, n_q, 8, dtype=torch.float64)
+    k = torch.randn(2, 3, n_k, 8, dtype=torch.float64)
+    v = torch.randn(2, 3, n_k, 8, dtype=torch.float64)
+    expected = TF.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(n_q, n_k), scale=0.3)
+    probs_ref = reference.softmax(q @ k.transpose(-1, -2), causal=True, scale=0.3)
+    torch.testing.assert_close(probs_ref @ v, expected, rtol=1e-10, atol=1e-12)
+    scores = (q @ k.transpose(-1, -2)).float().to(device)
+    probs = F.softmax(scores, causal=True, scale=0.3)
+    torch.testing.assert_close(probs.double().cpu() @ v, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def softmax_small_blocks(small_blocks, monkeypatch):
+    """Rows over 64 columns take the looped path (32-wide chunks); smaller row tiles.
+
+    Small numbers keep the interpreter fast: it pays per loop iteration, not per element.
+    """
+    monkeypatch.setattr(small_blocks, "SOFTMAX_MAX_FUSED_COLS", 64)
+    monkeypatch.setattr(small_blocks, "LOOP_BLOCK", 32)
+    monkeypatch.setattr(small_blocks, "SOFTMAX_TILE_ELEMENTS", 128)
+    return small_blocks
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(2, 3, 5, 67), (1, 3, 401), (1, 1, 66, 66), (1, 2, 9, 70)], ids=str)
+@pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (True, True)])
+def test_looped_path(device, softmax_small_blocks, dtype, shape, causal, masked):
+    assert not softmax_small_blocks.softmax_tile(1, shape[-1])[2], "expected the looped path"
+    x = (3 * torch.randn(shape, device=device)).to(dtype)
+    mask = random_padding(shape[0], shape[-1], device, all_padded=0 if shape[0] > 1 else None) if masked else None
+    check_against_torch(x, causal, 1.3, mask, name=f"looped {shape} {dtype}")
+
+
+@pytest.mark.parametrize("dtype,n_k,causal", [(torch.float32, 262145, True), (torch.bfloat16, 262144, False)])
+def test_very_long_rows(device, dtype, n_k, causal):
+    """Rows longer than any block (>= 262,144 keys), at the real block limits."""
+    x = (4 * torch.randn(1, 3, n_k, device=device)).to(dtype)
+    check_against_torch(x, causal, None, None, name=f"long {n_k} {dtype}")
+
+
+def test_largest_fused_row(device):
+    n_k = softmax_kernels._launch.SOFTMAX_MAX_FUSED_COLS
+    assert softmax_kernels._launch.softmax_tile(2, n_k)[2]
+    x = 4 * torch.randn(2, n_k, device=device)
+    check_against_torch(x, True, 0.5, None, name="largest fused row")
+
+
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fully_masked_rows_give_zeros_and_zero_grad(device, dtype, looped, request):
+    if looped:
+        request.getfixturevalue("softmax_small_blocks")
+    n_k = 70 if looped else 6
+    # Causal with Nq > Nk: the top Nq - Nk rows see no key; batch entry 1 is all padding.
+    x = torch.randn(2, 1, n_k + 4, n_k, device=device).to(dtype).requires_grad_()
+    mask = torch.zeros(2, n_k, dtype=torch.bool, device=device)
+    mask[1] = True
+    mask[0, 0] = True
+    y = F.softmax(x, causal=True, key_padding_mask=mask)
+    y.backward(torch.randn_like(y))
+    assert not torch.isnan(y).any() and not torch.isnan(x.grad).any()
+    assert (y[1] == 0).all() and (x.grad[1] == 0).all()
+    # Rows 0..4 of batch 0: row 4 sees only key 0, which is padding; rows 0..3 see nothing.
+    assert (y[0, :, :5] == 0).all() and (x.grad[0, :, :5] == 0).all()
+    torch.testing.assert_close(y[0, :, 5:].float().sum(-1), torch.ones(1, n_k - 1, device=device),
+                               rtol=0, atol=1e-2)
+    check_against_torch(x.detach(), True, None, mask, name="fully masked")
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_masked_entries_are_never_used(device, looped, request):
+    """inf/NaN in masked scores and NaN in dy at masked keys leave every result finite."""
+    if looped:
+        request.getfixturevalue("softmax_small_blocks")
+    n = 70 if looped else 12
+    x = torch.randn(2, n, n, device=device)
+    hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+    x = x.masked_fill(hidden, float("inf")).requires_grad_()
+    y = F.softmax(x, causal=True)
+    dy = torch.randn_like(y).masked_fill(hidden, float("nan"))
+    y.backward(dy)
+    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
+    assert (y[:, hidden] == 0).all() and (x.grad[:, hidden] == 0).all()
+    y_ok, dx_ok = independent(x.detach().masked_fill(hidden, 0.0), True, 1.0, None, dy.nan_to_num(0.0))
+    torch.testing.assert_close(y, y_ok, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x.grad, dx_ok, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [-0.7, 0.0, 2.5, 3])
+def test_scale(device, scale):
+    x = torch.randn(2, 3, 5, 9, device=device)
+    check_against_torch(x, True, scale, random_padding(2, 9, device), name=f"scale {scale}")
+    if scale == 0.0:  # uniform over the visible keys
+        y = F.softmax(x, causal=True, scale=0.0)
+        visible = torch.arange(1, 6, device=device) + 4
+        torch.testing.assert_close(y[0, 0].max(-1).values, 1.0 / visible.float())
+
+
+def test_non_contiguous_inputs(device, monkeypatch):
+    seen = []
+    launch = softmax_kernels.softmax
+
+    def spy(x2, *args):
+        seen.append(x2)
+        return launch(x2, *args)
+
+    monkeypatch.setattr(softmax_kernels, "softmax", spy)
+    base = torch.randn(2, 4, 6, 20, device=device)
+    # A slice of the last dim keeps last stride 1: the kernels read it in place.
+    sliced = base[..., 3:14]
+    check_against_torch(sliced, True, None, None, name="sliced")
+    assert seen[-1].data_ptr() == sliced.data_ptr() and seen[-1].stride() == (20, 1)
+    # Last stride != 1, permuted batch dims, and a strided padding mask.
+    for x in (base[..., ::2], base.transpose(0, 1), base.transpose(-1, -2)):
+        check_against_torch(x, True, 0.5, None, name=f"strides {x.stride()}")
+        assert seen[-1].stride(-1) == 1
+    mask = random_padding(2, 40, device)[:, ::2]
+    check_against_torch(base, True, 0.5, mask, name="strided mask")
+    # An expanded (stride 0) gradient.
+    x = base.clone().requires_grad_()
+    F.softmax(x, causal=True).sum().backward()
+    torch.testing.assert_close(x.grad, torch.zeros_like(x), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,causal,masked", [
+    ((0, 3, 4, 4), True, True), ((2, 0, 5), True, False), ((2, 3, 0), True, True), ((0,), False, False),
+    ((3, 0, 7), False, False),
+])
+def test_empty_inputs(device, shape, causal, masked):
+    x = torch.randn(shape, device=device, requires_grad=True)
+    mask = torch.zeros(shape[0], shape[-1], dtype=torch.bool, device=device) if masked else None
+    y = F.softmax(x, causal=causal, key_padding_mask=mask)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3, 2, 3, 7)], ids=str)
+def test_any_rank_plain_softmax(device, shape):
+    x = torch.randn(shape, device=device)
+    y, _ = check_against_torch(x, False, None, None, name=f"rank {len(shape)}")
+    torch.testing.assert_close(y, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+
+
+def test_bad_inputs(device, monkeypatch):
+    x = torch.randn(2, 3, 4, 5, device=device)
+    with pytest.raises(TypeError, match="x has dtype torch.int64"):
+        F.softmax(torch.ones(2, 3, dtype=torch.long, device=device))
+    with pytest.raises(TypeError, match="float64"):
+        F.softmax(x.double())
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        F.softmax([[1.0, 2.0]])
+    with pytest.raises(TypeError, match="key_padding_mask has dtype torch.float32"):
+        F.softmax(x, key_padding_mask=torch.zeros(2, 5, device=device))
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(2, 5\), got \(2, 4\)"):
+        F.softmax(x, key_padding_mask=torch.zeros(2, 4, dtype=torch.bool, device=device))
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(2, 5\), got \(5,\)"):
+        F.softmax(x, key_padding_mask=torch.zeros(5, dtype=torch.bool, device=device))
+    with pytest.raises(ValueError, match="one device"):
+        F.softmax(x, key_padding_mask=torch.zeros(2, 5, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match=r"\(B, Nq, Nk\) or \(B, H, Nq, Nk\)"):
+        F.softmax(x[0, 0], key_padding_mask=torch.zeros(4, 5, dtype=torch.bool, device=device))
+    with pytest.raises(ValueError, match="causal=True needs"):
+        F.softmax(x[0, 0, 0], causal=True)
+    with pytest.raises(ValueError, match="finite"):
+        F.softmax(x, scale=math.nan)
+    with pytest.raises(TypeError, match="scale"):
+        F.softmax(x, scale="0.5")
+    with pytest.raises(TypeError, match="scale"):
+        CausalSoftmax(scale=True)(x)
+    monkeypatch.setattr(_checks, "TRITON_INTERPRET", False)
+    with pytest.raises(ValueError, match="use_triton=True needs a CUDA tensor"):
+        F.softmax(x.cpu(), use_triton=True)
+
+
+def test_module(device):
+    layer = CausalSoftmax(scale=0.25)
+    assert "causal=True, scale=0.25" in repr(layer)
+    assert list(layer.parameters()) == [] and layer.state_dict() == {}
+    assert triton_layers.CausalSoftmax is CausalSoftmax
+    x = torch.randn(2, 3, 6, 8, device=device, requires_grad=True)
+    mask = random_padding(2, 8, device)
+    y = layer(x, key_padding_mask=mask)
+    torch.testing.assert_close(y, F.softmax(x, causal=True, scale=0.25, key_padding_mask=mask))
+    y_ref = CausalSoftmax(scale=0.25, use_triton=False)(x, mask)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+    plain = CausalSoftmax(causal=False)
+    torch.testing.assert_close(plain(x), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    # Inside a tiny attention block, through nn.Sequential-style composition.
+    q, k, v = (torch.randn(2, 3, 6, 4, device=device, requires_grad=True) for _ in range(3))
+    out = CausalSoftmax(scale=0.5)(q @ k.transpose(-1, -2)) @ v
+    out.sum().backward()
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_reference_path_compiles_fullgraph():
+    fn = torch.compile(
+        lambda x, m: F.softmax(x, causal=True, scale=0.5, key_padding_mask=m, use_triton=False), fullgraph=True
+    )
+    x = torch.randn(2, 3, 5, 7)
+    mask = random_padding(2, 7, "cpu")
+    torch.testing.assert_close(fn(x, mask), reference.softmax(x, True, 0.5, mask))
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_custom_op_door_matches_eager_door(device, looped, request):
+    """The torch.library ops (what torch.compile traces) give what the eager autograd.Function gives."""
+    if looped:
+        request.getfixturevalue("softmax_small_blocks")
+    x = torch.randn(2, 3, 5, 70, device=device, dtype=torch.bfloat16)
+    mask = random_padding(2, 70, device)
+    pad, dy = mask.view(torch.uint8), torch.randn_like(x).reshape(-1, 70)
+    outs = []
+    for op in (softmax_kernels.softmax_fwd, softmax_kernels._SoftmaxFunction.apply):
+        x2 = x.reshape(-1, 70).clone().requires_grad_()
+        y = op(x2, pad, 5, 15, True, 0.6)
+        y.backward(dy)
+        outs.append((y, x2.grad))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    check_against_torch(x, True, 0.6, mask, name="custom op door")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compile only on the GPU (see design.md)")
+def test_kernel_path_compiles_fullgraph(device):
+    fn = torch.compile(lambda x, m: F.softmax(x, causal=True, scale=0.5, key_padding_mask=m), fullgraph=True)
+    x = torch.randn(2, 3, 50, 70, device=device, requires_grad=True)
+    mask = random_padding(2, 70, device)
+    y = fn(x, mask)
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(y, reference.softmax(x, True, 0.5, mask), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype,big", [(torch.float16, 6e4), (torch.bfloat16, 1e30), (torch.float32, 1e30)], ids=str)
+def test_large_scores_do_not_overflow(device, dtype, big):
+    x = (big * torch.rand(2, 5, 9, device=device)).to(dtype)
+    y, dx = check_against_torch(x, True, None, None, name=f"large {dtype}")
+    assert torch.isfinite(y).all() and torch.isfinite(dx).all()

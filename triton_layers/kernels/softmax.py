@@ -1,0 +1,265 @@
+"""Softmax over the last dim of a 2-D tensor with a fused scale, causal and key-padding masks.
+
+Rows are the flattened (..., Nq, Nk) score matrices. Row ``r`` is query ``q = r % Nq``,
+which may see keys ``j < limit = q + 1 + Nk - Nq`` (bottom-right aligned causal mask;
+``limit = Nk`` without causal), and, with a key padding mask, only keys whose mask byte
+in batch ``r // rows_per_batch`` is 0.
+
+Forward:  y = exp(s*x - m) / sum(exp(s*x - m)) over the visible keys, 0 elsewhere, with
+          m the row max; computed in fp32 (as exp2 of x * s*log2(e)). A row with no
+          visible key is all zeros.
+Backward: dx = s * y * (dy - sum(y * dy)), from the saved output y alone.
+Causal rows read only their visible prefix [0, limit) and write zeros past it, so a
+causal softmax reads about half of what a plain one does.
+
+Rows up to ``_launch.SOFTMAX_MAX_FUSED_COLS`` are held in registers whole, several short
+rows per program; longer rows take one program each and are walked in chunks (an online
+max/sum pass, then an output pass re-reading the row, mostly from L2).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+from torch.library import triton_op, wrap_triton
+
+from . import _launch
+
+LOG2E = math.log2(math.e)
+
+
+@triton.jit
+def _visible_limit(rows, n_cols, n_q, CAUSAL: tl.constexpr):
+    """Number of visible keys of each row: a prefix, bottom-right aligned when causal."""
+    if CAUSAL:
+        limit = rows % n_q + 1 + (n_cols - n_q)
+        return tl.minimum(tl.maximum(limit, 0), n_cols)
+    else:
+        return tl.zeros_like(rows) + n_cols
+
+
+@triton.jit
+def _row_tile(pid, n_rows, n_cols, n_q, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program ``pid``'s (BLOCK_M x BLOCK_N) tile of whole rows: row and column indices,
+    which entries are visible keys (to read), and which are in bounds (to write)."""
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    limit = _visible_limit(rows, n_cols, n_q, CAUSAL)
+    visible = (cols[None, :] < limit[:, None]) & row_ok[:, None]
+    in_bounds = (cols[None, :] < n_cols) & row_ok[:, None]
+    return rows[:, None], cols[None, :], visible, in_bounds
+
+
+@triton.jit
+def _load_scores(X, PadMask, x_offs, mask_offs, visible, scale_log2, HAS_MASK: tl.constexpr):
+    """``x * scale * log2(e)`` in fp32 at visible, unpadded keys, -inf elsewhere; the hidden
+    keys are not read."""
+    if HAS_MASK:
+        pad = tl.load(PadMask + mask_offs, mask=visible, other=1)
+        visible = visible & (pad == 0)
+    x = tl.load(X + x_offs, mask=visible, other=0.0)
+    return tl.where(visible, x.to(tl.float32) * scale_log2, float("-inf"))
+
+
+@triton.jit
+def _store_zeros_past(Row, limit, n_cols, BLOCK_N: tl.constexpr):
+    """Zeros in the chunks of a looped row after its last visible chunk (nothing is read)."""
+    cols = tl.arange(0, BLOCK_N)
+    zeros = tl.zeros([BLOCK_N], dtype=Row.dtype.element_ty)
+    for start in range(tl.cdiv(limit, BLOCK_N) * BLOCK_N, n_cols, BLOCK_N):
+        tl.store(Row + start + cols, zeros, mask=start + cols < n_cols)
+
+
+@triton.jit
+def _softmax_fwd_kernel(
+    X, Y, PadMask,
+    stride_x_row, stride_y_row, stride_mask_row,
+    n_rows, n_cols, n_q, rows_per_batch, scale_log2,
+    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    if SINGLE_PASS:
+        rows, cols, visible, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
+        mask_offs = (rows // rows_per_batch) * stride_mask_row + cols
+        z = _load_scores(X, PadMask, rows * stride_x_row + cols, mask_offs, visible, scale_log2, HAS_MASK)
+        m = tl.max(z, axis=1)
+        m = tl.where(m == float("-inf"), 0.0, m)  # a row with no visible key
+        e = tl.exp2(z - m[:, None])
+        denom = tl.sum(e, axis=1)
+        inv = 1.0 / tl.where(denom > 0.0, denom, 1.0)  # no visible key: e == 0, y == 0
+        y = e * inv[:, None]
+        tl.store(Y + rows * stride_y_row + cols, y.to(Y.dtype.element_ty), mask=in_bounds)
+    else:
+        row = pid
+        cols = tl.arange(0, BLOCK_N)
+        x_row = X + row * stride_x_row
+        y_row = Y + row * stride_y_row
+        if HAS_MASK:
+            PadMask += (row // rows_per_batch) * stride_mask_row
+        limit = _visible_limit(row, n_cols, n_q, CAUSAL)
+        # Online max and sum over the visible prefix, one chunk at a time.
+        m = float("-inf")
+        denom = 0.0
+        for start in range(0, limit, BLOCK_N):
+            z = _load_scores(x_row, PadMask, start + cols, start + cols, start + cols < limit, scale_log2, HAS_MASK)
+            m_new = tl.maximum(m, tl.max(z, axis=0))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            denom = denom * tl.exp2(m - m_use) + tl.sum(tl.exp2(z - m_use), axis=0)
+            m = m_new
+        m = tl.where(m == float("-inf"), 0.0, m)
+        inv = 1.0 / tl.where(denom > 0.0, denom, 1.0)  # no visible key: e == 0, y == 0
+        for start in range(0, limit, BLOCK_N):
+            z = _load_scores(x_row, PadMask, start + cols, start + cols, start + cols < limit, scale_log2, HAS_MASK)
+            y = tl.exp2(z - m) * inv
+            tl.store(y_row + start + cols, y.to(Y.dtype.element_ty), mask=start + cols < n_cols)
+        if CAUSAL:
+            _store_zeros_past(y_row, limit, n_cols, BLOCK_N)
+
+
+@triton.jit
+def _softmax_bwd_kernel(
+    DY, Y, DX,
+    stride_dy_row, stride_y_row, stride_dx_row,
+    n_rows, n_cols, n_q, scale,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+):
+    # y is 0 at every masked key, so dx is too: only the causal prefix needs reading.
+    pid = tl.program_id(0).to(tl.int64)
+    if SINGLE_PASS:
+        rows, cols, visible, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
+        y = tl.load(Y + rows * stride_y_row + cols, mask=visible, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows * stride_dy_row + cols, mask=visible, other=0.0).to(tl.float32)
+        dot = tl.sum(y * dy, axis=1)
+        dx = (scale * y) * (dy - dot[:, None])
+        tl.store(DX + rows * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=in_bounds)
+    else:
+        row = pid
+        cols = tl.arange(0, BLOCK_N)
+        y_row = Y + row * stride_y_row
+        dy_row = DY + row * stride_dy_row
+        dx_row = DX + row * stride_dx_row
+        limit = _visible_limit(row, n_cols, n_q, CAUSAL)
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in range(0, limit, BLOCK_N):
+            visible = start + cols < limit
+            y = tl.load(y_row + start + cols, mask=visible, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + start + cols, mask=visible, other=0.0).to(tl.float32)
+            acc += y * dy
+        dot = tl.sum(acc, axis=0)
+        for start in range(0, limit, BLOCK_N):
+            visible = start + cols < limit
+            y = tl.load(y_row + start + cols, mask=visible, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + start + cols, mask=visible, other=0.0).to(tl.float32)
+            dx = (scale * y) * (dy - dot)
+            tl.store(dx_row + start + cols, dx.to(DX.dtype.element_ty), mask=start + cols < n_cols)
+        if CAUSAL:
+            _store_zeros_past(dx_row, limit, n_cols, BLOCK_N)
+
+
+def _forward(
+    x: Tensor, pad_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool, scale: float,
+    wrap: Callable = _launch.direct,
+) -> Tensor:
+    """Launch the forward on a 2-D ``x`` (last stride 1); ``wrap`` is wrap_triton in the custom op."""
+    n_rows, n_cols = x.shape
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols)
+    wrap(_softmax_fwd_kernel)[(triton.cdiv(n_rows, block_m),)](
+        x, y, pad_mask,
+        x.stride(0), y.stride(0), pad_mask.stride(0) if pad_mask is not None else 0,
+        n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E,
+        CAUSAL=causal, HAS_MASK=pad_mask is not None,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, num_warps=warps,
+    )
+    return y
+
+
+def _backward(
+    dy: Tensor, y: Tensor, n_q: int, causal: bool, scale: float, wrap: Callable = _launch.direct
+) -> Tensor:
+    """Launch the backward: ``dx`` from the saved output ``y`` and ``dy`` (both last stride 1)."""
+    n_rows, n_cols = y.shape
+    dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
+    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols)
+    wrap(_softmax_bwd_kernel)[(triton.cdiv(n_rows, block_m),)](
+        dy, y, dx,
+        dy.stride(0), y.stride(0), dx.stride(0),
+        n_rows, n_cols, n_q, scale,
+        CAUSAL=causal,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, num_warps=warps,
+    )
+    return dx
+
+
+# Two doors to the same launchers, as for layer_norm: torch.compile sees the torch.library
+# triton_ops (kernels through wrap_triton, so Inductor can trace them); eager calls take
+# the autograd.Function and launch directly (wrap_triton costs ~300 us host time per eager
+# launch, measured on main).
+@triton_op("triton_layers::softmax_fwd", mutates_args=())
+def softmax_fwd(
+    x: Tensor, pad_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool, scale: float
+) -> Tensor:
+    """Forward as a custom op: ``x`` is 2-D (rows, Nk) with last stride 1; returns ``y`` (contiguous).
+
+    ``pad_mask`` is a uint8 (B, Nk) view of the key padding mask with last stride 1
+    (nonzero = padding); row ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the
+    number of queries per score matrix (rows ``r % n_q``), used when ``causal``.
+    """
+    return _forward(x, pad_mask, n_q, rows_per_batch, causal, scale, wrap=wrap_triton)
+
+
+@triton_op("triton_layers::softmax_bwd", mutates_args=())
+def softmax_bwd(dy: Tensor, y: Tensor, n_q: int, causal: bool, scale: float) -> Tensor:
+    """Backward as a custom op: ``dx`` from the saved output ``y`` and ``dy``."""
+    return _backward(dy, y, n_q, causal, scale, wrap=wrap_triton)
+
+
+def _save(ctx, y: Tensor, n_q: int, causal: bool, scale: float) -> None:
+    ctx.save_for_backward(y)
+    ctx.n_q, ctx.causal, ctx.scale = n_q, causal, scale
+
+
+def _grads(ctx, dy: Tensor, backward_fn: Callable) -> tuple:
+    (y,) = ctx.saved_tensors
+    dx = None
+    if ctx.needs_input_grad[0]:
+        if dy.stride(-1) != 1:
+            dy = dy.contiguous()
+        dx = backward_fn(dy, y, ctx.n_q, ctx.causal, ctx.scale)
+    return dx, None, None, None, None, None
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    _x, _pad_mask, n_q, _rows_per_batch, causal, scale = inputs
+    _save(ctx, output, n_q, causal, scale)
+
+
+softmax_fwd.register_autograd(lambda ctx, dy: _grads(ctx, dy, softmax_bwd), setup_context=_setup_context)
+
+
+class _SoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, pad_mask, n_q, rows_per_batch, causal, scale):
+        y = _forward(x, pad_mask, n_q, rows_per_batch, causal, scale)
+        _save(ctx, y, n_q, causal, scale)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _grads(ctx, dy, _backward)
+
+
+def softmax(
+    x: Tensor, pad_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool, scale: float
+) -> Tensor:
+    """Differentiable masked softmax of a 2-D ``x`` (last stride 1) through the kernels."""
+    if torch.compiler.is_compiling():
+        return softmax_fwd(x, pad_mask, n_q, rows_per_batch, causal, scale)
+    return _SoftmaxFunction.apply(x, pad_mask, n_q, rows_per_batch, causal, scale)

@@ -1,0 +1,42 @@
+"""CausalSoftmax: attention-score softmax with a fused scale, causal and key padding masks."""
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import Tensor, nn
+
+from .. import functional as F
+
+
+class CausalSoftmax(nn.Module):
+    """Softmax of ``scale * scores`` over the last dim, with a causal mask by default.
+
+    ``scores`` are (..., Nq, Nk). With ``causal=True`` query i (0-based) sees keys
+    j <= i + (Nk - Nq): the mask is aligned to the bottom-right corner (flash-attn >= 2.1,
+    ``torch.nn.attention.bias.causal_lower_right``), so square scores give the usual lower
+    triangle and a single decoding query sees every key. A row with no visible key gives
+    zeros and a zero gradient, never NaN. The layer has no parameters.
+
+    Args:
+        causal: apply the bottom-right aligned causal mask.
+        scale: multiplies the scores before the softmax, fused in the kernel (default 1;
+            pass ``head_dim ** -0.5`` for attention on unscaled ``q @ k^T``).
+        use_triton: ``None`` auto, ``True``/``False`` force the kernels / the reference.
+    """
+
+    def __init__(self, causal: bool = True, scale: Optional[float] = None, use_triton: Optional[bool] = None) -> None:
+        super().__init__()
+        self.causal = bool(causal)
+        self.scale = scale
+        self.use_triton = use_triton
+
+    def forward(self, scores: Tensor, key_padding_mask: Optional[Tensor] = None) -> Tensor:
+        """Probabilities over the last dim, same shape and dtype as ``scores``.
+
+        ``key_padding_mask``: optional bool (B, Nk), True = padding key (ignored), for
+        ``scores`` of shape (B, Nq, Nk) or (B, H, Nq, Nk).
+        """
+        return F.softmax(scores, self.causal, self.scale, key_padding_mask, self.use_triton)
+
+    def extra_repr(self) -> str:
+        return f"causal={self.causal}, scale={self.scale}"
