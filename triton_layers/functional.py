@@ -14,6 +14,7 @@ from torch import Tensor
 
 from . import reference
 from ._checks import FLOAT_DTYPES, as_rows, check_same_device, check_shape, check_tensor, use_kernels
+from .kernels import _launch
 from .kernels import coor_descent as _coor_descent_kernels
 from .kernels import layer_norm as _layer_norm_kernels
 from .kernels import softmax as _softmax_kernels
@@ -247,7 +248,7 @@ def softmax(
     if key_padding_mask is not None:
         if key_padding_mask.stride(-1) != 1:
             key_padding_mask = key_padding_mask.contiguous()
-        pad_mask = key_padding_mask.view(torch.uint8)
+        pad_mask = _launch.mask_bytes(key_padding_mask, torch.compiler.is_compiling())
         rows_per_batch = x2.shape[0] // x.shape[0]
     n_q = x.shape[-2] if causal else 1
     y = _softmax_kernels.softmax(x2, pad_mask, n_q, rows_per_batch, causal, scale)

@@ -7,6 +7,7 @@ small rows. Nothing here queries CUDA at import time.
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import torch
 import triton
@@ -61,6 +62,14 @@ def num_warps(block: int) -> int:
 def direct(kernel):
     """Launch a kernel as is (eager). The custom ops pass ``torch.library.wrap_triton`` instead."""
     return kernel
+
+
+def mask_bytes(mask: Optional[torch.Tensor], traced: bool) -> Optional[torch.Tensor]:
+    """A bool mask as uint8 for the kernels: a free view when launching eagerly, a (small)
+    copy when traced by torch.compile, whose Inductor cannot lower a bool -> uint8 view."""
+    if mask is None:
+        return None
+    return mask.to(torch.uint8) if traced else mask.view(torch.uint8)
 
 
 @functools.lru_cache(maxsize=None)

@@ -57,6 +57,12 @@ def _coor_descent_fwd_kernel(
     HAS_MASK: tl.constexpr, K_PER_ROW: tl.constexpr,
     BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):
+    # Inductor may hand Python floats in as fp64: pin them to fp32, so that the values the
+    # loop carries keep one type (Triton refuses a loop variable that changes type).
+    k_value = tl.cast(k_value, tl.float32)
+    eps = tl.cast(eps, tl.float32)
+    eps_init = tl.cast(eps_init, tl.float32)
+    eps_decay = tl.cast(eps_decay, tl.float32)
     row = tl.program_id(0).to(tl.int64)
     S += row * stride_s_row
     Y += row * stride_y_row
@@ -177,6 +183,7 @@ def _coor_descent_bwd_kernel(
     HAS_MASK: tl.constexpr, K_PER_ROW: tl.constexpr, COMPUTE_DK: tl.constexpr,
     BLOCK_N: tl.constexpr, CHUNKS_BLOCK: tl.constexpr,
 ):
+    k_value = tl.cast(k_value, tl.float32)  # fp64 under Inductor, see the forward kernel
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     S += row * stride_s_row
@@ -218,11 +225,6 @@ def _coor_descent_bwd_kernel(
             tl.store(DK + row, dk)
 
 
-def _flag_view(mask: Optional[Tensor]) -> Optional[Tensor]:
-    # bool storage read as bytes (same size): no copy.
-    return None if mask is None else mask.view(torch.uint8)
-
-
 def _forward(
     s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
     n_iters: int, eps: float, eps_init: float, eps_decay: float, wrap=_launch.direct,
@@ -233,7 +235,7 @@ def _forward(
     eps_schedule = torch.empty(n_iters + 1, dtype=torch.float32, device=s.device)
     block, single_pass = _launch.row_block(n_cols)
     wrap(_coor_descent_fwd_kernel)[(n_rows,)](
-        s, _flag_view(mask), k, y, stats, eps_schedule,
+        s, _launch.mask_bytes(mask, wrap is not _launch.direct), k, y, stats, eps_schedule,
         s.stride(0), 0 if mask is None else mask.stride(0), 0 if k is None else k.stride(0), y.stride(0),
         n_cols, n_iters, k_value, eps, eps_init, eps_decay,
         HAS_MASK=mask is not None, K_PER_ROW=k is not None,
@@ -252,7 +254,7 @@ def _backward(
     partial = torch.empty((n_rows, n_iters, n_chunks), dtype=torch.float32, device=s.device)
     ds = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
     dk = torch.empty(n_rows if compute_dk else 0, dtype=torch.float32, device=s.device)
-    flags = _flag_view(mask)
+    flags = _launch.mask_bytes(mask, wrap is not _launch.direct)
     stride_m = 0 if mask is None else mask.stride(0)
     warps = _launch.num_warps(block)
     wrap(_coor_descent_bwd_partial_kernel)[(n_rows, n_chunks)](

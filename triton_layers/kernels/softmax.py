@@ -83,6 +83,7 @@ def _softmax_fwd_kernel(
     CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):
+    scale_log2 = tl.cast(scale_log2, tl.float32)  # Inductor may pass Python floats as fp64
     pid = tl.program_id(0).to(tl.int64)
     if SINGLE_PASS:
         rows, cols, visible, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
@@ -131,6 +132,7 @@ def _softmax_bwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):
     # y is 0 at every masked key, so dx is too: only the causal prefix needs reading.
+    scale = tl.cast(scale, tl.float32)  # Inductor may pass Python floats as fp64
     pid = tl.program_id(0).to(tl.int64)
     if SINGLE_PASS:
         rows, cols, visible, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
