@@ -10,7 +10,6 @@ import functools
 from typing import Optional
 
 import torch
-import triton
 
 # Rows up to this many columns are held in registers whole (one read of the row);
 # longer rows are streamed in LOOP_BLOCK-wide chunks, re-read from L2 in a second pass.
@@ -21,7 +20,7 @@ LOOP_BLOCK = 4096
 def row_block(n_cols: int) -> tuple[int, bool]:
     """Return ``(BLOCK, single_pass)`` for rows of ``n_cols`` elements."""
     if n_cols <= MAX_FUSED_COLS:
-        return max(triton.next_power_of_2(n_cols), 16), True
+        return max(next_power_of_2(n_cols), 16), True
     return min(LOOP_BLOCK, MAX_FUSED_COLS), False
 
 
@@ -40,13 +39,13 @@ def row_groups(n_rows: int, n_chunks: int, block_m: int, device: torch.device) -
     """Row groups for a (column chunk x row group) grid: about SPLIT_PROGRAMS_PER_SM programs
     per SM, each group at least one tile high. Depends only on the shape and the device."""
     wanted = max(1, num_sms(device) * SPLIT_PROGRAMS_PER_SM // n_chunks)
-    return max(1, min(wanted, triton.cdiv(n_rows, block_m)))
+    return max(1, min(wanted, cdiv(n_rows, block_m)))
 
 
 def row_tile(n_rows: int, n_cols: int) -> tuple[int, int, bool]:
     """Return ``(BLOCK_M, BLOCK_N, single_pass)``: rows per program tile and columns per block."""
     block_n, single_pass = row_block(n_cols)
-    block_m = max(1, min(TILE_ELEMENTS // block_n, triton.next_power_of_2(max(n_rows, 1)), 64))
+    block_m = max(1, min(TILE_ELEMENTS // block_n, next_power_of_2(max(n_rows, 1)), 64))
     return block_m, block_n, single_pass
 
 
@@ -57,6 +56,16 @@ ELEMENTS_PER_WARP = 512
 def num_warps(block: int) -> int:
     """Warps for a program holding ``block`` elements at a time."""
     return max(1, min(16, block // ELEMENTS_PER_WARP))
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division for host code (``triton.cdiv`` costs microseconds per call there)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of 2 >= n (>= 1), for host code."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def direct(kernel):
@@ -93,8 +102,8 @@ def persistent_grid(n_rows: int, device: torch.device, programs_per_sm: int = 1)
     therefore the result are the same on every run.
     """
     programs = max(1, min(n_rows, num_sms(device) * programs_per_sm))
-    rows_per_program = triton.cdiv(n_rows, programs)
-    programs = triton.cdiv(n_rows, rows_per_program)
+    rows_per_program = cdiv(n_rows, programs)
+    programs = cdiv(n_rows, rows_per_program)
     return programs, rows_per_program
 
 
@@ -120,9 +129,9 @@ def tile_2d(n_rows: int, n_cols: int, elem_size: int, aligned: bool = True) -> t
     """
     per_thread = ELEMS_PER_THREAD if aligned else UNALIGNED_ELEMS_PER_THREAD
     elems = max(16, min(TILE_BYTES // elem_size, 16 * 32 * per_thread))
-    cols = max(triton.next_power_of_2(n_cols), 16)
+    cols = max(next_power_of_2(n_cols), 16)
     block_d = min(cols, TILE_MAX_COLS, elems)
-    block_m = max(1, min(triton.next_power_of_2(n_rows), elems // block_d))
+    block_m = max(1, min(next_power_of_2(n_rows), elems // block_d))
     block_d = min(cols, max(block_d, elems // block_m))
     return block_m, block_d, max(1, min(16, block_m * block_d // (32 * per_thread)))
 
@@ -141,9 +150,9 @@ def split_range(n: int, block: int, parts: int) -> tuple[int, int]:
 
     Returns ``(range_length, n_ranges)``; the last range may be shorter.
     """
-    blocks = triton.cdiv(n, block)
-    length = triton.cdiv(blocks, max(1, min(parts, blocks))) * block
-    return length, triton.cdiv(n, length)
+    blocks = cdiv(n, block)
+    length = cdiv(blocks, max(1, min(parts, blocks))) * block
+    return length, cdiv(n, length)
 
 # Elementwise-after-reduction kernels (coor_descent backward) split each row into chunks
 # of at most LOOP_BLOCK columns and at least SPLIT_MIN_BLOCK, aiming at this many
@@ -154,10 +163,10 @@ SPLIT_PROGRAMS_PER_SM = 4
 
 def split_row(n_rows: int, n_cols: int, device: torch.device) -> tuple[int, int]:
     """Return ``(BLOCK, chunks_per_row)`` for a grid of (rows, chunks) programs."""
-    per_row = triton.cdiv(num_sms(device) * SPLIT_PROGRAMS_PER_SM, max(n_rows, 1))
-    block = triton.next_power_of_2(triton.cdiv(n_cols, per_row))
+    per_row = cdiv(num_sms(device) * SPLIT_PROGRAMS_PER_SM, max(n_rows, 1))
+    block = next_power_of_2(cdiv(n_cols, per_row))
     block = min(max(block, SPLIT_MIN_BLOCK), LOOP_BLOCK)
-    return block, triton.cdiv(n_cols, block)
+    return block, cdiv(n_cols, block)
 
 # Softmax keeps rows of up to this many columns whole in registers (one read of the row;
 # 32 fp32 values a thread at 32 warps); longer rows are streamed in LOOP_BLOCK chunks.
@@ -177,7 +186,7 @@ def softmax_tile(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
     if n_cols > SOFTMAX_MAX_FUSED_COLS:
         block_n = min(LOOP_BLOCK, SOFTMAX_MAX_FUSED_COLS)
         return 1, block_n, False, max(1, min(32, block_n // 512))
-    block_n = max(triton.next_power_of_2(n_cols), 16)
-    rows = triton.next_power_of_2(max(n_rows, 1))
+    block_n = max(next_power_of_2(n_cols), 16)
+    rows = next_power_of_2(max(n_rows, 1))
     block_m = max(1, min(SOFTMAX_TILE_ELEMENTS // block_n, SOFTMAX_MAX_TILE_ROWS, rows))
     return block_m, block_n, True, max(1, min(32, block_m * block_n // 512))

@@ -267,7 +267,7 @@ def _backward(
         s.stride(0), stride_m, dy.stride(0), 0 if k is None else k.stride(0), ds.stride(0),
         n_cols, n_iters, n_chunks, k_value,
         HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=compute_dk,
-        BLOCK_N=block, CHUNKS_BLOCK=max(triton.next_power_of_2(n_chunks), 2), num_warps=warps,
+        BLOCK_N=block, CHUNKS_BLOCK=max(_launch.next_power_of_2(n_chunks), 2), num_warps=warps,
     )
     return ds, dk
 

@@ -236,7 +236,7 @@ def _forward(
     mean, rstd = _empty_f32(n_rows, x), _empty_f32(n_rows, x)
     inv_scale = _empty_f32(n_rows if stable else 0, x)
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols)
-    wrap(_layer_norm_fwd_kernel)[(triton.cdiv(n_rows, block_m),)](
+    wrap(_layer_norm_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         x, y, weight, bias, mean, rstd, inv_scale,
         x.stride(0), y.stride(0), n_rows, n_cols, eps,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STABLE=stable,
@@ -256,7 +256,7 @@ def _backward(
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
     dx = torch.empty((n_rows, n_cols) if compute_dx else (0, n_cols), dtype=x.dtype, device=x.device)
     if single_pass:
-        n_tiles = triton.cdiv(n_rows, block_m)
+        n_tiles = _launch.cdiv(n_rows, block_m)
         programs, tiles_per_program = _launch.persistent_grid(n_tiles, x.device, _launch.PROGRAMS_PER_SM)
         dw_partial = x.new_empty((programs if compute_dw else 0, n_cols), dtype=torch.float32)
         db_partial = x.new_empty((programs if compute_db else 0, n_cols), dtype=torch.float32)
@@ -269,7 +269,7 @@ def _backward(
     else:
         # Rows longer than a block: two streaming launches, so that every SM has many
         # independent chunks in flight (one program walking long rows stalls on latency).
-        n_chunks = triton.cdiv(n_cols, block_n)
+        n_chunks = _launch.cdiv(n_cols, block_n)
         sums = x.new_empty((n_rows if compute_dx else 0, n_chunks, 2), dtype=torch.float32)
         if compute_dx:
             wrap(_layer_norm_bwd_row_sums_kernel)[(n_rows, n_chunks)](
@@ -279,13 +279,13 @@ def _backward(
             )
         split_m = _launch.SPLIT_BLOCK_M
         groups = _launch.row_groups(n_rows, n_chunks, split_m, x.device)
-        rows_per_group = triton.cdiv(n_rows, groups)
+        rows_per_group = _launch.cdiv(n_rows, groups)
         dw_partial = x.new_empty((groups if compute_dw else 0, n_cols), dtype=torch.float32)
         db_partial = x.new_empty((groups if compute_db else 0, n_cols), dtype=torch.float32)
         wrap(_layer_norm_bwd_split_kernel)[(n_chunks, groups)](
             dy, x, weight, mean, rstd, inv_scale, sums, dx, dw_partial, db_partial,
             dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, n_chunks, rows_per_group,
-            BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=triton.next_power_of_2(n_chunks),
+            BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
             num_warps=_launch.num_warps(split_m * block_n), **flags,
         )
     dweight = dw_partial.sum(0) if compute_dw else dw_partial.new_empty(0)

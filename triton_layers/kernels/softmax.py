@@ -173,7 +173,7 @@ def _forward(
     n_rows, n_cols = x.shape
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols)
-    wrap(_softmax_fwd_kernel)[(triton.cdiv(n_rows, block_m),)](
+    wrap(_softmax_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         x, y, pad_mask,
         x.stride(0), y.stride(0), pad_mask.stride(0) if pad_mask is not None else 0,
         n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E,
@@ -190,7 +190,7 @@ def _backward(
     n_rows, n_cols = y.shape
     dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
     block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols)
-    wrap(_softmax_bwd_kernel)[(triton.cdiv(n_rows, block_m),)](
+    wrap(_softmax_bwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         dy, y, dx,
         dy.stride(0), y.stride(0), dx.stride(0),
         n_rows, n_cols, n_q, scale,

@@ -124,8 +124,8 @@ def _forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], wrap=_launch.dir
     n_rows, n_cols = x.shape
     aligned = _launch.rows_aligned(x, n_cols)
     block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), aligned)
-    row_blocks = triton.cdiv(n_rows, block_m)
-    wanted = triton.cdiv(_launch.num_sms(x.device) * _launch.FWD_PROGRAMS_PER_SM, row_blocks)
+    row_blocks = _launch.cdiv(n_rows, block_m)
+    wanted = _launch.cdiv(_launch.num_sms(x.device) * _launch.FWD_PROGRAMS_PER_SM, row_blocks)
     cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
     y = torch.empty(n_rows, dtype=x.dtype, device=x.device)
     partial = torch.empty((splits if splits > 1 else 0, n_rows), dtype=torch.float32, device=x.device)
@@ -136,8 +136,8 @@ def _forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], wrap=_launch.dir
         BLOCK_M=block_m, BLOCK_D=block_d, num_warps=warps,
     )
     if splits > 1:
-        block = min(REDUCE_BLOCK, triton.next_power_of_2(n_rows))
-        wrap(_weighted_sum_fwd_reduce_kernel)[(triton.cdiv(n_rows, block),)](
+        block = min(REDUCE_BLOCK, _launch.next_power_of_2(n_rows))
+        wrap(_weighted_sum_fwd_reduce_kernel)[(_launch.cdiv(n_rows, block),)](
             partial, bias, y, n_rows, splits,
             HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4,
         )
@@ -155,8 +155,8 @@ def _backward(
     elem_size = torch.finfo(x_dtype).bits // 8
     aligned = _launch.rows_aligned(x if compute_dw else None, n_cols)
     block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, elem_size, aligned)
-    col_blocks = triton.cdiv(n_cols, block_d)
-    wanted = triton.cdiv(_launch.num_sms(dy.device) * _launch.BWD_PROGRAMS_PER_SM, col_blocks)
+    col_blocks = _launch.cdiv(n_cols, block_d)
+    wanted = _launch.cdiv(_launch.num_sms(dy.device) * _launch.BWD_PROGRAMS_PER_SM, col_blocks)
     rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
     dx = torch.empty((n_rows if compute_dx else 0, n_cols), dtype=x_dtype, device=dy.device)
     dw_partial = torch.empty((programs if compute_dw else 0, n_cols), dtype=torch.float32, device=dy.device)
