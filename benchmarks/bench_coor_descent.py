@@ -57,9 +57,7 @@ def _memory_table(results: list, impls: list, title: str) -> str:
             ok = match and match[0].peak_mib == match[0].peak_mib
             cells.append(f"{match[0].peak_mib:.1f}" if ok else "")
         lines.append(f"| {shape} | {direction} | " + " | ".join(cells) + " |")
-    text = "\n".join(lines)
-    print(text, flush=True)
-    return text
+    return harness.emit(lines)
 
 
 def main() -> None:

@@ -56,9 +56,7 @@ def _targets(results: list, shapes: list, dtypes: list) -> str:
                     f"{peer.us / causal.us:.2f}" if peer and causal and peer.us == peer.us else "",
                 ]
                 lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
-    text = "\n".join(lines)
-    print(text, flush=True)
-    return text
+    return harness.emit(lines)
 
 
 def main() -> None:

@@ -122,6 +122,11 @@ def print_table(results: Iterable[Result], impls: list[str], title: str, copy_gb
             else:
                 cells.append(f"{match[0].us:.0f} us")
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
+    return emit(lines)
+
+
+def emit(lines: list[str]) -> str:
+    """Print a table's lines and return them as one text."""
     text = "\n".join(lines)
     print(text, flush=True)
     return text

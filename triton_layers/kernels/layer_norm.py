@@ -95,6 +95,23 @@ def _layer_norm_fwd_kernel(
 
 
 @triton.jit
+def _load_bwd_tile(
+    X, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_x_row, stride_dy_row,
+    STABLE: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """dy and xhat (fp32, 0 outside ``mask``) of a tile, with the rows' rstd and 1/max|x|."""
+    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    if STABLE:
+        inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
+    mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
+    rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
+    xhat = tl.where(mask, (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None], 0.0)
+    return dy, xhat, rstd, inv_scale
+
+
+@triton.jit
 def _layer_norm_bwd_kernel(
     DY, X, W, Mean, Rstd, InvScale, DX, DW_partial, DB_partial,
     stride_dy_row, stride_x_row, stride_dx_row, M, N, tiles_per_program,
@@ -121,14 +138,9 @@ def _layer_norm_bwd_kernel(
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-        if STABLE:
-            inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
-        mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
-        rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
-        xhat = tl.where(mask, (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None], 0.0)
+        dy, xhat, rstd, inv_scale = _load_bwd_tile(
+            X, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_x_row, stride_dy_row, STABLE, BLOCK_M
+        )
         if COMPUTE_DX:
             g = dy * w[None, :]
             c1 = tl.sum(xhat * g, axis=1) / N
@@ -196,14 +208,9 @@ def _layer_norm_bwd_split_kernel(
         rows = first + tl.arange(0, BLOCK_M)
         row_mask = rows < row_stop
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-        if STABLE:
-            inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
-        mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
-        rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
-        xhat = tl.where(mask, (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None], 0.0)
+        dy, xhat, rstd, inv_scale = _load_bwd_tile(
+            X, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_x_row, stride_dy_row, STABLE, BLOCK_M
+        )
         if COMPUTE_DX:
             # Every program adds a row's chunk sums in the same order: deterministic.
             sums = Sums + (rows[:, None] * n_chunks + chunk_ids[None, :]) * 2
