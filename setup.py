@@ -10,7 +10,7 @@ setup(
     python_requires=">=3.9",
     install_requires=["torch>=2.6", "triton>=3.2", "einops>=0.7", "packaging"],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "colt5-attention>=0.11"],
+        "test": ["pytest>=7", "hypothesis>=6", "numpy", "colt5-attention>=0.11"],
         "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11"],
     },
 )
