@@ -45,24 +45,30 @@ def _visible_limit(rows, n_cols, n_q, CAUSAL: tl.constexpr):
 @triton.jit
 def _row_tile(pid, n_rows, n_cols, n_q, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Program ``pid``'s (BLOCK_M x BLOCK_N) tile of whole rows: row and column indices,
-    which entries are visible keys (to read), and which are in bounds (to write)."""
+    which entries are visible keys, which to read, and which are in bounds (to write).
+
+    Reads cover the visible prefix rounded up to 16 columns: a mask bounded by a multiple
+    of 16 lets Triton emit 16-byte vector loads, where a per-row bound such as the causal
+    limit gives scalar ones (seen in the sm_90 PTX: 16 scalar loads a thread instead of 2
+    vectors). The few extra columns read are discarded through ``visible``."""
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     row_ok = rows < n_rows
     limit = _visible_limit(rows, n_cols, n_q, CAUSAL)
     visible = (cols[None, :] < limit[:, None]) & row_ok[:, None]
     in_bounds = (cols[None, :] < n_cols) & row_ok[:, None]
-    return rows[:, None], cols[None, :], visible, in_bounds
+    to_read = (cols[None, :] < ((limit + 15) // 16 * 16)[:, None]) & in_bounds
+    return rows[:, None], cols[None, :], visible, to_read, in_bounds
 
 
 @triton.jit
-def _load_scores(X, PadMask, x_offs, mask_offs, visible, scale_log2, HAS_MASK: tl.constexpr):
-    """``x * scale * log2(e)`` in fp32 at visible, unpadded keys, -inf elsewhere; the hidden
-    keys are not read."""
+def _load_scores(X, PadMask, x_offs, mask_offs, visible, to_read, scale_log2, HAS_MASK: tl.constexpr):
+    """``x * scale * log2(e)`` in fp32 at visible, unpadded keys, -inf elsewhere; only the
+    entries in ``to_read`` (the visible ones, or a vector-aligned superset) are read."""
     if HAS_MASK:
-        pad = tl.load(PadMask + mask_offs, mask=visible, other=1)
+        pad = tl.load(PadMask + mask_offs, mask=to_read, other=1)
         visible = visible & (pad == 0)
-    x = tl.load(X + x_offs, mask=visible, other=0.0)
+    x = tl.load(X + x_offs, mask=to_read, other=0.0)
     return tl.where(visible, x.to(tl.float32) * scale_log2, float("-inf"))
 
 
@@ -86,9 +92,9 @@ def _softmax_fwd_kernel(
     scale_log2 = tl.cast(scale_log2, tl.float32)  # Inductor may pass Python floats as fp64
     pid = tl.program_id(0).to(tl.int64)
     if SINGLE_PASS:
-        rows, cols, visible, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
+        rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
         mask_offs = (rows // rows_per_batch) * stride_mask_row + cols
-        z = _load_scores(X, PadMask, rows * stride_x_row + cols, mask_offs, visible, scale_log2, HAS_MASK)
+        z = _load_scores(X, PadMask, rows * stride_x_row + cols, mask_offs, visible, to_read, scale_log2, HAS_MASK)
         m = tl.max(z, axis=1)
         m = tl.where(m == float("-inf"), 0.0, m)  # a row with no visible key
         e = tl.exp2(z - m[:, None])
@@ -108,7 +114,8 @@ def _softmax_fwd_kernel(
         m = float("-inf")
         denom = 0.0
         for start in range(0, limit, BLOCK_N):
-            z = _load_scores(x_row, PadMask, start + cols, start + cols, start + cols < limit, scale_log2, HAS_MASK)
+            z = _load_scores(x_row, PadMask, start + cols, start + cols, start + cols < limit, start + cols < limit,
+                             scale_log2, HAS_MASK)
             m_new = tl.maximum(m, tl.max(z, axis=0))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             denom = denom * tl.exp2(m - m_use) + tl.sum(tl.exp2(z - m_use), axis=0)
@@ -116,7 +123,8 @@ def _softmax_fwd_kernel(
         m = tl.where(m == float("-inf"), 0.0, m)
         inv = 1.0 / tl.where(denom > 0.0, denom, 1.0)  # no visible key: e == 0, y == 0
         for start in range(0, limit, BLOCK_N):
-            z = _load_scores(x_row, PadMask, start + cols, start + cols, start + cols < limit, scale_log2, HAS_MASK)
+            z = _load_scores(x_row, PadMask, start + cols, start + cols, start + cols < limit, start + cols < limit,
+                             scale_log2, HAS_MASK)
             y = tl.exp2(z - m) * inv
             tl.store(y_row + start + cols, y.to(Y.dtype.element_ty), mask=start + cols < n_cols)
         if CAUSAL:
@@ -135,9 +143,10 @@ def _softmax_bwd_kernel(
     scale = tl.cast(scale, tl.float32)  # Inductor may pass Python floats as fp64
     pid = tl.program_id(0).to(tl.int64)
     if SINGLE_PASS:
-        rows, cols, visible, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
-        y = tl.load(Y + rows * stride_y_row + cols, mask=visible, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows * stride_dy_row + cols, mask=visible, other=0.0).to(tl.float32)
+        rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
+        # Hidden keys have y == 0 but dy may be anything (even NaN): zero both there.
+        y = tl.where(visible, tl.load(Y + rows * stride_y_row + cols, mask=to_read, other=0.0).to(tl.float32), 0.0)
+        dy = tl.where(visible, tl.load(DY + rows * stride_dy_row + cols, mask=to_read, other=0.0).to(tl.float32), 0.0)
         dot = tl.sum(y * dy, axis=1)
         dx = (scale * y) * (dy - dot[:, None])
         tl.store(DX + rows * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=in_bounds)
