@@ -144,9 +144,13 @@ def _softmax_bwd_kernel(
     pid = tl.program_id(0).to(tl.int64)
     if SINGLE_PASS:
         rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
-        # Hidden keys have y == 0 but dy may be anything (even NaN): zero both there.
-        y = tl.where(visible, tl.load(Y + rows * stride_y_row + cols, mask=to_read, other=0.0).to(tl.float32), 0.0)
-        dy = tl.where(visible, tl.load(DY + rows * stride_dy_row + cols, mask=to_read, other=0.0).to(tl.float32), 0.0)
+        y = tl.load(Y + rows * stride_y_row + cols, mask=to_read, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows * stride_dy_row + cols, mask=to_read, other=0.0).to(tl.float32)
+        if CAUSAL:
+            # Reads reach up to 15 hidden keys past the limit: y is 0 there, but dy may be
+            # anything (even NaN), so zero both. Without causal, to_read is exact.
+            y = tl.where(visible, y, 0.0)
+            dy = tl.where(visible, dy, 0.0)
         dot = tl.sum(y * dy, axis=1)
         dx = (scale * y) * (dy - dot[:, None])
         tl.store(DX + rows * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=in_bounds)
