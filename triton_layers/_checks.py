@@ -43,6 +43,14 @@ def check_shape(t: Optional[Tensor], name: str, shape: Sequence[int]) -> None:
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
 
 
+def check_positive(value: object, name: str, allow_none: bool = False) -> None:
+    """``value`` must be a finite positive int or float (or None when ``allow_none``)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+
+
 def use_kernels(x: Tensor, use_triton: Optional[bool]) -> bool:
     """Pick the path for ``x``: the Triton kernels or the pure-torch reference.
 

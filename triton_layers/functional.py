@@ -13,7 +13,9 @@ import torch
 from torch import Tensor
 
 from . import reference
-from ._checks import FLOAT_DTYPES, as_rows, check_same_device, check_shape, check_tensor, use_kernels
+from ._checks import (
+    FLOAT_DTYPES, as_rows, check_positive, check_same_device, check_shape, check_tensor, use_kernels,
+)
 from .kernels import _launch
 from .kernels import coor_descent as _coor_descent_kernels
 from .kernels import layer_norm as _layer_norm_kernels
@@ -118,12 +120,6 @@ def weighted_sum(
     y = _weighted_sum_kernels.weighted_sum(x2, w, b)
     return y.reshape(x.shape[:-1])
 
-def _check_positive(value: object, name: str, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
-
 
 def coor_descent(
     s: Tensor,
@@ -160,9 +156,9 @@ def coor_descent(
         raise ValueError(f"s must have at least one dim (rows x sequence), got shape {tuple(s.shape)}")
     if isinstance(n_iters, bool) or not isinstance(n_iters, int) or n_iters < 1:
         raise ValueError(f"n_iters must be an int >= 1, got {n_iters!r}")
-    _check_positive(eps, "eps")
-    _check_positive(eps_init, "eps_init", allow_none=True)
-    _check_positive(eps_decay, "eps_decay")
+    check_positive(eps, "eps")
+    check_positive(eps_init, "eps_init", allow_none=True)
+    check_positive(eps_decay, "eps_decay")
     lead = s.shape[:-1]
     if isinstance(k, Tensor):
         check_tensor(k, "k", FLOAT_DTYPES + (torch.float64,))
@@ -170,7 +166,7 @@ def coor_descent(
             raise ValueError(f"k of shape {tuple(k.shape)} must broadcast to s's leading dims {tuple(lead)}")
         k_rows = k.expand(lead)
     else:
-        _check_positive(k, "k")
+        check_positive(k, "k")
         k_rows = None
     if mask is not None:
         check_tensor(mask, "mask", (torch.bool,))
@@ -193,6 +189,7 @@ def coor_descent(
         float(eps if eps_init is None else eps_init), float(eps_decay),
     )
     return y.reshape(s.shape)
+
 
 def softmax(
     x: Tensor,
