@@ -41,7 +41,7 @@ def main():
         host_overhead_us(lambda: F.layer_norm(xs, (1024,), ws).sum().backward())))
     fwd_grid = {"TILE_ELEMENTS": [2048, 4096, 8192], "ELEMENTS_PER_WARP": [128, 256, 512]}
     bwd_short = dict(fwd_grid, PROGRAMS_PER_SM=[1, 2, 4])
-    bwd_long = {"LOOP_BLOCK": [2048, 4096, 8192], "SPLIT_BLOCK_M": [1, 2, 4, 8], "SPLIT_PROGRAMS_PER_SM": [2, 4, 8]}
+    bwd_long = {"LOOP_BLOCK": [2048, 4096, 8192], "LN_SPLIT_BLOCK_M": [1, 2, 4, 8], "LN_SPLIT_PROGRAMS_PER_SM": [2, 4, 8]}
     names = set(fwd_grid) | set(bwd_short) | set(bwd_long)
     defaults = {k: getattr(_launch, k) for k in names}
 
@@ -90,6 +90,7 @@ def main():
     torch.cuda.synchronize()
     pr.disable()
     pstats.Stats(pr).sort_stats("tottime").print_stats(18)
+
 
 if __name__ == "__main__":
     main()

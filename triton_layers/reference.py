@@ -45,6 +45,7 @@ def weighted_sum(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
         y = y + bias.to(ct)
     return y.to(x.dtype)
 
+
 def coor_descent(
     s: Tensor,
     n_iters: int,
@@ -87,6 +88,7 @@ def coor_descent(
     if mask is not None:
         y = y.masked_fill(~mask, 0.0)
     return y.to(s.dtype)
+
 
 def softmax(
     x: Tensor,

@@ -31,14 +31,15 @@ PROGRAMS_PER_SM = 2
 
 
 # Long-row LayerNorm backward: rows per tile of the column-split kernel, and programs per SM.
-SPLIT_BLOCK_M = 2
-SPLIT_PROGRAMS_PER_SM = 2
+# (4 is what every H200 benchmark in the README ran with; a pre-merge sweep preferred 2.)
+LN_SPLIT_BLOCK_M = 2
+LN_SPLIT_PROGRAMS_PER_SM = 4
 
 
 def row_groups(n_rows: int, n_chunks: int, block_m: int, device: torch.device) -> int:
-    """Row groups for a (column chunk x row group) grid: about SPLIT_PROGRAMS_PER_SM programs
+    """Row groups for a (column chunk x row group) grid: about LN_SPLIT_PROGRAMS_PER_SM programs
     per SM, each group at least one tile high. Depends only on the shape and the device."""
-    wanted = max(1, num_sms(device) * SPLIT_PROGRAMS_PER_SM // n_chunks)
+    wanted = max(1, num_sms(device) * LN_SPLIT_PROGRAMS_PER_SM // n_chunks)
     return max(1, min(wanted, cdiv(n_rows, block_m)))
 
 
@@ -154,19 +155,21 @@ def split_range(n: int, block: int, parts: int) -> tuple[int, int]:
     length = cdiv(blocks, max(1, min(parts, blocks))) * block
     return length, cdiv(n, length)
 
+
 # Elementwise-after-reduction kernels (coor_descent backward) split each row into chunks
 # of at most LOOP_BLOCK columns and at least SPLIT_MIN_BLOCK, aiming at this many
 # programs per SM so that a few long rows still fill the GPU.
 SPLIT_MIN_BLOCK = 256
-SPLIT_PROGRAMS_PER_SM = 4
+SPLIT_ROW_PROGRAMS_PER_SM = 4
 
 
 def split_row(n_rows: int, n_cols: int, device: torch.device) -> tuple[int, int]:
     """Return ``(BLOCK, chunks_per_row)`` for a grid of (rows, chunks) programs."""
-    per_row = cdiv(num_sms(device) * SPLIT_PROGRAMS_PER_SM, max(n_rows, 1))
+    per_row = cdiv(num_sms(device) * SPLIT_ROW_PROGRAMS_PER_SM, max(n_rows, 1))
     block = next_power_of_2(cdiv(n_cols, per_row))
     block = min(max(block, SPLIT_MIN_BLOCK), LOOP_BLOCK)
     return block, cdiv(n_cols, block)
+
 
 # Softmax keeps rows of up to this many columns whole in registers (one read of the row;
 # 32 fp32 values a thread at 32 warps); longer rows are streamed in LOOP_BLOCK chunks.

@@ -284,7 +284,7 @@ def _backward(
                 HAS_WEIGHT=weight is not None, STABLE=stable, BLOCK_N=block_n,
                 num_warps=_launch.num_warps(block_n),
             )
-        split_m = _launch.SPLIT_BLOCK_M
+        split_m = _launch.LN_SPLIT_BLOCK_M
         groups = _launch.row_groups(n_rows, n_chunks, split_m, x.device)
         rows_per_group = _launch.cdiv(n_rows, groups)
         dw_partial = x.new_empty((groups if compute_dw else 0, n_cols), dtype=torch.float32)
