@@ -46,17 +46,8 @@ def main() -> None:
             b = (0.1 * torch.randn(d, device=device)).to(dtype).requires_grad_()
             dy = torch.randn_like(x)
             for name, op in impls.items():
-                fwd = harness.try_peer(lambda: (lambda: op(x, w, b)))
-                harness.measure(results, "layernorm", shape, dtype, "fwd", name, fwd, 2 * m * d * s, copy,
-                                quick=args.quick)
-                if fwd is None:
-                    harness.measure(results, "layernorm", shape, dtype, "bwd", name, None, 0, copy)
-                    continue
-                y = op(x, w, b)
-                bwd = harness.try_peer(lambda: (lambda: y.backward(dy, retain_graph=True)))
-                harness.measure(results, "layernorm", shape, dtype, "bwd", name, bwd, 3 * m * d * s, copy,
-                                grad_to_none=[x, w, b], quick=args.quick)
-                del y
+                harness.measure_fwd_bwd(results, "layernorm", shape, dtype, name, lambda: op(x, w, b), dy,
+                                        [x, w, b], 2 * m * d * s, 3 * m * d * s, copy, args.quick)
             del x, w, b, dy
             torch.cuda.empty_cache()
     harness.print_table(results, list(impls), f"layernorm on {torch.cuda.get_device_name()}", copy)

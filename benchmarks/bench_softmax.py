@@ -87,17 +87,8 @@ def main() -> None:
             dy = torch.randn_like(x)
             hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
             for name, op in impls.items():
-                fwd = harness.try_peer(lambda: (lambda: op(x, hidden)))
-                harness.measure(results, "softmax", shape, dtype, "fwd", name, fwd, 2 * nbytes, copy,
-                                quick=args.quick)
-                if fwd is None:
-                    harness.measure(results, "softmax", shape, dtype, "bwd", name, None, 0, copy)
-                    continue
-                y = op(x, hidden)
-                bwd = harness.try_peer(lambda: (lambda: y.backward(dy, retain_graph=True)))
-                harness.measure(results, "softmax", shape, dtype, "bwd", name, bwd, 3 * nbytes, copy,
-                                grad_to_none=[x], quick=args.quick)
-                del y, fwd, bwd
+                harness.measure_fwd_bwd(results, "softmax", shape, dtype, name, lambda: op(x, hidden), dy,
+                                        [x], 2 * nbytes, 3 * nbytes, copy, args.quick)
                 x.grad = None
             del x, dy, hidden
             torch.cuda.empty_cache()

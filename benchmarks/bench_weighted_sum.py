@@ -108,17 +108,8 @@ def main() -> None:
             with torch.no_grad():
                 _check(TF.weighted_sum(x, w), x, w, f"{shape} {dtype}")
             for name, op in impls.items():
-                fwd = harness.try_peer(lambda: (lambda: op(x, w)))
-                harness.measure(results, "weighted_sum", shape, dtype, "fwd", name, fwd, m * d * s, copy,
-                                quick=args.quick)
-                if fwd is None:
-                    harness.measure(results, "weighted_sum", shape, dtype, "bwd", name, None, 0, copy)
-                    continue
-                y = op(x, w)
-                bwd = harness.try_peer(lambda: (lambda: y.backward(dy, retain_graph=True)))
-                harness.measure(results, "weighted_sum", shape, dtype, "bwd", name, bwd, 2 * m * d * s, copy,
-                                grad_to_none=[x, w], quick=args.quick)
-                del y
+                harness.measure_fwd_bwd(results, "weighted_sum", shape, dtype, name, lambda: op(x, w), dy,
+                                        [x, w], m * d * s, 2 * m * d * s, copy, args.quick)
             del x, w, dy
             torch.cuda.empty_cache()
     harness.print_table(results, list(impls), f"weighted_sum on {torch.cuda.get_device_name()}", copy)

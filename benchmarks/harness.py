@@ -90,6 +90,23 @@ def measure(
     return res
 
 
+def measure_fwd_bwd(
+    results: list, op: str, shape: str, dtype: torch.dtype, impl: str,
+    forward: Callable[[], torch.Tensor], dy: torch.Tensor, inputs: list,
+    fwd_bytes: int, bwd_bytes: int, copy_gbps: float, quick: bool = False,
+) -> None:
+    """Time ``forward()`` and the backward of its output with ``dy`` (gradients of ``inputs``
+    reset each time); a peer whose forward fails gets empty cells for both."""
+    fwd = try_peer(lambda: forward)
+    measure(results, op, shape, dtype, "fwd", impl, fwd, fwd_bytes, copy_gbps, quick=quick)
+    if fwd is None:
+        measure(results, op, shape, dtype, "bwd", impl, None, 0, copy_gbps)
+        return
+    y = forward()
+    bwd = try_peer(lambda: (lambda: y.backward(dy, retain_graph=True)))
+    measure(results, op, shape, dtype, "bwd", impl, bwd, bwd_bytes, copy_gbps, grad_to_none=inputs, quick=quick)
+
+
 def peak_memory_mib(fn: Callable[[], object]) -> float:
     """Peak memory allocated while ``fn`` runs, above what was allocated before, in MiB."""
     torch.cuda.synchronize()
