@@ -11,6 +11,7 @@ Run: python -m benchmarks.bench_coor_descent [--quick] [--no-compile] [--out DIR
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -60,15 +61,20 @@ def _memory_table(results: list, impls: list, title: str) -> str:
     return harness.emit(lines)
 
 
-def main() -> None:
-    args = harness.parse_args(__doc__)
-    device = harness.require_cuda()
-    copy = harness.copy_bandwidth_gbps(device)
-    impls = {"triton_layers": TF.coor_descent, **_peers(args.no_compile)}
+def cases(opts: argparse.Namespace) -> list[tuple[int, int]]:
+    """The (rows, n) shapes a run measures, in order (float32 only)."""
+    return QUICK_SHAPES if opts.quick else SHAPES
+
+
+def run(opts: argparse.Namespace, copy_gbps: float, progress: harness.Progress = harness.no_progress) -> list:
+    """Time and measure the peak memory of every implementation at every case; returns the Results."""
+    device = harness.device()
+    impls = {"triton_layers": TF.coor_descent, **_peers(opts.no_compile)}
     dtype = torch.float32
     results: list = []
-    for m, n in QUICK_SHAPES if args.quick else SHAPES:
+    for m, n in cases(opts):
         shape = f"{m}x{n}"
+        progress(f"coor_descent {shape}")
         kw = dict(k=n / 8 * 9 / 8, **SETTINGS)
         s = torch.randn(m, n, device=device, dtype=dtype)
         s_grad = s.clone().requires_grad_()
@@ -79,22 +85,24 @@ def main() -> None:
             if fwd is not None:
                 err = (fwd().double() - exact).abs().max().item()
                 print(f"{shape} {name}: max abs error vs float64 {err:.2e}", file=sys.stderr)
-            res = harness.measure(results, "coor_descent", shape, dtype, "fwd", name, fwd, 2 * m * n * 4, copy,
-                                  quick=args.quick)
+            res = harness.measure(results, "coor_descent", shape, dtype, "fwd", name, fwd, 2 * m * n * 4, copy_gbps,
+                                  quick=opts.quick)
             if fwd is not None:
                 res.peak_mib = harness.peak_memory_mib(fwd)
             both = harness.try_peer(lambda: (lambda: op(s_grad, **kw).backward(dy)))
-            res = harness.measure(results, "coor_descent", shape, dtype, "fwd+bwd", name, both, 5 * m * n * 4, copy,
-                                  grad_to_none=[s_grad], quick=args.quick)
+            res = harness.measure(results, "coor_descent", shape, dtype, "fwd+bwd", name, both, 5 * m * n * 4,
+                                  copy_gbps, grad_to_none=[s_grad], quick=opts.quick)
             if both is not None:
                 s_grad.grad = None
                 res.peak_mib = harness.peak_memory_mib(both)
         del s, s_grad, dy, exact
         torch.cuda.empty_cache()
-    title = f"coor_descent on {torch.cuda.get_device_name()}"
-    harness.print_table(results, list(impls), title, copy)
-    _memory_table(results, list(impls), title)
-    harness.write_csv(results, f"{args.out}/coor_descent.csv")
+    return results
+
+
+def main() -> None:
+    harness.run_alone("coor_descent", __doc__, run, lambda opts, results: _memory_table(
+        results, list(dict.fromkeys(r.impl for r in results)), f"coor_descent on {torch.cuda.get_device_name()}"))
 
 
 if __name__ == "__main__":

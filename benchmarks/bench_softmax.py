@@ -9,6 +9,8 @@ Run: python -m benchmarks.bench_softmax [--quick] [--out DIR]
 """
 from __future__ import annotations
 
+import argparse
+
 import torch
 
 from benchmarks import harness
@@ -59,42 +61,53 @@ def _targets(results: list, shapes: list, dtypes: list) -> str:
     return harness.emit(lines)
 
 
-def main() -> None:
-    args = harness.parse_args(__doc__)
-    device = harness.require_cuda()
-    copy = harness.copy_bandwidth_gbps(device)
+def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
+    """The (dtype, (B*H, N)) pairs a run measures, in order."""
+    return harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)
+
+
+def implementations(opts: argparse.Namespace) -> dict:
+    """Ours (plain and causal) and the peers, name -> f(x, hidden) with hidden = the causal mask."""
     impls = {
         OURS: lambda x, hidden: TF.softmax(x),
         OURS_CAUSAL: lambda x, hidden: TF.softmax(x, causal=True),
         "torch": lambda x, hidden: torch.softmax(x, -1),
     }
-    if not args.no_compile:
+    if not opts.no_compile:
         impls["compile"] = harness.compiled(lambda x, hidden: torch.softmax(x, -1))
     impls["torch-causal"] = _torch_causal
-    if not args.no_compile:
+    if not opts.no_compile:
         impls["compile-causal"] = harness.compiled(_torch_causal)
     liger = _liger()
     if liger is not None:
         impls["liger"] = lambda x, hidden: liger(x)
-    shapes = QUICK_SHAPES if args.quick else SHAPES
-    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    return impls
+
+
+def run(opts: argparse.Namespace, copy_gbps: float, progress: harness.Progress = harness.no_progress) -> list:
+    """Time every implementation at every case; returns the Results."""
+    device = harness.device()
+    impls = implementations(opts)
     results: list = []
-    for dtype in dtypes:
-        for bh, n in shapes:
-            shape, s = f"{bh}x{n}x{n}", torch.finfo(dtype).bits // 8
-            nbytes = bh * n * n * s
-            x = torch.randn(bh, n, n, device=device, dtype=dtype).requires_grad_()
-            dy = torch.randn_like(x)
-            hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
-            for name, op in impls.items():
-                harness.measure_fwd_bwd(results, "softmax", shape, dtype, name, lambda: op(x, hidden), dy,
-                                        [x], 2 * nbytes, 3 * nbytes, copy, args.quick)
-                x.grad = None
-            del x, dy, hidden
-            torch.cuda.empty_cache()
-    harness.print_table(results, list(impls), f"softmax on {torch.cuda.get_device_name()}", copy)
-    _targets(results, shapes, dtypes)
-    harness.write_csv(results, f"{args.out}/softmax.csv")
+    for dtype, (bh, n) in cases(opts):
+        shape, s = f"{bh}x{n}x{n}", torch.finfo(dtype).bits // 8
+        progress(f"softmax {shape} {harness.dtype_name(dtype)}")
+        nbytes = bh * n * n * s
+        x = torch.randn(bh, n, n, device=device, dtype=dtype).requires_grad_()
+        dy = torch.randn_like(x)
+        hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
+        for name, op in impls.items():
+            harness.measure_fwd_bwd(results, "softmax", shape, dtype, name, lambda: op(x, hidden), dy,
+                                    [x], 2 * nbytes, 3 * nbytes, copy_gbps, opts.quick)
+            x.grad = None
+        del x, dy, hidden
+        torch.cuda.empty_cache()
+    return results
+
+
+def main() -> None:
+    harness.run_alone("softmax", __doc__, run, lambda opts, results: _targets(
+        results, QUICK_SHAPES if opts.quick else SHAPES, harness.dtypes(opts)))
 
 
 if __name__ == "__main__":

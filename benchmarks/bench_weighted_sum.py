@@ -11,6 +11,7 @@ and writes weighted_sum_sweep.csv: the data to choose the defaults there.
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import sys
 
@@ -27,15 +28,6 @@ QUICK_SHAPES = [(65536, 4096), (2048, 131072)]
 
 def _mul_sum(x, w):
     return (x * w).sum(-1)
-
-
-def _parse_args():
-    """The harness's options plus ``--sweep`` (taken out of argv before the harness parses it)."""
-    do_sweep = "--sweep" in sys.argv
-    sys.argv = [a for a in sys.argv if a != "--sweep"]
-    args = harness.parse_args(__doc__)
-    args.sweep = do_sweep
-    return args
 
 
 def _check(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, label: str) -> None:
@@ -84,36 +76,52 @@ def sweep(args, device: torch.device, copy: float) -> None:
     harness.write_csv(results, f"{args.out}/weighted_sum_sweep.csv")
 
 
-def main() -> None:
-    args = _parse_args()
-    device = harness.require_cuda()
-    copy = harness.copy_bandwidth_gbps(device)
-    if args.sweep:
-        sweep(args, device, copy)
-        return
+def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
+    """The (dtype, (rows, dim)) pairs a run measures, in order."""
+    return harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)
+
+
+def implementations(opts: argparse.Namespace) -> dict:
+    """Ours and the peers, name -> f(x, w)."""
     impls = {
         "triton_layers": lambda x, w: TF.weighted_sum(x, w),
         "matmul": lambda x, w: x @ w,
         "mul-sum": _mul_sum,
     }
-    if not args.no_compile:
+    if not opts.no_compile:
         impls["compile"] = harness.compiled(_mul_sum)
+    return impls
+
+
+def run(opts: argparse.Namespace, copy_gbps: float, progress: harness.Progress = harness.no_progress) -> list:
+    """Time every implementation at every case; returns the Results."""
+    device = harness.device()
+    impls = implementations(opts)
     results: list = []
-    for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
-        for m, d in QUICK_SHAPES if args.quick else SHAPES:
-            shape, s = f"{m}x{d}", torch.finfo(dtype).bits // 8
-            x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
-            w = (torch.randn(d, device=device) / d**0.5 + 0.01).to(dtype).requires_grad_()
-            dy = torch.randn(m, device=device, dtype=dtype)
-            with torch.no_grad():
-                _check(TF.weighted_sum(x, w), x, w, f"{shape} {dtype}")
-            for name, op in impls.items():
-                harness.measure_fwd_bwd(results, "weighted_sum", shape, dtype, name, lambda: op(x, w), dy,
-                                        [x, w], m * d * s, 2 * m * d * s, copy, args.quick)
-            del x, w, dy
-            torch.cuda.empty_cache()
-    harness.print_table(results, list(impls), f"weighted_sum on {torch.cuda.get_device_name()}", copy)
-    harness.write_csv(results, f"{args.out}/weighted_sum.csv")
+    for dtype, (m, d) in cases(opts):
+        shape, s = f"{m}x{d}", torch.finfo(dtype).bits // 8
+        progress(f"weighted_sum {shape} {harness.dtype_name(dtype)}")
+        x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
+        w = (torch.randn(d, device=device) / d**0.5 + 0.01).to(dtype).requires_grad_()
+        dy = torch.randn(m, device=device, dtype=dtype)
+        with torch.no_grad():
+            _check(TF.weighted_sum(x, w), x, w, f"{shape} {dtype}")
+        for name, op in impls.items():
+            harness.measure_fwd_bwd(results, "weighted_sum", shape, dtype, name, lambda: op(x, w), dy,
+                                    [x, w], m * d * s, 2 * m * d * s, copy_gbps, opts.quick)
+        del x, w, dy
+        torch.cuda.empty_cache()
+    return results
+
+
+def main() -> None:
+    if "--sweep" not in sys.argv:
+        harness.run_alone("weighted_sum", __doc__, run)
+        return
+    # --sweep is this script's own option: taken out of argv before the harness parses the rest.
+    opts = harness.parse_args(__doc__, [a for a in sys.argv[1:] if a != "--sweep"])
+    device = harness.require_cuda()
+    sweep(opts, device, harness.copy_bandwidth_gbps(device))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import triton
 
 @dataclasses.dataclass
 class Result:
+    """One measurement: a CSV row (``write_csv``) and a table cell (``print_table``)."""
+
     op: str
     shape: str
     dtype: str
@@ -31,13 +33,60 @@ class Result:
     peak_mib: float = float("nan")  # peak extra memory, where measured
 
 
-def parse_args(description: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
+# Called with a label when a benchmark case starts (run_all draws a progress bar with it).
+Progress = Callable[[str], None]
+
+
+def no_progress(label: str) -> None:
+    """The Progress of a script run alone: it prints its tables at the end instead."""
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options every benchmark takes (the single scripts and ``python -m benchmarks``)."""
     parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench-results"), help="CSV folder")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile peers")
-    return parser.parse_args()
+    return parser
+
+
+def parse_args(description: str, argv: Optional[list[str]] = None) -> argparse.Namespace:
+    """A single benchmark script's options."""
+    return add_common_args(argparse.ArgumentParser(description=description)).parse_args(argv)
+
+
+def dtypes(opts: argparse.Namespace) -> list[torch.dtype]:
+    """The torch dtypes named by ``opts.dtypes`` (comma-separated), e.g. bfloat16,float32."""
+    return [getattr(torch, name.strip()) for name in opts.dtypes.split(",") if name.strip()]
+
+
+def dtype_shape_cases(opts: argparse.Namespace, shapes: list, quick_shapes: list) -> list[tuple[torch.dtype, tuple]]:
+    """Every (dtype, shape) pair of a run, dtype-major: the shapes, or the quick ones."""
+    return [(dtype, shape) for dtype in dtypes(opts) for shape in (quick_shapes if opts.quick else shapes)]
+
+
+def run_alone(op: str, description: str, run: Callable[..., list],
+              after: Optional[Callable[[argparse.Namespace, list], object]] = None) -> None:
+    """``main()`` of a single benchmark script: measure the copy bandwidth, ``run``, print
+    the table (and ``after(opts, results)``'s extra tables), write ``<out>/<op>.csv``."""
+    opts = parse_args(description)
+    copy = copy_bandwidth_gbps(require_cuda())
+    results = run(opts, copy)
+    impls = list(dict.fromkeys(r.impl for r in results))
+    print_table(results, impls, f"{op} on {torch.cuda.get_device_name()}", copy)
+    if after is not None:
+        after(opts, results)
+    write_csv(results, f"{opts.out}/{op}.csv")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``, as in the CSVs."""
+    return str(dtype).replace("torch.", "")
+
+
+def device() -> torch.device:
+    """Where the benchmarks allocate their tensors (a function so a CPU dry run can patch it)."""
+    return torch.device("cuda")
 
 
 def require_cuda() -> torch.device:
@@ -85,7 +134,7 @@ def measure(
     """Time ``fn`` (or record a failure) and append a Result."""
     us = time_us(fn, grad_to_none, quick) if fn is not None else float("nan")
     gbps = nbytes / us / 1e3 if fn is not None else float("nan")
-    res = Result(op, shape, str(dtype).replace("torch.", ""), direction, impl, us, gbps, 100 * gbps / copy_gbps)
+    res = Result(op, shape, dtype_name(dtype), direction, impl, us, gbps, 100 * gbps / copy_gbps)
     results.append(res)
     return res
 
@@ -150,11 +199,13 @@ def emit(lines: list[str]) -> str:
 
 
 def write_csv(results: Iterable[Result], path: str) -> None:
+    """Write dataclass rows (Results) as CSV under a header of their field names (makes the folder)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     results = list(results)
+    row_type = type(results[0]) if results else Result  # any dataclass rows (train_step has its own)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow([field.name for field in dataclasses.fields(Result)])
+        writer.writerow([field.name for field in dataclasses.fields(row_type)])
         for r in results:
             writer.writerow(dataclasses.astuple(r))
 
