@@ -1,0 +1,224 @@
+"""PNG plots from a results folder's CSVs: ``python -m benchmarks.plots DIR``.
+
+Writes into DIR, for each CSV found:
+- ``layernorm.png``, ``softmax.png``, ``weighted_sum.png``: GB/s against the row length,
+  one panel per dtype (rows) and direction (columns; softmax: plain and causal), ours and
+  every peer, with the copy bandwidth of the same run as a dashed ceiling;
+- ``coor_descent.png``: forward and forward+backward time, and peak memory, per shape;
+- ``train_step.png``: tokens/s of each training-step variant;
+- ``headline.png``: a 2x2 grid of the most telling panels (bf16 LayerNorm and WeightedSum
+  forward, causal softmax forward, and the training step or else coor_descent).
+Needs matplotlib (Agg backend), not torch or a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Optional
+
+from benchmarks.report import copy_gbps, finite, impl_order, is_ours, load, variant
+
+BANDWIDTH_OPS = ("layernorm", "softmax", "weighted_sum")
+# One colour per implementation family, the same in every panel (ours stands out in red).
+COLORS = {
+    "triton_layers": "tab:red", "torch": "tab:blue", "compile": "tab:orange", "liger": "tab:green",
+    "matmul": "tab:purple", "mul-sum": "tab:brown", "colt5-torch": "tab:blue", "colt5-compile": "tab:orange",
+    "colt5-triton": "tab:green", "torch-compile": "tab:orange", "triton_layers-compile": "tab:pink",
+}
+DPI = 80  # keeps each PNG well under 100 KB
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _color(impl: str) -> str:
+    return COLORS.get(impl.removesuffix("-causal"), "tab:gray")
+
+
+def row_length(shape: str) -> int:
+    """The reduced (last) dimension of a shape written like 32768x1024 or 16x4096x4096."""
+    return int(shape.split("x")[-1])
+
+
+def _k(n: float) -> str:
+    return f"{n / 1024:.0f}K" if n >= 1024 else f"{n:.0f}"
+
+
+def bandwidth_panel(ax, rows: list[dict], dtype: str, direction: str, var: str, title: str) -> bool:
+    """GB/s against row length of every impl of one variant, and the copy ceiling; False if no data."""
+    rows = [r for r in rows if r["dtype"] == dtype and r["direction"] == direction and variant(r["impl"]) == var]
+    if not rows:
+        return False
+    for impl in impl_order(rows):
+        points = sorted((row_length(r["shape"]), r["gbps"]) for r in rows if r["impl"] == impl and finite(r["gbps"]))
+        if points:
+            ours = is_ours(impl)
+            ax.plot(*zip(*points), marker="o", color=_color(impl), label=impl,
+                    linewidth=2.5 if ours else 1.2, markersize=5 if ours else 3, zorder=3 if ours else 2)
+    copy = copy_gbps(rows)
+    if finite(copy):
+        ax.axhline(copy, color="black", linestyle="--", linewidth=1, label=f"copy {copy:.0f} GB/s")
+    lengths = sorted({row_length(r["shape"]) for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [_k(n) for n in lengths])
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("row length (elements)", fontsize=8)
+    ax.set_ylabel("GB/s", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="best")
+    return True
+
+
+def bandwidth_figure(plt, op: str, rows: list[dict], path: str) -> None:
+    """One panel per dtype (row) and variant x direction (column)."""
+    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
+    columns = [(var, d) for var in dict.fromkeys(variant(i) for i in impl_order(rows))
+               for d in dict.fromkeys(r["direction"] for r in rows)]
+    fig, axes = plt.subplots(len(dtypes), len(columns), figsize=(4 * len(columns), 3.2 * len(dtypes)),
+                             squeeze=False)
+    for i, dtype in enumerate(dtypes):
+        for j, (var, direction) in enumerate(columns):
+            name = f"{op} {var}".strip()
+            if not bandwidth_panel(axes[i][j], rows, dtype, direction, var, f"{name} {dtype} {direction}"):
+                axes[i][j].set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def bars_panel(ax, rows: list[dict], value: str, title: str, ylabel: str, log: bool = True) -> bool:
+    """Grouped bars: one group per shape, one bar per impl, height = the ``value`` column."""
+    rows = [r for r in rows if finite(r.get(value))]
+    if not rows:
+        return False
+    shapes, impls = list(dict.fromkeys(r["shape"] for r in rows)), impl_order(rows)
+    width = 0.8 / len(impls)
+    for k, impl in enumerate(impls):
+        xs, ys = [], []
+        for s, shape in enumerate(shapes):
+            match = [r[value] for r in rows if r["shape"] == shape and r["impl"] == impl]
+            if match:
+                xs.append(s + (k - (len(impls) - 1) / 2) * width)
+                ys.append(match[0])
+        ax.bar(xs, ys, width, color=_color(impl), label=impl, edgecolor="black" if is_ours(impl) else "none")
+    ax.set_xticks(range(len(shapes)), shapes, fontsize=7)
+    if log:
+        ax.set_yscale("log")
+    ax.set_title(title, fontsize=10)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=6)
+    return True
+
+
+def coor_descent_figure(plt, rows: list[dict], path: str) -> None:
+    """Forward time, forward+backward time and forward+backward peak memory, per shape."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    fwd = [r for r in rows if r["direction"] == "fwd"]
+    both = [r for r in rows if r["direction"] != "fwd"]
+    bars_panel(axes[0], fwd, "us", "coor_descent fwd: time (lower is better)", "us")
+    bars_panel(axes[1], both, "us", "coor_descent fwd+bwd: time", "us")
+    if not bars_panel(axes[2], both, "peak_mib", "coor_descent fwd+bwd: peak extra memory", "MiB"):
+        axes[2].set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def train_panel(ax, rows: list[dict]) -> bool:
+    """Horizontal bars of tokens/s per variant, labelled with step time and peak memory."""
+    rows = [r for r in rows if finite(r["tokens_per_s"])]
+    if not rows:
+        return False
+    names = [r["impl"] for r in rows]
+    ax.barh(names, [r["tokens_per_s"] for r in rows], color=[_color(n) for n in names])
+    for k, r in enumerate(rows):
+        mem = f", {r['peak_mib'] / 1024:.1f} GiB" if finite(r["peak_mib"]) else ""
+        ax.text(r["tokens_per_s"], k, f" {r['step_ms']:.1f} ms{mem}", va="center", fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(right=max(r["tokens_per_s"] for r in rows) * 1.35)
+    ax.set_title(f"training step, tokens/s\n{rows[0]['config']}", fontsize=9)
+    ax.set_xlabel("tokens/s (higher is better)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3, axis="x")
+    return True
+
+
+def headline_figure(plt, data: dict[str, list[dict]], path: str) -> bool:
+    """2x2 grid: bf16 (else the first dtype) LayerNorm fwd, causal softmax fwd, WeightedSum fwd,
+    and the training step (coor_descent fwd+bwd time if there is no training-step CSV)."""
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    drawn = 0
+    for ax, (op, var) in zip(axes.flat, [("layernorm", ""), ("softmax", "causal"), ("weighted_sum", "")]):
+        rows = data.get(op, [])
+        dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
+        dtype = "bfloat16" if "bfloat16" in dtypes else (dtypes[0] if dtypes else "")
+        title = " ".join(part for part in (op, var, dtype, "forward") if part)
+        if bandwidth_panel(ax, rows, dtype, "fwd", var, title):
+            drawn += 1
+        else:
+            ax.set_visible(False)
+    last = axes[1][1]
+    if "train_step" in data and train_panel(last, data["train_step"]):
+        drawn += 1
+    elif bars_panel(last, [r for r in data.get("coor_descent", []) if r["direction"] != "fwd"], "us",
+                    "coor_descent fwd+bwd time", "us"):
+        drawn += 1
+    else:
+        last.set_visible(False)
+    if drawn:
+        fig.tight_layout()
+        fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return bool(drawn)
+
+
+def plot_all(results_dir: str) -> list[str]:
+    """Draw every plot the folder's CSVs allow; returns the paths written."""
+    plt = _pyplot()
+    data = load(results_dir)
+    path = lambda name: os.path.join(results_dir, f"{name}.png")  # noqa: E731
+    written = []
+    for op in BANDWIDTH_OPS:
+        if data.get(op):
+            bandwidth_figure(plt, op, data[op], path(op))
+            written.append(path(op))
+    if data.get("coor_descent"):
+        coor_descent_figure(plt, data["coor_descent"], path("coor_descent"))
+        written.append(path("coor_descent"))
+    if data.get("train_step"):
+        fig, ax = plt.subplots(figsize=(7, 1.2 + 0.5 * len(data["train_step"])))
+        if train_panel(ax, data["train_step"]):
+            fig.tight_layout()
+            fig.savefig(path("train_step"), dpi=DPI)
+            written.append(path("train_step"))
+        plt.close(fig)
+    if headline_figure(plt, data, path("headline")):
+        written.append(path("headline"))
+    return written
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.plots", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results_dir", help="a folder of CSVs written by python -m benchmarks")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.results_dir):
+        parser.error(f"not a folder: {args.results_dir}")
+    for path in plot_all(args.results_dir):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
