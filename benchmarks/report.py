@@ -255,7 +255,7 @@ def render(results_dir: str, out_dir: str) -> str:
     """The generated markdown for a results folder; image links relative to ``out_dir``."""
     data, env = load(results_dir), environment(results_dir)
     lines = ["## Run", ""] + _environment_lines(env, data)
-    lines += _image(results_dir, "headline", out_dir, "headline: GB/s against row length, and the training step")
+    lines += _image(results_dir, "headline", out_dir, "headline plots")
     lines += [
         "Each cell: median time (`triton.testing.do_bench`) and, in parentheses, the op's bytes over that "
         "time as a percentage of the copy bandwidth. `compile` is `torch.compile(dynamic=False)` of the torch "
