@@ -10,8 +10,12 @@ wall time per part), the PNG plots (benchmarks/plots.py) and summary.md
 (benchmarks/report.py). To redraw or retable from the CSVs alone:
 ``python -m benchmarks.plots DIR`` and ``python -m benchmarks.report DIR [--update BENCHMARKS.md]``.
 
-Expected on one H200: about 6-8 minutes for the full pass and 2-3 for ``--quick``, most
-of it torch.compile compiling the peers (one compile per shape and direction).
+Time: estimated (before a GPU run of this script) at 5-8 minutes for the full pass and
+2-3 for ``--quick`` on one H200, most of it torch.compile compiling the peers (one compile
+per shape and direction) and the training-step models; env.json and summary.md record the
+wall time of each part. A run can be split over several commands into one --out folder
+(e.g. ``--ops layernorm,softmax,weighted_sum`` then ``--ops coor_descent,train_step``):
+the CSVs add up and env.json keeps the earlier parts' times and errors.
 """
 from __future__ import annotations
 
@@ -105,10 +109,29 @@ def environment(opts: argparse.Namespace, argv: list[str], copy_gbps: float) -> 
     return env
 
 
+def merge_previous(env: dict, out: str, parts: list[str]) -> None:
+    """Keep what an earlier run on the same GPU wrote into ``out`` for the parts not run now
+    (a full pass split over two commands, e.g. ``--ops coor_descent,train_step`` after the others)."""
+    try:
+        with open(os.path.join(out, "env.json")) as f:
+            previous = json.load(f)
+    except (OSError, ValueError):
+        return
+    if previous.get("gpu") != env["gpu"]:
+        return
+    kept = [part for part in previous.get("wall_s", {}) if part not in parts]
+    if not kept:
+        return
+    for key in ("wall_s", "errors"):
+        env[key].update({part: v for part, v in previous.get(key, {}).items() if part in kept})
+    env["command"] = f"{previous.get('command')}; {env['command']}"
+
+
 def run_parts(opts: argparse.Namespace, env: dict) -> None:
     """Run each selected part, writing its CSV and env.json as it finishes; a part that raises is
     recorded in env['errors'] and the others still run."""
     import torch
+    import torch._dynamo
 
     from benchmarks import harness
 
@@ -147,6 +170,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.makedirs(opts.out, exist_ok=True)
     start = time.time()
     env = environment(opts, argv, harness.copy_bandwidth_gbps(harness.device()))
+    merge_previous(env, opts.out, opts.ops)
     print(f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, copy {env['copy_gbps']:.0f} GB/s; "
           f"writing to {opts.out}", flush=True)
     run_parts(opts, env)
