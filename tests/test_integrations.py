@@ -155,7 +155,7 @@ def test_autocast_router(use_triton, device):
         eps_decay=router.eps_decay, use_triton=use_triton,
     )
     assert torch.equal(out.indices, soft.topk(4, dim=-1).indices)
-    torch.testing.assert_close(out.routed_tokens, x[torch.arange(2)[:, None], out.indices])
+    torch.testing.assert_close(out.routed_tokens, x[torch.arange(2, device=device)[:, None], out.indices])
     dx, dtoken = torch.autograd.grad((out.routed_tokens * out.scores.unsqueeze(-1)).sum(), [x, router.routing_token])
     assert dx.dtype == dtoken.dtype == torch.float32 and torch.isfinite(dtoken).all() and dtoken.abs().sum() > 0
 
