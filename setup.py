@@ -10,7 +10,10 @@ setup(
     python_requires=">=3.9",
     install_requires=["torch>=2.6", "triton>=3.2", "einops>=0.7", "packaging"],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "numpy", "colt5-attention>=0.11"],
+        # safetensors and transformers (with tokenizers, huggingface_hub: ~45 s of install on
+        # CI's 2 cores) for tests/test_integrations.py, which skips their tests without them.
+        "test": ["pytest>=7", "hypothesis>=6", "numpy", "colt5-attention>=0.11", "safetensors>=0.4",
+                 "transformers>=4.40"],
         "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11"],
     },
 )

@@ -35,5 +35,6 @@ def small_blocks(monkeypatch):
     from triton_layers.kernels import _launch
 
     monkeypatch.setattr(_launch, "MAX_FUSED_COLS", 256)
+    monkeypatch.setattr(_launch, "LN_FWD_MAX_FUSED_COLS", 256)
     monkeypatch.setattr(_launch, "LOOP_BLOCK", 128)
     return _launch

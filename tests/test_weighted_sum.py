@@ -327,8 +327,8 @@ def test_module_initialised_as_linear():
     torch.manual_seed(3)
     module = WeightedSum(50, bias=True)
     assert torch.equal(module.weight, linear.weight.reshape(-1))
-    assert torch.equal(module.bias, linear.bias.reshape(()))
-    assert module.weight.shape == (50,) and module.bias.shape == ()
+    assert torch.equal(module.bias, linear.bias)
+    assert module.weight.shape == (50,) and module.bias.shape == (1,)  # 1-D: FSDP2 refuses 0-dim
     bound = 1 / math.sqrt(50)
     assert module.weight.abs().max() <= bound and module.weight.std() > bound / 4
 
@@ -369,10 +369,13 @@ def test_state_dict_round_trip_and_linear_checkpoint(device):
     other.load_state_dict(torch.load(buffer))
     x = torch.randn(5, 33, device=device)
     assert torch.equal(other(x), module(x))
-    # An nn.Linear(33, 1) checkpoint loads as is: weight (1, 33) -> (33,), bias (1,) -> ().
+    # An nn.Linear(33, 1) checkpoint loads as is: weight (1, 33) -> (33,), bias (1,) as is.
     linear = nn.Linear(33, 1, device=device)
     other.load_state_dict(linear.state_dict())
-    assert torch.equal(other.weight, linear.weight.reshape(-1)) and torch.equal(other.bias, linear.bias[0])
+    assert torch.equal(other.weight, linear.weight.reshape(-1)) and torch.equal(other.bias, linear.bias)
+    # A checkpoint of this layer from when its bias was 0-dim loads too.
+    other.load_state_dict({"weight": module.weight.detach(), "bias": module.bias.detach().reshape(())})
+    assert torch.equal(other(x), module(x))
     with pytest.raises(RuntimeError, match="size mismatch"):
         other.load_state_dict(nn.Linear(34, 1).state_dict())
 

@@ -30,11 +30,16 @@ def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype] = FLOAT_DTY
 
 def check_same_device(**tensors: Optional[Tensor]) -> None:
     """All given (non-None) tensors must be on one device."""
-    given = {name: t for name, t in tensors.items() if t is not None}
-    devices = {t.device for t in given.values()}
-    if len(devices) > 1:
-        where = ", ".join(f"{name} on {t.device}" for name, t in given.items())
-        raise ValueError(f"all tensors must be on one device; got {where}")
+    # Called on every op: the common case (all on one device) builds no containers.
+    first = None
+    for t in tensors.values():
+        if t is None:
+            continue
+        if first is None:
+            first = t.device
+        elif t.device != first:
+            where = ", ".join(f"{name} on {t.device}" for name, t in tensors.items() if t is not None)
+            raise ValueError(f"all tensors must be on one device; got {where}")
 
 
 def check_shape(t: Optional[Tensor], name: str, shape: Sequence[int]) -> None:
@@ -74,7 +79,7 @@ def as_rows(x: Tensor, n_cols: int) -> Tensor:
 
     A slice of a fused projection (last stride 1, row stride > n_cols) stays a view.
     """
-    x2 = x.reshape(-1, n_cols)
+    x2 = x if x.dim() == 2 and x.shape[1] == n_cols else x.reshape(-1, n_cols)
     if n_cols > 1 and x2.stride(-1) != 1:
         x2 = x2.contiguous()
     return x2

@@ -74,8 +74,9 @@ def layer_norm(
     x2 = as_rows(x, n_cols)
     # Empty batches take the reference: no launch, and autograd still gives zero grads.
     kernels = kernels and x2.shape[0] > 0
-    w = weight.reshape(-1) if weight is not None else None
-    b = bias.reshape(-1) if bias is not None else None
+    # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
+    w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
+    b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
     if kernels:
         if w is not None and w.stride(-1) != 1:
             w = w.contiguous()
@@ -84,7 +85,7 @@ def layer_norm(
         y = _layer_norm_kernels.layer_norm(x2, w, b, float(eps), bool(stable))
     else:
         y = reference.layer_norm(x2, w, b, float(eps), bool(stable))
-    return y.reshape(x.shape)
+    return y if y.shape == x.shape else y.reshape(x.shape)
 
 
 def weighted_sum(

@@ -1,13 +1,16 @@
 """LayerNorm over the last dim of a 2-D tensor: Triton kernels, launchers, autograd.
 
 Forward:  y = (x' - mean) * rstd * weight + bias, with x' = x, or x / max|x| per row
-          (detached) in stable mode. mean, rstd (and 1/max|x|) are fp32 and saved.
+          (detached) in stable mode. mean, rstd (and 1/max|x|) are fp32 and saved,
+          as the rows of one (2 or 3, M) ``stats`` tensor: one allocation, not three.
 Backward: with xhat = (x' - mean) * rstd and g = weight * dy,
           dx' = rstd * (g - xhat * mean(g * xhat) - mean(g)),  dx = dx' / max|x|,
           dweight = sum_rows(dy * xhat), dbias = sum_rows(dy).
 The weight/bias gradients are summed per program into fp32 partials (one row of
-partials per program, no atomics) and the partials are reduced with torch: the
-result does not depend on timing, so it is bitwise identical from run to run.
+partials per program, no atomics; weight's and bias's in one tensor) and the partials
+are reduced with one torch sum: the result does not depend on timing, so it is bitwise
+identical from run to run. (Allocations and launches are few because at small shapes
+the host, not the GPU, sets the pace.)
 """
 from __future__ import annotations
 
@@ -27,13 +30,20 @@ STABLE_MIN_SCALE = tl.constexpr(1e-30)
 
 
 @triton.jit
+def _stat_rows(Stats, M):
+    """Pointers to the mean, rstd and 1/max|x| rows of the (2 or 3, M) stats tensor."""
+    return Stats, Stats + M, Stats + 2 * M
+
+
+@triton.jit
 def _layer_norm_fwd_kernel(
-    X, Y, W, B, Mean, Rstd, InvScale,
+    X, Y, W, B, Stats,
     stride_x_row, stride_y_row, M, N, eps,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, STABLE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):
     # One program normalizes BLOCK_M rows: short rows still give each program enough bytes.
+    Mean, Rstd, InvScale = _stat_rows(Stats, M)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < M
     cols = tl.arange(0, BLOCK_N)
@@ -112,29 +122,41 @@ def _load_bwd_tile(
 
 
 @triton.jit
+def _partial_rows(Partials, program, n_programs, N, COMPUTE_DW: tl.constexpr):
+    """This program's row of weight partials and of bias partials in ``Partials``,
+    (weight's if asked, then bias's if asked) x n_programs x N."""
+    DW_partial = Partials + program * N
+    DB_partial = DW_partial
+    if COMPUTE_DW:
+        DB_partial += n_programs.to(tl.int64) * N
+    return DW_partial, DB_partial
+
+
+@triton.jit
 def _layer_norm_bwd_kernel(
-    DY, X, W, Mean, Rstd, InvScale, DX, DW_partial, DB_partial,
+    DY, X, W, Stats, DX, Partials,
     stride_dy_row, stride_x_row, stride_dx_row, M, N, tiles_per_program,
     HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     # Rows that fit one block (longer rows take the two split kernels below).
     # Each program walks a contiguous range of BLOCK_M-row tiles and owns one row of the
     # weight/bias partials: a fixed reduction order, hence bitwise-reproducible sums.
+    Mean, Rstd, InvScale = _stat_rows(Stats, M)
     pid = tl.program_id(0).to(tl.int64)
     tile_start = pid * tiles_per_program
     tile_end = tl.minimum(tile_start + tiles_per_program, tl.cdiv(M, BLOCK_M))
     cols = tl.arange(0, BLOCK_N)
-    DW_partial += pid * N
-    DB_partial += pid * N
+    DW_partial, DB_partial = _partial_rows(Partials, pid, tl.num_programs(0), N, COMPUTE_DW)
     col_mask = cols < N
     w = tl.full([BLOCK_N], 1.0, dtype=tl.float32)
     if HAS_WEIGHT:
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for tile in range(tile_start, tile_end):
+    # NUM_STAGES > 1 prefetches the next tiles' x and dy while this one is reduced.
+    for tile in tl.range(tile_start, tile_end, num_stages=NUM_STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
         mask = row_mask[:, None] & col_mask[None, :]
@@ -159,12 +181,13 @@ def _layer_norm_bwd_kernel(
 
 @triton.jit
 def _layer_norm_bwd_row_sums_kernel(
-    DY, X, W, Mean, Rstd, InvScale, Sums,
-    stride_dy_row, stride_x_row, N, n_chunks,
+    DY, X, W, Stats, Sums,
+    stride_dy_row, stride_x_row, M, N, n_chunks,
     HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     # Long rows, step 1: program (row, chunk) writes the chunk's share of the two row sums
     # sum(xhat * w * dy) and sum(w * dy) that dx needs.
+    Mean, Rstd, InvScale = _stat_rows(Stats, M)
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -184,7 +207,7 @@ def _layer_norm_bwd_row_sums_kernel(
 
 @triton.jit
 def _layer_norm_bwd_split_kernel(
-    DY, X, W, Mean, Rstd, InvScale, Sums, DX, DW_partial, DB_partial,
+    DY, X, W, Stats, Sums, DX, Partials,
     stride_dy_row, stride_x_row, stride_dx_row, M, N, n_chunks, rows_per_group,
     HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
@@ -192,8 +215,10 @@ def _layer_norm_bwd_split_kernel(
 ):
     # Long rows, step 2: program (chunk, group) owns BLOCK_N columns of a group of rows:
     # dx for them, and the group's weight/bias partials for its columns, kept in registers.
+    Mean, Rstd, InvScale = _stat_rows(Stats, M)
     chunk = tl.program_id(0)
     group = tl.program_id(1).to(tl.int64)
+    DW_partial, DB_partial = _partial_rows(Partials, group, tl.num_programs(1), N, COMPUTE_DW)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
     w = tl.full([BLOCK_N], 1.0, dtype=tl.float32)
@@ -225,52 +250,49 @@ def _layer_norm_bwd_split_kernel(
         if COMPUTE_DB:
             db_acc += tl.sum(dy, axis=0)
     if COMPUTE_DW:
-        tl.store(DW_partial + group * N + cols, dw_acc, mask=col_mask)
+        tl.store(DW_partial + cols, dw_acc, mask=col_mask)
     if COMPUTE_DB:
-        tl.store(DB_partial + group * N + cols, db_acc, mask=col_mask)
-
-
-def _empty_f32(n: int, like: Tensor) -> Tensor:
-    return torch.empty(n, dtype=torch.float32, device=like.device)
+        tl.store(DB_partial + cols, db_acc, mask=col_mask)
 
 
 def _forward(
     x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool,
     wrap=_launch.direct,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:
     n_rows, n_cols = x.shape
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    mean, rstd = _empty_f32(n_rows, x), _empty_f32(n_rows, x)
-    inv_scale = _empty_f32(n_rows if stable else 0, x)
-    block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols)
+    stats = torch.empty((3 if stable else 2, n_rows), dtype=torch.float32, device=x.device)
+    block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, _launch.LN_FWD_MAX_FUSED_COLS)
     wrap(_layer_norm_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
-        x, y, weight, bias, mean, rstd, inv_scale,
+        x, y, weight, bias, stats,
         x.stride(0), y.stride(0), n_rows, n_cols, eps,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STABLE=stable,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-        num_warps=_launch.num_warps(block_m * block_n),
+        num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size()),
     )
-    return y, mean, rstd, inv_scale
+    return y, stats
 
 
 def _backward(
-    dy: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor, rstd: Tensor, inv_scale: Tensor,
+    dy: Tensor, x: Tensor, weight: Optional[Tensor], stats: Tensor,
     stable: bool, compute_dx: bool, compute_dw: bool, compute_db: bool, wrap=_launch.direct,
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:
+    """Return ``(dx, param_grads)``: dx (empty unless asked) and the (dweight if asked, then
+    dbias if asked) rows, fp32. One tensor, as a custom op's outputs may not alias."""
     n_rows, n_cols = x.shape
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols)
     flags = dict(HAS_WEIGHT=weight is not None, STABLE=stable,
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
     dx = torch.empty((n_rows, n_cols) if compute_dx else (0, n_cols), dtype=x.dtype, device=x.device)
+    n_partials = int(compute_dw) + int(compute_db)
     if single_pass:
         n_tiles = _launch.cdiv(n_rows, block_m)
-        programs, tiles_per_program = _launch.persistent_grid(n_tiles, x.device, _launch.PROGRAMS_PER_SM)
-        dw_partial = x.new_empty((programs if compute_dw else 0, n_cols), dtype=torch.float32)
-        db_partial = x.new_empty((programs if compute_db else 0, n_cols), dtype=torch.float32)
+        programs, tiles_per_program = _launch.persistent_grid(n_tiles, x.device, _launch.LN_BWD_PROGRAMS_PER_SM)
+        partials = x.new_empty((n_partials, programs, n_cols), dtype=torch.float32)
         wrap(_layer_norm_bwd_kernel)[(programs,)](
-            dy, x, weight, mean, rstd, inv_scale, dx, dw_partial, db_partial,
+            dy, x, weight, stats, dx, partials,
             dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, tiles_per_program,
-            BLOCK_M=block_m, BLOCK_N=block_n,
+            BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=_launch.LN_BWD_STAGES,
             num_warps=_launch.num_warps(block_m * block_n), **flags,
         )
     else:
@@ -280,24 +302,22 @@ def _backward(
         sums = x.new_empty((n_rows if compute_dx else 0, n_chunks, 2), dtype=torch.float32)
         if compute_dx:
             wrap(_layer_norm_bwd_row_sums_kernel)[(n_rows, n_chunks)](
-                dy, x, weight, mean, rstd, inv_scale, sums, dy.stride(0), x.stride(0), n_cols, n_chunks,
+                dy, x, weight, stats, sums, dy.stride(0), x.stride(0), n_rows, n_cols, n_chunks,
                 HAS_WEIGHT=weight is not None, STABLE=stable, BLOCK_N=block_n,
                 num_warps=_launch.num_warps(block_n),
             )
         split_m = _launch.LN_SPLIT_BLOCK_M
         groups = _launch.row_groups(n_rows, n_chunks, split_m, x.device)
         rows_per_group = _launch.cdiv(n_rows, groups)
-        dw_partial = x.new_empty((groups if compute_dw else 0, n_cols), dtype=torch.float32)
-        db_partial = x.new_empty((groups if compute_db else 0, n_cols), dtype=torch.float32)
+        partials = x.new_empty((n_partials, groups, n_cols), dtype=torch.float32)
         wrap(_layer_norm_bwd_split_kernel)[(n_chunks, groups)](
-            dy, x, weight, mean, rstd, inv_scale, sums, dx, dw_partial, db_partial,
+            dy, x, weight, stats, sums, dx, partials,
             dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, n_chunks, rows_per_group,
             BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
             num_warps=_launch.num_warps(split_m * block_n), **flags,
         )
-    dweight = dw_partial.sum(0) if compute_dw else dw_partial.new_empty(0)
-    dbias = db_partial.sum(0) if compute_db else db_partial.new_empty(0)
-    return dx, dweight, dbias
+    # One reduction for both parameters' partials.
+    return dx, partials.sum(1)
 
 
 # Two doors to the same launchers. torch.compile sees the torch.library triton_ops, whose
@@ -307,38 +327,37 @@ def _backward(
 @triton_op("triton_layers::layer_norm_fwd", mutates_args=())
 def layer_norm_fwd(
     x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Forward launcher as a custom op: ``(y, mean, rstd, inv_scale)``; inv_scale is empty unless stable."""
+) -> tuple[Tensor, Tensor]:
+    """Forward launcher as a custom op: ``(y, stats)``, stats = (mean, rstd[, 1/max|x| if stable]) rows."""
     return _forward(x, weight, bias, eps, stable, wrap=wrap_triton)
 
 
 @triton_op("triton_layers::layer_norm_bwd", mutates_args=())
 def layer_norm_bwd(
-    dy: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor, rstd: Tensor, inv_scale: Tensor,
+    dy: Tensor, x: Tensor, weight: Optional[Tensor], stats: Tensor,
     stable: bool, compute_dx: bool, compute_dw: bool, compute_db: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Backward launcher as a custom op: ``(dx, dweight, dbias)``; those not asked for are empty."""
-    return _backward(dy, x, weight, mean, rstd, inv_scale, stable, compute_dx, compute_dw, compute_db,
-                     wrap=wrap_triton)
+) -> tuple[Tensor, Tensor]:
+    """Backward launcher as a custom op: ``(dx, param_grads)`` as ``_backward``."""
+    return _backward(dy, x, weight, stats, stable, compute_dx, compute_dw, compute_db, wrap=wrap_triton)
 
 
-def _save(ctx, x, weight, bias, stable, mean, rstd, inv_scale) -> None:
-    ctx.save_for_backward(x, weight, mean, rstd, inv_scale)
+def _save(ctx, x, weight, bias, stable, stats) -> None:
+    ctx.save_for_backward(x, weight, stats)
     ctx.stable = stable
     ctx.weight_dtype = None if weight is None else weight.dtype
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
 def _grads(ctx, dy: Tensor, backward_fn) -> tuple:
-    x, weight, mean, rstd, inv_scale = ctx.saved_tensors
+    x, weight, stats = ctx.saved_tensors
     need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
     if dy.stride(-1) != 1:
         dy = dy.contiguous()
-    dx, dweight, dbias = backward_fn(dy, x, weight, mean, rstd, inv_scale, ctx.stable, need_dx, need_dw, need_db)
+    dx, param_grads = backward_fn(dy, x, weight, stats, ctx.stable, need_dx, need_dw, need_db)
     return (
         dx if need_dx else None,
-        dweight.to(ctx.weight_dtype) if need_dw else None,
-        dbias.to(ctx.bias_dtype) if need_db else None,
+        param_grads[0].to(ctx.weight_dtype) if need_dw else None,
+        param_grads[-1].to(ctx.bias_dtype) if need_db else None,
         None,
         None,
     )
@@ -346,7 +365,7 @@ def _grads(ctx, dy: Tensor, backward_fn) -> tuple:
 
 def _setup_context(ctx, inputs, output) -> None:
     x, weight, bias, _eps, stable = inputs
-    _save(ctx, x, weight, bias, stable, *output[1:])
+    _save(ctx, x, weight, bias, stable, output[1])
 
 
 layer_norm_fwd.register_autograd(
@@ -357,8 +376,8 @@ layer_norm_fwd.register_autograd(
 class _LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps, stable):
-        y, mean, rstd, inv_scale = _forward(x, weight, bias, eps, stable)
-        _save(ctx, x, weight, bias, stable, mean, rstd, inv_scale)
+        y, stats = _forward(x, weight, bias, eps, stable)
+        _save(ctx, x, weight, bias, stable, stats)
         return y
 
     @staticmethod

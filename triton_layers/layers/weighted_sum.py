@@ -18,12 +18,14 @@ class WeightedSum(nn.Module):
     are fp32 whatever the input dtype; the output has the input's dtype, so an fp32
     module can take fp16/bf16 inputs (mixed precision).
 
-    Parameters: ``weight`` of shape (dim,) and, with ``bias=True``, ``bias`` a 0-dim
-    scalar; both initialised as ``nn.Linear(dim, 1)`` initialises its own (same random
-    draws: under the same seed the two layers start equal). An ``nn.Linear(dim, 1)``
-    state_dict maps as ``weight`` <- ``linear.weight.reshape(-1)`` (shape (1, dim) to
-    (dim,)) and ``bias`` <- ``linear.bias.reshape(())`` (shape (1,) to ()); such a
-    state_dict also loads directly, reshaped on the way in. See :meth:`from_linear`.
+    Parameters: ``weight`` of shape (dim,) and, with ``bias=True``, ``bias`` of shape
+    (1,) as ``nn.Linear(dim, 1).bias`` (1-D, not 0-dim: FSDP2's ``fully_shard`` refuses
+    scalar parameters); both initialised as ``nn.Linear(dim, 1)`` initialises its own
+    (same random draws: under the same seed the two layers start equal). An
+    ``nn.Linear(dim, 1)`` state_dict maps as ``weight`` <- ``linear.weight.reshape(-1)``
+    (shape (1, dim) to (dim,)) and ``bias`` <- ``linear.bias``; such a state_dict also
+    loads directly, reshaped on the way in, and so do older checkpoints of this layer
+    with a 0-dim bias. See :meth:`from_linear`.
 
     Args:
         dim: size of the last input dim, the one summed over.
@@ -48,7 +50,7 @@ class WeightedSum(nn.Module):
         factory = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty(dim, **factory))
         if bias:
-            self.bias = nn.Parameter(torch.empty((), **factory))
+            self.bias = nn.Parameter(torch.empty(1, **factory))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -71,12 +73,13 @@ class WeightedSum(nn.Module):
         return f"dim={self.dim}, bias={self.bias is not None}"
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
-        # An nn.Linear(dim, 1) checkpoint: weight (1, dim) and bias (1,) are reshaped.
+        # An nn.Linear(dim, 1) checkpoint: weight (1, dim) is reshaped. Older checkpoints
+        # of this layer hold a 0-dim bias: reshaped to (1,).
         weight, bias = state_dict.get(prefix + "weight"), state_dict.get(prefix + "bias")
         if isinstance(weight, Tensor) and tuple(weight.shape) == (1, self.dim):
             state_dict[prefix + "weight"] = weight.reshape(self.dim)
-        if isinstance(bias, Tensor) and tuple(bias.shape) == (1,):
-            state_dict[prefix + "bias"] = bias.reshape(())
+        if isinstance(bias, Tensor) and bias.dim() == 0:
+            state_dict[prefix + "bias"] = bias.reshape(1)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
@@ -102,5 +105,5 @@ class WeightedSum(nn.Module):
         with torch.no_grad():
             module.weight.copy_(linear.weight.reshape(-1))
             if module.bias is not None:
-                module.bias.copy_(linear.bias.reshape(()))
+                module.bias.copy_(linear.bias)
         return module

@@ -1,0 +1,354 @@
+"""The layers in the PyTorch ecosystem: torch.compile, autocast, CUDA graphs, DDP/FSDP2,
+Hugging Face transformers and safetensors (issue 6).
+
+Each test uses a small model built from all four layers (``FourLayerNet``). On a machine
+without a GPU the kernels run through the Triton interpreter, except under torch.compile,
+which cannot trace interpreted kernels (design.md, "Paths"): there the reference path is
+compiled, and the kernel path is compiled on the GPU.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import triton_layers
+from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, WeightedSum
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+class FourLayerNet(nn.Module):
+    """(b, n, d) tokens -> (b, num_tokens) scores, through every layer of the library:
+    TritonLayerNorm -> single-head attention with CausalSoftmax (and key padding) ->
+    CoordinateDescentRouter picks tokens -> WeightedSum scores them, times the router's
+    (straight-through) scores, so every parameter and the input get a gradient."""
+
+    def __init__(self, dim: int = 24, num_tokens: int = 5, use_triton: bool | None = None) -> None:
+        super().__init__()
+        self.norm = TritonLayerNorm(dim, bias=True, use_triton=use_triton)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.softmax = CausalSoftmax(scale=dim**-0.5, use_triton=use_triton)
+        self.router = CoordinateDescentRouter(dim, n_iters=8, use_triton=use_triton)
+        self.head = WeightedSum(dim, bias=True, use_triton=use_triton)
+        self.num_tokens = num_tokens
+        with torch.no_grad():  # LayerNorm starts at weight 1, bias 0: make both count
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x: Tensor, valid: Tensor) -> Tensor:
+        """``valid`` (b, n) bool, False at padding tokens."""
+        h = self.norm(x)
+        q, k, v = self.qkv(h).chunk(3, dim=-1)
+        h = h + self.softmax(q @ k.transpose(-1, -2), key_padding_mask=~valid) @ v
+        routed = self.router(h, num_tokens=self.num_tokens, mask=valid)
+        return self.head(routed.routed_tokens) * routed.scores
+
+
+def _batch(device, b: int = 2, n: int = 13, d: int = 24) -> tuple[Tensor, Tensor]:
+    x = torch.randn(b, n, d, device=device)
+    valid = torch.ones(b, n, dtype=torch.bool, device=device)
+    valid[-1, -3:] = False  # the last sequence is padded
+    return x, valid
+
+
+def _loss_and_grads(model: nn.Module, x: Tensor, valid: Tensor, w: Tensor) -> tuple[Tensor, ...]:
+    """Output, then the gradients of (output * w).sum() for x and every parameter (by autograd.grad,
+    which leaves .grad alone)."""
+    x = x.detach().requires_grad_()
+    out = model(x, valid)
+    return (out, *torch.autograd.grad((out * w).sum(), [x, *model.parameters()]))
+
+
+# ------------------------------------------------------------------------- torch.compile
+
+
+def _check_compiles_once(model: nn.Module, backend: str, device, rtol: float, atol: float) -> None:
+    """fullgraph compile: one frame for two calls with the same shapes, no graph break, and
+    the eager forward and backward."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(model, backend=counter, fullgraph=True)
+    for _ in range(2):  # fresh data, same shapes: must not recompile
+        x, valid = _batch(device)
+        w = torch.randn(x.shape[0], model.num_tokens, device=device)
+        got = _loss_and_grads(compiled, x, valid, w)
+        want = _loss_and_grads(model, x, valid, w)
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+    assert counter.frame_count == 1, f"compiled {counter.frame_count} frames (a recompile)"
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    torch._dynamo.reset()
+
+
+def test_compile_fullgraph_reference_path():
+    """CPU: the reference path compiles whole (the interpreted kernels cannot be traced)."""
+    _check_compiles_once(FourLayerNet(use_triton=False), "aot_eager", "cpu", rtol=1e-5, atol=1e-6)
+
+
+@needs_cuda
+def test_compile_fullgraph_kernels_inductor():
+    """GPU: the kernels, as torch.library triton_ops, under Inductor."""
+    _check_compiles_once(FourLayerNet().cuda(), "inductor", "cuda", rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ autocast
+
+# The output dtype of each layer under autocast(bfloat16) with fp32 parameters: the
+# input's dtype, as outside autocast (README, "Integrations"). Statistics and sums are fp32
+# inside the kernels whatever the dtype, which is why torch puts layer_norm and softmax on
+# its fp32 list; the bf16 output costs half the bytes and is what the next matmul, cast to
+# bf16 by autocast, would read anyway.
+LAYERS = {
+    "layer_norm": lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
+    "softmax": lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton),
+    "weighted_sum": lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton),
+}
+
+
+@pytest.mark.parametrize("use_triton", [None, False], ids=["kernels", "reference"])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=["fp32_in", "bf16_in"])
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_autocast_layer_keeps_input_dtype(name, x_dtype, use_triton, device):
+    layer = LAYERS[name](use_triton).to(device)
+    if name == "layer_norm":
+        with torch.no_grad():
+            layer.weight.uniform_(0.5, 1.5)
+            layer.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(3, 7, 24, device=device).to(x_dtype).requires_grad_()
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+        y = layer(x)
+    assert y.dtype == x_dtype
+    # Autocast changes nothing in our layers: the very same result as without it.
+    y_plain = layer(x)
+    assert torch.equal(y, y_plain)
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, [x, *layer.parameters()], dy)
+    assert grads[0].dtype == x_dtype and all(g.dtype == torch.float32 for g in grads[1:])
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("use_triton", [None, False], ids=["kernels", "reference"])
+def test_autocast_router(use_triton, device):
+    """The routing scores come from a matmul (x @ routing_token), which autocast runs in
+    bf16: scores are bf16, routed tokens keep x's dtype, and the soft top-k matches the
+    same computation outside autocast on the bf16 scores."""
+    router = CoordinateDescentRouter(24, n_iters=8, use_triton=use_triton).to(device)
+    x = torch.randn(2, 13, 24, device=device, requires_grad=True)
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+        out = router(x, num_tokens=4)
+    assert out.scores.dtype == torch.bfloat16 and out.routed_tokens.dtype == torch.float32
+    s = torch.einsum("bnd,rd->brn", x.bfloat16(), router.routing_token.bfloat16()).reshape(2, 13)
+    soft = triton_layers.functional.coor_descent(
+        s, n_iters=8, k=4 * router.fetch_k_ratio, eps=router.eps, eps_init=router.eps_init,
+        eps_decay=router.eps_decay, use_triton=use_triton,
+    )
+    assert torch.equal(out.indices, soft.topk(4, dim=-1).indices)
+    torch.testing.assert_close(out.routed_tokens, x[torch.arange(2, device=device)[:, None], out.indices])
+    dx, dtoken = torch.autograd.grad((out.routed_tokens * out.scores.unsqueeze(-1)).sum(), [x, router.routing_token])
+    assert dx.dtype == dtoken.dtype == torch.float32 and torch.isfinite(dtoken).all() and dtoken.abs().sum() > 0
+
+
+def test_autocast_model_trains(device):
+    """The whole model under autocast: fp32 parameters, bf16 activations, fp32 gradients."""
+    model = FourLayerNet().to(device)
+    x, valid = _batch(device)
+    x.requires_grad_()
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+        out = model(x, valid)
+    # The attention output is bf16 (autocast matmuls); added to the fp32 residual it is fp32 again.
+    assert out.dtype == torch.float32
+    out.square().sum().backward()  # backward outside autocast, as torch recommends
+    for name, p in [("x", x), *model.named_parameters()]:
+        assert p.grad is not None and p.grad.dtype == torch.float32, name
+        assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
+
+
+# ---------------------------------------------------------------------------- CUDA graphs
+
+
+@needs_cuda
+def test_cuda_graph_forward_backward_replays():
+    """Forward + backward of the four layers captured in one CUDA graph and replayed on
+    new data gives the eager results; no host synchronisation on the way (capture would
+    fail on one, and sync debug mode raises on one in eager mode)."""
+    torch.manual_seed(1)
+    model = FourLayerNet().cuda()
+    static_x, valid = _batch("cuda")
+    static_x.requires_grad_()
+    static_w = torch.randn(static_x.shape[0], model.num_tokens, device="cuda")
+    params = list(model.parameters())
+
+    def step() -> Tensor:
+        out = model(static_x, valid)
+        (out * static_w).sum().backward()
+        return out
+
+    side = torch.cuda.Stream()  # warm up (compile the kernels) off the capturing stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+    for t in [static_x, *params]:
+        t.grad = None  # the graph allocates the gradients in its own pool
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = step()
+
+    for _ in range(2):
+        x, _ = _batch("cuda")
+        w = torch.randn_like(static_w)
+        with torch.no_grad():
+            static_x.copy_(x)
+            static_w.copy_(w)
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = (static_out, static_x.grad, *(p.grad for p in params))
+        torch.testing.assert_close(replayed, _loss_and_grads(model, x, valid, w), rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- DDP / FSDP2
+
+
+def _run_distributed_check(extra_args: list[str]) -> str:
+    env = dict(os.environ)  # as is: keeps NCCL_NVLS_ENABLE and TRITON_INTERPRET if set
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, "examples", "distributed_check.py"), *extra_args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-5000:]
+    assert "PASS: DDP and FSDP2 match one process" in proc.stdout, output[-5000:]
+    assert "FAIL" not in proc.stdout, output[-5000:]
+    return proc.stdout
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_ddp_and_fsdp2_on_two_gpus():
+    assert "nccl on cuda, the Triton kernels" in _run_distributed_check([])
+
+
+@pytest.mark.skipif(CUDA, reason="the GPU machine runs the NCCL variant")
+def test_ddp_and_fsdp2_on_cpu_gloo():
+    """Two CPU processes with gloo; the kernels run through the interpreter when the
+    suite does (TRITON_INTERPRET=1 is inherited), so our autograd under DDP/FSDP2 is
+    tested. Small sizes keep it at ~15 s of CPU time, most of it two Python start-ups."""
+    out = _run_distributed_check(["--cpu", "--per-rank-batch", "1", "--seq", "16", "--dim", "32"])
+    assert "gloo on cpu" in out
+
+
+# ----------------------------------------------------------------------- Hugging Face
+
+
+def test_convert_hf_gpt2(device):
+    """triton_layers.convert on a transformers GPT-2 (built from a config, no download)
+    replaces its five LayerNorms (with bias); logits and every gradient match, and the
+    state_dict still loads into the original model class."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=64,
+                                     bos_token_id=0, eos_token_id=0)
+    original = transformers.GPT2LMHeadModel(config).to(device).eval()
+    with torch.no_grad():  # GPT-2 starts its LayerNorms at weight 1, bias 0
+        for module in original.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.5, 0.5)
+    converted = triton_layers.convert(copy.deepcopy(original))
+    norms = [m for m in converted.modules() if isinstance(m, TritonLayerNorm)]
+    assert len(norms) == 5 and all(m.bias is not None for m in norms)
+    assert not any(isinstance(m, nn.LayerNorm) for m in converted.modules())
+
+    ids = torch.randint(0, 100, (2, 19), device=device)
+    logits = {}
+    grads = {}
+    for name, model in (("torch", original), ("triton", converted)):
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        logits[name] = out.logits
+        grads[name] = {n: p.grad for n, p in model.named_parameters()}
+    torch.testing.assert_close(logits["triton"], logits["torch"], rtol=1e-4, atol=1e-4)
+    assert grads["triton"].keys() == grads["torch"].keys()
+    for n, g in grads["torch"].items():
+        torch.testing.assert_close(grads["triton"][n], g, rtol=1e-4, atol=1e-5, msg=n)
+
+    reloaded = transformers.GPT2LMHeadModel(config).to(device).eval()
+    reloaded.load_state_dict(converted.state_dict(), strict=True)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids).logits, logits["torch"], rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------- safetensors
+
+
+def _modules(device) -> dict[str, nn.Module]:
+    """A fresh instance of each layer and of the model; the seed decides the parameters."""
+    layer_norm = TritonLayerNorm(24, bias=True, device=device)
+    with torch.no_grad():  # not the ones/zeros every instance starts with
+        layer_norm.weight.uniform_(0.5, 1.5)
+        layer_norm.bias.uniform_(-0.5, 0.5)
+    return {
+        "layer_norm": layer_norm,
+        "softmax": CausalSoftmax(scale=0.3),
+        "weighted_sum": WeightedSum(24, bias=True, device=device),
+        "router": CoordinateDescentRouter(24, n_iters=8, device=device),
+        "model": FourLayerNet().to(device),
+    }
+
+
+def _outputs(name: str, module: nn.Module, device) -> Tensor:
+    torch.manual_seed(7)
+    x, valid = _batch(device)
+    if name == "model":
+        return module(x, valid)
+    if name == "router":
+        return module(x, num_tokens=4).routed_tokens
+    if name == "softmax":
+        return module(x @ x.transpose(-1, -2))
+    return module(x)
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "torch"])
+def test_state_dicts_save_and_load(fmt, tmp_path, device):
+    if fmt == "safetensors":
+        st = pytest.importorskip("safetensors.torch")
+    torch.manual_seed(1)
+    saved = _modules(device)
+    torch.manual_seed(2)
+    fresh = _modules(device)
+    for name, module in saved.items():
+        if fmt == "safetensors":
+            path = str(tmp_path / f"{name}.safetensors")
+            st.save_file(module.state_dict(), path)
+            state = st.load_file(path, device=str(device))
+        else:
+            buffer = io.BytesIO()
+            torch.save(module.state_dict(), buffer)
+            buffer.seek(0)
+            state = torch.load(buffer, weights_only=True)
+        expected = module.state_dict()
+        assert state.keys() == expected.keys(), name
+        other = fresh[name]
+        if state:  # a different draw before loading: the comparison below can fail
+            assert any(not torch.equal(a, b) for a, b in zip(other.state_dict().values(), expected.values()))
+        other.load_state_dict(state, strict=True)
+        with torch.no_grad():
+            assert torch.equal(_outputs(name, other, device), _outputs(name, module, device)), name
+
