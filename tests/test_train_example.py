@@ -65,8 +65,7 @@ def test_torch_impl_matches_reference_path(length):
 
 def test_kernel_path_matches_torch_impl(device):
     """The kernels (the Triton interpreter on CPU) in the model give the plain-torch logits and grads."""
-    config = lm.LMConfig(seq_len=12, dim=16, heads=2, depth=1, heavy_tokens=3, light_mult=1, heavy_mult=1,
-                         router_iters=4)
+    config = lm.LMConfig(seq_len=13, dim=16, heads=2, depth=2, heavy_tokens=3, light_mult=1, heavy_mult=1)
     ours = _randomize(lm.build_model(config, "triton").to(device))
     assert use_kernels(torch.empty(0, device=device), None)
     tokens, targets = _batch(config, 2, device)
@@ -115,6 +114,7 @@ def test_training_run(tmp_path, monkeypatch, capsys):
     assert sum(losses[-5:]) / 5 < losses[0] - 1.5
     assert summary["eval_loss"] < losses[0] - 1.5 and summary["train_loss"] < losses[0] - 1.5
     assert summary["reload_identical"] and "outputs identical = True" in out
+    assert "scored from its prefix only" in out and summary["probe_prefix_loss"] < losses[0] - 1.5
     state = torch.load(summary["checkpoint"], weights_only=True)
     assert lm.LMConfig(**state["config"]) == tiny
     assert summary["sample"].startswith("ROMEO:\n") and len(summary["sample"]) > len("ROMEO:\n")
