@@ -124,6 +124,7 @@ class TorchCausalSoftmax(nn.Module):
         self.scale = scale
 
     def forward(self, scores: Tensor) -> Tensor:
+        """Probabilities over the last dim of ``scores`` (..., n_q, n_k), bottom-right aligned mask."""
         n_q, n_k = scores.shape[-2:]
         future = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).triu(1 + n_k - n_q)
         return (scores * self.scale).masked_fill(future, float("-inf")).softmax(dim=-1)
@@ -139,6 +140,7 @@ class TorchWeightedSum(nn.Module):
         self.bias = nn.Parameter(linear.bias.detach().reshape(()))
 
     def forward(self, x: Tensor) -> Tensor:
+        """(..., dim) -> (...)."""
         return x @ self.weight.to(x.dtype) + self.bias.to(x.dtype)
 
 
@@ -173,12 +175,15 @@ class TorchRouter(nn.Module):
         self.routing_token = nn.Parameter(torch.randn(1, dim))
 
     def forward(self, x: Tensor, *, num_tokens: int) -> RouterReturn:
+        """Route ``num_tokens`` tokens of each sequence of ``x`` (b, n, d), as the triton_layers router."""
         b, n, _ = x.shape
         if n <= num_tokens:  # every token is routed
             return RouterReturn(None, x.new_ones(b, n), x, None)
         s = (x @ self.routing_token.to(x.dtype).t()).squeeze(-1)  # (b, n)
         soft = torch_coor_descent(s, min(num_tokens * self.fetch_k_ratio, n), self.n_iters,
                                   self.eps, self.eps_init, self.eps_decay).to(s.dtype)
+        # Entries with s + a >= 0 score exactly 1 (and have zero gradient); when there are
+        # more than num_tokens of them, topk's order among equal values picks (both impls).
         scores, indices = soft.topk(num_tokens, dim=-1)
         scores = scores + (1.0 - scores).detach()  # straight-through: 1 in value
         routed = x.gather(1, indices.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
@@ -222,6 +227,7 @@ class Attention(nn.Module):
         self.out = nn.Linear(dim, dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        """(b, n, dim) -> (b, n, dim); position i attends to positions <= i."""
         b, n, d = x.shape
         # (b, n, 3d) -> three (b, heads, n, head_dim)
         q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
@@ -245,6 +251,7 @@ class CoLT5Block(nn.Module):
         self.heavy_gate = layers.weighted_sum(dim)  # one learned scalar per routed token
 
     def forward(self, x: Tensor) -> Tensor:
+        """(b, n, dim) -> (b, n, dim)."""
         x = x + self.attn(self.attn_norm(x))
         h = self.ff_norm(x)
         x = x + self.light_ff(h)
@@ -276,8 +283,10 @@ class CoLT5LM(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """``tokens`` LongTensor (batch, n <= seq_len) -> logits (batch, n, vocab_size)."""
-        if tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise ValueError(f"tokens must be a (batch, seq) LongTensor, got {tokens.dtype} {tuple(tokens.shape)}")
+        if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
+            raise TypeError(f"tokens must be a LongTensor, got {getattr(tokens, 'dtype', type(tokens).__name__)}")
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must have shape (batch, seq), got {tuple(tokens.shape)}")
         if not 0 < tokens.shape[1] <= self.config.seq_len:
             raise ValueError(f"sequence length {tokens.shape[1]} must be in 1..seq_len={self.config.seq_len}")
         x = self.embed(tokens) + self.pos[: tokens.shape[1]]
@@ -382,7 +391,7 @@ def train(model: nn.Module, train_data: Tensor, eval_data: Tensor, *, steps: int
     device = torch.device(device)
     seq_len = model.config.seq_len
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    warmup = max(1, steps // 20)
+    warmup = max(1, steps // 20)  # linear warmup over 5% of the steps, then cosine from 1x to 0.1x
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warmup) * (0.55 + 0.45 * math.cos(math.pi * min(i / steps, 1.0))))
     generator = torch.Generator().manual_seed(seed)

@@ -95,8 +95,10 @@ def test_bad_inputs():
     model = lm.build_model(SMALL, "torch")
     with pytest.raises(ValueError, match="seq_len"):
         model(torch.zeros(1, SMALL.seq_len + 1, dtype=torch.long))
-    with pytest.raises(ValueError, match="LongTensor"):
+    with pytest.raises(TypeError, match="LongTensor"):
         model(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"\(batch, seq\)"):
+        model(torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="impl"):
         lm.build_model(SMALL, "jax")
 
