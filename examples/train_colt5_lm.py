@@ -103,7 +103,7 @@ class Layers(NamedTuple):
     norm: Callable[[int], nn.Module]  # dim -> LayerNorm without bias
     causal_softmax: Callable[[float], nn.Module]  # scale -> causal softmax over the last dim
     router: Callable[[int, int], nn.Module]  # (dim, n_iters) -> CoLT5 router
-    weighted_sum: Callable[[int], nn.Module]  # dim -> (..., dim) -> (...) with weight (dim,), bias ()
+    weighted_sum: Callable[[int], nn.Module]  # dim -> (..., dim) -> (...) with weight (dim,), bias (1,)
 
 
 def triton_layers_factory(use_triton: Optional[bool] = None) -> Layers:
@@ -131,13 +131,13 @@ class TorchCausalSoftmax(nn.Module):
 
 
 class TorchWeightedSum(nn.Module):
-    """``x @ weight + bias``: WeightedSum's parameters (weight (dim,), bias ()) in plain torch."""
+    """``x @ weight + bias``: WeightedSum's parameters (weight (dim,), bias (1,)) in plain torch."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
         linear = nn.Linear(dim, 1)  # the same initialisation as WeightedSum
         self.weight = nn.Parameter(linear.weight.detach().reshape(dim))
-        self.bias = nn.Parameter(linear.bias.detach().reshape(()))
+        self.bias = nn.Parameter(linear.bias.detach().clone())
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., dim) -> (...)."""
