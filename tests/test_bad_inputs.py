@@ -98,6 +98,11 @@ def _check_k_nonpositive(y):
     assert y[:2].sum() < 1e-6 and y[2].sum() > 1
 
 
+def cd_(**kw):
+    """coor_descent of a (2, 5) s with n_iters=3, k=2.0 unless ``kw`` says otherwise."""
+    return F.coor_descent(x_(2, 5), **{"n_iters": 3, "k": 2.0, **kw})
+
+
 def w8(device=DEVICE):
     return torch.randn(8, device=device)
 
@@ -125,7 +130,8 @@ CASES = [
     # --- layer_norm / TritonLayerNorm
     Case("ln-dtype-int", lambda: F.layer_norm(torch.ones(2, 8, dtype=torch.int64, device=DEVICE)),
          (TypeError, r"x has dtype torch.int64; expected one of torch.float32")),
-    Case("ln-dtype-f64", lambda: F.layer_norm(x_(2, 8, dtype=torch.float64)), (TypeError, r"x has dtype torch.float64")),
+    Case("ln-dtype-f64", lambda: F.layer_norm(x_(2, 8, dtype=torch.float64)),
+         (TypeError, r"x has dtype torch.float64")),
     Case("ln-not-tensor", lambda: F.layer_norm([[1.0, 2.0]]), (TypeError, r"x must be a torch.Tensor, got list")),
     Case("ln-weight-dtype", lambda: F.layer_norm(x_(2, 8), torch.ones(8, dtype=torch.int32, device=DEVICE)),
          (TypeError, r"weight has dtype torch.int32")),
@@ -157,9 +163,11 @@ CASES = [
     Case("sm-mask-shape", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 4)),
          (ValueError, r"key_padding_mask must have shape \(2, 5\), got \(2, 4\)")),
     Case("sm-mask-rank", lambda: F.softmax(x_(3, 5), key_padding_mask=mask_(3, 5)),
-         (ValueError, r"key_padding_mask needs scores of shape \(B, Nq, Nk\) or \(B, H, Nq, Nk\); got x of shape \(3, 5\)")),
+         (ValueError, r"key_padding_mask needs scores of shape \(B, Nq, Nk\) or \(B, H, Nq, Nk\); "
+                      r"got x of shape \(3, 5\)")),
     Case("sm-causal-1d", lambda: F.softmax(x_(5), causal=True), (ValueError, r"causal=True needs scores of shape")),
-    Case("sm-scale-nonfinite", lambda: F.softmax(x_(2, 5), scale=float("inf")), (ValueError, r"scale must be finite")),
+    Case("sm-scale-nonfinite", lambda: F.softmax(x_(2, 5), scale=float("inf")),
+         (ValueError, r"scale must be finite")),
     Case("sm-scale-type", lambda: F.softmax(x_(2, 5), scale=torch.tensor(0.5)),
          (TypeError, r"scale must be a float or None, got Tensor")),
     Case("sm-mixed-devices", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 5, device=OTHER)),
@@ -185,7 +193,8 @@ CASES = [
     Case("ws-wrong-device", lambda: F.weighted_sum(x_(2, 8, device="meta"), w8(device="meta"), use_triton=True),
          (ValueError, r"use_triton=True needs a CUDA tensor")),
     Case("ws-empty-rows", lambda: with_x(lambda x: F.weighted_sum(x, w8()), x_(0, 8)), empty_result((0,))),
-    Case("ws-empty-dim", lambda: F.weighted_sum(x_(3, 0), torch.ones(0, device=DEVICE), torch.tensor(0.5, device=DEVICE)),
+    Case("ws-empty-dim",
+         lambda: F.weighted_sum(x_(3, 0), torch.ones(0, device=DEVICE), torch.tensor(0.5, device=DEVICE)),
          lambda y: torch.testing.assert_close(y, torch.full((3,), 0.5, device=DEVICE))),
     Case("ws-noncontiguous", *ws_nc),
     Case("ws-module-dim", lambda: WeightedSum(-1), (ValueError, r"dim must be a non-negative int, got -1")),
@@ -194,23 +203,21 @@ CASES = [
          (TypeError, r"s has dtype torch.int64")),
     Case("cd-0dim", lambda: F.coor_descent(torch.tensor(1.0, device=DEVICE), n_iters=3, k=2.0),
          (ValueError, r"s must have at least one dim")),
-    Case("cd-n-iters-0", lambda: F.coor_descent(x_(2, 5), n_iters=0, k=2.0), (ValueError, r"n_iters must be an int >= 1, got 0")),
-    Case("cd-n-iters-float", lambda: F.coor_descent(x_(2, 5), n_iters=2.0, k=2.0),
-         (ValueError, r"n_iters must be an int >= 1, got 2.0")),
-    Case("cd-k-0", lambda: F.coor_descent(x_(2, 5), n_iters=3, k=0), (ValueError, r"k must be a finite positive number, got 0")),
-    Case("cd-k-negative", lambda: F.coor_descent(x_(2, 5), n_iters=3, k=-1.0), (ValueError, r"k must be a finite positive number")),
-    Case("cd-k-inf", lambda: F.coor_descent(x_(2, 5), n_iters=3, k=float("inf")), (ValueError, r"k must be a finite positive")),
-    Case("cd-k-tensor-shape", lambda: F.coor_descent(x_(2, 5), n_iters=3, k=torch.ones(2, 1, device=DEVICE)),
+    Case("cd-n-iters-0", lambda: cd_(n_iters=0), (ValueError, r"n_iters must be an int >= 1, got 0")),
+    Case("cd-n-iters-float", lambda: cd_(n_iters=2.0), (ValueError, r"n_iters must be an int >= 1, got 2.0")),
+    Case("cd-k-0", lambda: cd_(k=0), (ValueError, r"k must be a finite positive number, got 0")),
+    Case("cd-k-negative", lambda: cd_(k=-1.0), (ValueError, r"k must be a finite positive number")),
+    Case("cd-k-inf", lambda: cd_(k=float("inf")), (ValueError, r"k must be a finite positive")),
+    Case("cd-k-tensor-shape", lambda: cd_(k=torch.ones(2, 1, device=DEVICE)),
          (ValueError, r"k of shape \(2, 1\) must broadcast to s's leading dims \(2,\)")),
-    Case("cd-k-tensor-dtype", lambda: F.coor_descent(x_(2, 5), n_iters=3, k=torch.ones(2, dtype=torch.int64, device=DEVICE)),
+    Case("cd-k-tensor-dtype", lambda: cd_(k=torch.ones(2, dtype=torch.int64, device=DEVICE)),
          (TypeError, r"k has dtype torch.int64")),
     Case("cd-k-tensor-nonpositive", _k_tensor_nonpositive, _check_k_nonpositive),
-    Case("cd-eps-0", lambda: F.coor_descent(x_(2, 5), n_iters=3, k=2.0, eps=0.0), (ValueError, r"eps must be a finite positive")),
-    Case("cd-mask-dtype", lambda: F.coor_descent(x_(2, 5), n_iters=3, k=2.0, mask=torch.ones(2, 5, device=DEVICE)),
+    Case("cd-eps-0", lambda: cd_(eps=0.0), (ValueError, r"eps must be a finite positive")),
+    Case("cd-mask-dtype", lambda: cd_(mask=torch.ones(2, 5, device=DEVICE)),
          (TypeError, r"mask has dtype torch.float32; expected one of torch.bool")),
-    Case("cd-mask-shape", lambda: F.coor_descent(x_(2, 5), n_iters=3, k=2.0, mask=mask_(5)),
-         (ValueError, r"mask must have shape \(2, 5\), got \(5,\)")),
-    Case("cd-mixed-devices", lambda: F.coor_descent(x_(2, 5), n_iters=3, k=2.0, mask=mask_(2, 5, device=OTHER)),
+    Case("cd-mask-shape", lambda: cd_(mask=mask_(5)), (ValueError, r"mask must have shape \(2, 5\), got \(5,\)")),
+    Case("cd-mixed-devices", lambda: cd_(mask=mask_(2, 5, device=OTHER)),
          (ValueError, rf"one device; got s on {DEVICE}.*, mask on {OTHER}")),
     Case("cd-wrong-device", lambda: F.coor_descent(x_(2, 5, device="meta"), n_iters=3, k=2.0, use_triton=True),
          (ValueError, r"use_triton=True needs a CUDA tensor")),
@@ -228,7 +235,8 @@ CASES = [
          (TypeError, r"x has dtype torch.bfloat16 but the routing tokens have dtype torch.float32")),
     Case("rt-mask-shape", lambda: _router()(x_(2, 10, 8), num_tokens=2, mask=mask_(2, 9)),
          (ValueError, r"mask must be bool of shape \(2, 10\), got torch.bool \(2, 9\)")),
-    Case("rt-num-tokens-0", lambda: _router()(x_(2, 10, 8), num_tokens=0), (ValueError, r"num_tokens must be an int >= 1")),
+    Case("rt-num-tokens-0", lambda: _router()(x_(2, 10, 8), num_tokens=0),
+         (ValueError, r"num_tokens must be an int >= 1")),
     Case("rt-empty", _empty_router, _check_empty_router),
 ]
 

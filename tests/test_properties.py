@@ -3,7 +3,8 @@
 Each example draws a shape (sizes 1 and odd sizes included), a dtype, a memory layout
 for the input (contiguous, transposed, a slice with a row stride wider than the row,
 every other row, a stride-0 broadcast), the op's parameters and masks, and whether the
-kernels' long-row (chunked) path is forced by shrinking its limits. The kernels' output
+kernels' long-row (chunked) path is forced by shrinking its limits (that, and the
+masks and modes, are pytest parameters, so that every kernel path is covered). The kernels' output
 and the gradients of every input are compared with ``triton_layers.reference`` run in
 float64 on the same (rounded) inputs, with the tolerances of tests/tolerances.py.
 
@@ -39,7 +40,8 @@ def bounded(max_examples: int):
     as drawn (and a blob for ``@reproduce_failure``)."""
     return settings(
         max_examples=max_examples, deadline=None, derandomize=True, database=None, print_blob=True,
-        phases=[Phase.explicit, Phase.generate], suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 
 
