@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -298,3 +302,17 @@ def test_coor_descent_past_2_31(gpu_memory, n_cols):
     torch.testing.assert_close(y.detach()[rows].float(), y32, rtol=0, atol=1e-2)
     torch.testing.assert_close(s.grad[rows].float(), ds32, rtol=2e-2, atol=2e-2 * ds32.abs().max().item())
     torch.testing.assert_close(k.grad[rows], dk32, rtol=1e-3, atol=1e-3 * dk32.abs().max().item())
+
+
+# --- the compute-sanitizer driver -----------------------------------------------------
+
+
+def test_sanitize_driver_passes():
+    """scripts/sanitize.py (what scripts/sanitize.sh runs under compute-sanitizer) runs
+    every case and agrees with the reference: on the CPU with its tiny limits."""
+    root = Path(__file__).resolve().parents[1]
+    args = [sys.executable, str(root / "scripts" / "sanitize.py")] + ([] if CUDA else ["--tiny"])
+    env = dict(os.environ, **({} if CUDA else {"TRITON_INTERPRET": "1"}))
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " 0 failed" in done.stdout.splitlines()[-1]
