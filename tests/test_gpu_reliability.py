@@ -1,4 +1,4 @@
-"""Determinism of every op, and tensors past 2**31 elements (GPU).
+"""Determinism of every op, tensors past 2**31 elements (GPU), the sanitizer driver.
 
 Determinism: the same inputs give bitwise-identical outputs and gradients from run to
 run. On the GPU at shapes that use many programs and the partial-sum reductions
@@ -12,6 +12,9 @@ would wrap past row 2**31 // N and show up there (or crash). On the GPU, skipped
 enough free memory. On the CPU the same tests run in miniature (past 2**11 elements,
 fp16, rows 512x shorter, the row limits shrunk so the same kernel paths run): that
 keeps the checking code itself tested where CI runs.
+
+Last, scripts/sanitize.py (the compute-sanitizer driver) must pass: in full on the GPU,
+with its tiny limits on the CPU.
 """
 from __future__ import annotations
 
