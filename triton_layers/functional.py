@@ -57,7 +57,15 @@ def layer_norm(
         normalized_shape = tuple(weight.shape) if weight is not None else tuple(x.shape[-1:])
     elif isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
+    elif not isinstance(normalized_shape, Sequence) or not all(isinstance(d, int) for d in normalized_shape):
+        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
     normalized_shape = tuple(normalized_shape)
+    if not normalized_shape:
+        # As torch: normalizing over no dims (a 0-dim x or weight) is a mistake, not a no-op.
+        raise ValueError(
+            f"normalized_shape must have at least one dim; got () for x of shape {tuple(x.shape)}"
+            + ("" if weight is None else f" and weight of shape {tuple(weight.shape)}")
+        )
     if x.dim() < len(normalized_shape) or tuple(x.shape[x.dim() - len(normalized_shape):]) != normalized_shape:
         raise ValueError(
             f"x of shape {tuple(x.shape)} does not end with normalized_shape {normalized_shape}"
@@ -69,11 +77,10 @@ def layer_norm(
 
     n_cols = math.prod(normalized_shape)
     kernels = use_kernels(x, use_triton)
-    if n_cols == 0:
-        return x.new_empty(x.shape)
-    x2 = as_rows(x, n_cols)
-    # Empty batches take the reference: no launch, and autograd still gives zero grads.
-    kernels = kernels and x2.shape[0] > 0
+    # as_rows needs n_cols > 0 (reshape(-1, 0) is ambiguous): count the rows otherwise.
+    x2 = as_rows(x, n_cols) if n_cols else x.reshape(math.prod(x.shape[: x.dim() - len(normalized_shape)]), 0)
+    # Empty inputs take the reference: no launch, and autograd still gives (empty or zero) grads.
+    kernels = kernels and x2.numel() > 0
     # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)

@@ -74,6 +74,8 @@ def coor_descent(
         # Fully masked rows run on all their entries and are zeroed at the end.
         mask = mask.to(torch.bool)
         live = mask | ~mask.any(dim=-1, keepdim=True)
+        # Masked entries are never used: zeroed, so a NaN or inf there reaches no gradient.
+        sf = sf.masked_fill(~mask, 0.0)
     e = max(eps if eps_init is None else eps_init, eps)
     a = torch.zeros_like(sf[..., :1])
     b = -sf
@@ -113,8 +115,10 @@ def softmax(
         pad = key_padding_mask.reshape(x.shape[0], *([1] * (x.dim() - 2)), x.shape[-1])
         keep = keep & ~pad
     keep = keep.expand(x.shape)
-    # Fully masked rows go through softmax as zeros (finite, no NaN), then are zeroed.
-    empty_row = ~keep.any(dim=-1, keepdim=True)
-    z = z.masked_fill(~keep, float("-inf")).masked_fill(empty_row, 0.0)
-    y = torch.softmax(z, dim=-1).masked_fill(~keep, 0.0)
+    z = z.masked_fill(~keep, float("-inf"))
+    # Rows with no visible key, or whose visible scores are all -inf (an additive mask),
+    # go through softmax as zeros (finite, no NaN) and are zeroed: the kernels' result.
+    empty_row = (z == float("-inf")).all(dim=-1, keepdim=True)
+    z = z.masked_fill(empty_row, 0.0)
+    y = torch.softmax(z, dim=-1).masked_fill(~keep | empty_row, 0.0)
     return y.to(x.dtype)

@@ -78,26 +78,34 @@ def _coor_descent_fwd_kernel(
     logk = tl.log(tl.maximum(k, K_MIN))
 
     # Row statistics that never change: number of valid entries and max of s.
+    # `poison` is 0, or NaN when a valid entry (or k) is NaN or +-inf: added to every a_t and
+    # to y, it makes such a row NaN as in the torch definition (whose first step computes
+    # s - s). Without it the min/max below (NaN-ignoring on the GPU) would hide the NaN.
     if SINGLE_PASS:
         s, valid = _load_chunk(S, Mask, cols, N, HAS_MASK)
         n_valid = tl.sum(valid.to(tl.float32), axis=0)
         s_max = tl.max(tl.where(valid, s, float("-inf")), axis=0)
+        poison = tl.sum(tl.where(valid, s * 0.0, 0.0), axis=0)
     else:
         cnt_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         max_acc = tl.full([BLOCK_N], float("-inf"), dtype=tl.float32)
+        poison_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for start in range(0, N, BLOCK_N):
             s, valid = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
             cnt_acc += valid.to(tl.float32)
             max_acc = tl.maximum(max_acc, tl.where(valid, s, float("-inf")))
+            poison_acc += tl.where(valid, s * 0.0, 0.0)
         n_valid = tl.sum(cnt_acc, axis=0)
         s_max = tl.max(max_acc, axis=0)
+        poison = tl.sum(poison_acc, axis=0)
+    poison += k * 0.0
     # A fully masked row runs on finite dummies (its output is all zeros anyway).
     s_max = tl.where(n_valid > 0, s_max, 0.0)
 
     # Iteration 1: s + b_0 = 0 on every valid entry, so L_1 = log(#valid).
     e = tl.maximum(eps_init, eps)
     lse = tl.log(tl.maximum(n_valid, 1.0))
-    a = e * (logk - lse)
+    a = e * (logk - lse) + poison
     tl.store(A, a)
     tl.store(L, lse)
     if row == 0:
@@ -120,7 +128,7 @@ def _coor_descent_fwd_kernel(
                 acc += tl.where(valid, tl.exp(tl.minimum(s, lim) / e - m), 0.0)
             total = tl.sum(acc, axis=0)
         lse = m + tl.log(tl.maximum(total, 1.0))
-        a = e * (logk - lse)
+        a = e * (logk - lse) + poison
         tl.store(A + t, a)
         tl.store(L + t, lse)
         e = tl.maximum(e * eps_decay, eps)
@@ -128,12 +136,12 @@ def _coor_descent_fwd_kernel(
         tl.store(Eps + n_iters, e)
 
     if SINGLE_PASS:
-        y = tl.where(valid, tl.exp(tl.minimum(s + a, 0.0) / e), 0.0)
+        y = tl.where(valid, tl.exp(tl.minimum(s + a, 0.0) / e) + poison, 0.0)
         tl.store(Y + cols, y.to(Y.dtype.element_ty), mask=cols < N)
     else:
         for start in range(0, N, BLOCK_N):
             s, valid = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
-            y = tl.where(valid, tl.exp(tl.minimum(s + a, 0.0) / e), 0.0)
+            y = tl.where(valid, tl.exp(tl.minimum(s + a, 0.0) / e) + poison, 0.0)
             tl.store(Y + start + cols, y.to(Y.dtype.element_ty), mask=start + cols < N)
 
 
@@ -147,6 +155,8 @@ def _coor_descent_grad_out(S, Mask, DY, Stats, Eps, offs, N, n_iters, HAS_MASK: 
     z = s + a_last
     # exp of min(z, 0) (= y): no inf computed and then discarded where z > 0.
     g = tl.where(valid & (z <= 0.0), dy * tl.exp(tl.minimum(z, 0.0) / e_last) / e_last, 0.0)
+    # A row the forward made NaN (a_T is NaN) gets NaN gradients, as in the torch definition.
+    g += tl.where(valid, a_last * 0.0, 0.0)
     return s, valid, g
 
 

@@ -89,7 +89,10 @@ def _layer_norm_fwd_kernel(
         s1 = tl.sum(acc1, axis=1)
         s2 = tl.sum(acc2, axis=1)
         mean = shift + s1 / N
-        rstd = 1.0 / tl.sqrt(tl.maximum((s2 - s1 * s1 / N) / N, 0.0) + eps)
+        # Clamp rounding below zero, but let a NaN variance (a row holding inf) through,
+        # as torch does: fmax(NaN, 0) would give 0 and a finite rstd.
+        var = tl.maximum((s2 - s1 * s1 / N) / N, 0.0, propagate_nan=tl.PropagateNan.ALL)
+        rstd = 1.0 / tl.sqrt(var + eps)
         for start in range(0, N, BLOCK_N):
             col_mask = start + cols < N
             mask = row_mask[:, None] & col_mask[None, :]

@@ -99,7 +99,9 @@ def _softmax_fwd_kernel(
         m = tl.where(m == float("-inf"), 0.0, m)  # a row with no visible key
         e = tl.exp2(z - m[:, None])
         denom = tl.sum(e, axis=1)
-        inv = 1.0 / tl.where(denom > 0.0, denom, 1.0)  # no visible key: e == 0, y == 0
+        # No visible key: e == 0, y == 0. (A NaN denominator, from a NaN or +inf score,
+        # must stay NaN: `denom > 0` would have replaced it with 1 and left e unnormalized.)
+        inv = 1.0 / tl.where(denom == 0.0, 1.0, denom)
         y = e * inv[:, None]
         tl.store(Y + rows * stride_y_row + cols, y.to(Y.dtype.element_ty), mask=in_bounds)
     else:
@@ -121,7 +123,9 @@ def _softmax_fwd_kernel(
             denom = denom * tl.exp2(m - m_use) + tl.sum(tl.exp2(z - m_use), axis=0)
             m = m_new
         m = tl.where(m == float("-inf"), 0.0, m)
-        inv = 1.0 / tl.where(denom > 0.0, denom, 1.0)  # no visible key: e == 0, y == 0
+        # No visible key: e == 0, y == 0. (A NaN denominator, from a NaN or +inf score,
+        # must stay NaN: `denom > 0` would have replaced it with 1 and left e unnormalized.)
+        inv = 1.0 / tl.where(denom == 0.0, 1.0, denom)
         for start in range(0, limit, BLOCK_N):
             z = _load_scores(x_row, PadMask, start + cols, start + cols, start + cols < limit, start + cols < limit,
                              scale_log2, HAS_MASK)

@@ -19,6 +19,7 @@ import torch.nn.functional as torch_F
 from torch import Tensor, nn
 
 from .. import functional as F
+from .._checks import FLOAT_DTYPES, check_tensor
 
 
 class RouterReturn(NamedTuple):
@@ -183,8 +184,13 @@ class CoordinateDescentRouter(nn.Module):
         random ones (a negative control). ``keep_one_route_dim`` keeps a route dim of
         size 1 when there is one routing token. Returns a :class:`RouterReturn`.
         """
-        if x.dim() != 3:
-            raise ValueError(f"x must be (batch, seq, dim), got shape {tuple(x.shape)}")
+        check_tensor(x, "x", FLOAT_DTYPES + (torch.float64,))
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must be (batch, seq, dim={self.dim}), got shape {tuple(x.shape)}")
+        tokens = self.routing_token if self.routing_token is not None else routing_tokens
+        if tokens is not None and tokens.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):
+            # Else einsum fails with a bare "expected scalar type"; under autocast it casts both.
+            raise TypeError(f"x has dtype {x.dtype} but the routing tokens have dtype {tokens.dtype}")
         if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(x.shape[:2])):
             raise ValueError(f"mask must be bool of shape {tuple(x.shape[:2])}, got {mask.dtype} {tuple(mask.shape)}")
         if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:

@@ -1,0 +1,193 @@
+"""Run every kernel, forward and backward, at odd sizes and at the row-length limits.
+
+The driver that ``scripts/sanitize.sh`` runs under ``compute-sanitizer`` (memcheck,
+racecheck, initcheck): each case is small (a few rows), so the instrumented run takes
+minutes. The sizes come from ``triton_layers/kernels/_launch.py``: one below, at and one
+above each limit where a kernel changes path (rows in registers vs in chunks, one tile
+vs several, one column range vs split columns), plus 1 and odd sizes, sliced (strided)
+inputs, masks, and partial gradients. Every result is also checked against the
+reference (loosely: this is a memory checker's driver, the tests check accuracy); the
+exit status is 1 if any case is off, so the driver is useful without the sanitizer too.
+
+    python3 scripts/sanitize.py                 # on a GPU
+    python3 scripts/sanitize.py --tiny          # on the CPU (Triton interpreter), limits shrunk
+    python3 scripts/sanitize.py --list          # the case names
+    python3 scripts/sanitize.py -k softmax      # the cases whose name contains "softmax"
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+if not torch.cuda.is_available():  # before triton_layers defines its kernels
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from triton_layers import functional as F  # noqa: E402
+from triton_layers import reference  # noqa: E402
+from triton_layers.kernels import _launch as L  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Limits small enough for the interpreter; the same boundaries are exercised at these sizes.
+TINY_LIMITS = dict(MAX_FUSED_COLS=64, LN_FWD_MAX_FUSED_COLS=128, LOOP_BLOCK=32, SOFTMAX_MAX_FUSED_COLS=128, SOFTMAX_TILE_ELEMENTS=256,
+                   TILE_MAX_COLS=64, TILE_BYTES=1024, SPLIT_MIN_BLOCK=16)
+# Loose tolerances (relative to the largest reference value): catches garbage, not ulps.
+TOL = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+def rand(*shape, dtype=torch.float32, sliced: bool = False, scale: float = 1.0) -> torch.Tensor:
+    """Random values; ``sliced``: a view whose rows are strided (row stride = n + 3)."""
+    if not sliced:
+        return (scale * torch.randn(shape, device=DEVICE)).to(dtype)
+    wide = (scale * torch.randn(*shape[:-1], shape[-1] + 3, device=DEVICE)).to(dtype)
+    return wide[..., 1:1 + shape[-1]]
+
+
+def compare(name: str, ours: Optional[torch.Tensor], exact: Optional[torch.Tensor], dtype) -> float:
+    """Largest error relative to max|exact|; raises if over the tolerance for ``dtype``."""
+    if ours is None and exact is None:
+        return 0.0
+    assert ours is not None and exact is not None and ours.shape == exact.shape, f"{name}: shapes"
+    if exact.numel() == 0:
+        return 0.0
+    err = (ours.double() - exact.double()).abs().max().item() / max(exact.double().abs().max().item(), 1e-6)
+    if not err <= TOL[dtype]:  # (NaN fails too)
+        raise AssertionError(f"{name}: relative error {err:.2e} > {TOL[dtype]:.0e}")
+    return err
+
+
+def fwd_bwd(fn: Callable, ref: Callable, inputs: list, needs_grad: list[bool], dtype) -> float:
+    """fn and ref (float64) on the same inputs; the output and each requested gradient compared."""
+    ours_in = [t.detach().requires_grad_(g) if isinstance(t, torch.Tensor) else t for t, g in zip(inputs, needs_grad)]
+    ref_in = [t.detach().double().requires_grad_(g) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+              for t, g in zip(inputs, needs_grad)]
+    y = fn(*ours_in)
+    y64 = ref(*ref_in)
+    dy = torch.randn(y.shape, device=DEVICE).to(y.dtype)
+    wrt = [t for t, g in zip(ours_in, needs_grad) if g]
+    wrt64 = [t for t, g in zip(ref_in, needs_grad) if g]
+    worst = compare("y", y.detach(), y64.detach(), dtype)
+    if wrt:
+        grads = torch.autograd.grad(y, wrt, dy)
+        grads64 = torch.autograd.grad(y64, wrt64, dy.double())
+        for i, (g, g64) in enumerate(zip(grads, grads64)):
+            worst = max(worst, compare(f"grad {i}", g, g64, max(dtype, g.dtype, key=lambda d: TOL[d])))
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()  # a fault is reported against this case
+    return worst
+
+
+def around(limit: int) -> list[int]:
+    return [limit - 1, limit, limit + 1]
+
+
+def cases() -> dict[str, Callable[[], float]]:
+    """name -> a thunk running the case and returning its worst relative error."""
+    out: dict[str, Callable[[], float]] = {}
+    bf = torch.bfloat16
+
+    # LayerNorm: backward rows in registers up to MAX_FUSED_COLS, chunked beyond (two
+    # kernels, several row groups); forward rows in registers up to LN_FWD_MAX_FUSED_COLS,
+    # chunked beyond; BLOCK_M rows per tile, several tiles per program.
+    for n in [1, 7, 33, *around(L.MAX_FUSED_COLS), *around(L.LN_FWD_MAX_FUSED_COLS), 2 * L.LOOP_BLOCK + 5]:
+        for rows, dtype, stable, sliced in [(3, torch.float32, False, False), (67, bf, True, True)]:
+            def ln(n=n, rows=rows, dtype=dtype, stable=stable, sliced=sliced):
+                x = rand(rows, n, dtype=dtype, sliced=sliced, scale=2.0)
+                w, b = 1 + 0.5 * rand(n), 0.5 * rand(n)
+                return fwd_bwd(lambda x, w, b: F.layer_norm(x, w, b, stable=stable, use_triton=True),
+                               lambda x, w, b: reference.layer_norm(x, w, b, 1e-5, stable),
+                               [x, w, b], [True, True, True], dtype)
+            flags = (" stable" if stable else "") + (" sliced" if sliced else "")
+            out[f"layer_norm n={n} rows={rows} {str(dtype)[6:]}{flags}"] = ln
+        for needs in ([True, False, False], [False, True, True]):
+            def ln_partial(n=n, needs=needs):
+                x, w, b = rand(5, n), rand(n), rand(n)
+                return fwd_bwd(lambda x, w, b: F.layer_norm(x, w, b, use_triton=True),
+                               lambda x, w, b: reference.layer_norm(x, w, b, 1e-5, False), [x, w, b], needs,
+                               torch.float32)
+            out[f"layer_norm n={n} grads={''.join('xwb'[i] for i in range(3) if needs[i])}"] = ln_partial
+
+    # Softmax: rows in registers (several per tile) up to SOFTMAX_MAX_FUSED_COLS, one
+    # program walking LOOP_BLOCK chunks beyond; causal (Nq <, =, > Nk) and padding masks.
+    for n_k in [1, 17, *around(L.SOFTMAX_MAX_FUSED_COLS), L.SOFTMAX_MAX_FUSED_COLS + L.LOOP_BLOCK + 3]:
+        for n_q, causal, masked, dtype in [(3, False, False, torch.float32), (5, True, True, torch.float16),
+                                           (n_k + 2, True, False, bf)]:
+            def sm(n_k=n_k, n_q=min(n_q, 40), causal=causal, masked=masked, dtype=dtype):
+                x = rand(2, n_q, n_k, dtype=dtype, scale=3.0)
+                mask = None
+                if masked:
+                    mask = torch.rand(2, n_k, device=DEVICE) < 0.3
+                    mask[1] = True  # a batch entry that is all padding
+                return fwd_bwd(lambda x: F.softmax(x, causal, 0.7, mask, use_triton=True),
+                               lambda x: reference.softmax(x, causal, 0.7, mask), [x], [True], dtype)
+            out[f"softmax nk={n_k} nq={min(n_q, 40)} {str(dtype)[6:]}{' causal' if causal else ''}"
+                f"{' padding' if masked else ''}"] = sm
+
+    # WeightedSum: tiles of several rows, column ranges split over programs when rows are
+    # few (TILE_MAX_COLS), aligned (16-element) and unaligned rows, partial gradients.
+    for rows, n in [(1, 1), (7, 17), (1000, 7), (3, L.TILE_MAX_COLS + 1), (2, 16 * L.TILE_MAX_COLS + 5),
+                    (5, 2 * L.TILE_MAX_COLS)]:
+        for dtype, sliced, needs in [(torch.float32, False, [True, True, True]), (bf, True, [True, True, True]),
+                                     (torch.float32, False, [False, True, False]),
+                                     (torch.float32, False, [True, False, False])]:
+            def ws(rows=rows, n=n, dtype=dtype, sliced=sliced, needs=needs):
+                x, w, b = rand(rows, n, dtype=dtype, sliced=sliced), rand(n), rand()
+                return fwd_bwd(lambda x, w, b: F.weighted_sum(x, w, b, use_triton=True), reference.weighted_sum,
+                               [x, w, b], needs, dtype)
+            out[f"weighted_sum {rows}x{n} {str(dtype)[6:]}{' sliced' if sliced else ''} "
+                f"grads={''.join('xwb'[i] for i in range(3) if needs[i])}"] = ws
+
+    # coor_descent: rows in registers up to MAX_FUSED_COLS, chunked beyond; the backward
+    # splits rows into SPLIT_MIN_BLOCK..LOOP_BLOCK chunks; masks, k per row with a gradient.
+    for n in [1, 7, *around(L.MAX_FUSED_COLS), 3 * L.LOOP_BLOCK + 5]:
+        for rows, n_iters, masked, dtype in [(3, 3, True, torch.float32), (2, 1, False, bf)]:
+            def cd(n=n, rows=rows, n_iters=n_iters, masked=masked, dtype=dtype):
+                s, k = rand(rows, n, dtype=dtype, scale=1.5), torch.rand(rows, device=DEVICE) * n / 4 + 0.5
+                mask = None
+                if masked:
+                    mask = torch.rand(rows, n, device=DEVICE) > 0.3
+                    mask[0] = False  # a fully masked row
+                kw = dict(n_iters=n_iters, eps=0.1, eps_init=1.0, eps_decay=0.7, mask=mask)
+                return fwd_bwd(lambda s, k: F.coor_descent(s, k=k, use_triton=True, **kw),
+                               lambda s, k: reference.coor_descent(s, n_iters, k, 0.1, 1.0, 0.7, mask),
+                               [s, k], [True, True], dtype)
+            out[f"coor_descent n={n} rows={rows} iters={n_iters} {str(dtype)[6:]}{' mask' if masked else ''}"] = cd
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="shrink the kernels' limits (for the CPU interpreter)")
+    parser.add_argument("--list", action="store_true", help="print the case names and exit")
+    parser.add_argument("-k", default="", help="run only the cases whose name contains this")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        for name, value in TINY_LIMITS.items():
+            setattr(L, name, value)
+    torch.manual_seed(0)
+    todo = {name: fn for name, fn in cases().items() if args.k in name}
+    if args.list:
+        print("\n".join(todo))
+        return 0
+    failed = []
+    start = time.perf_counter()
+    for name, fn in todo.items():
+        try:
+            err = fn()
+            print(f"ok    {name}  (max rel err {err:.1e})", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every case, then fail
+            failed.append(name)
+            print(f"FAIL  {name}: {type(e).__name__}: {e}", flush=True)
+    print(f"{len(todo) - len(failed)} passed, {len(failed)} failed ({time.perf_counter() - start:.0f} s on {DEVICE}"
+          f"{', tiny limits' if args.tiny else ''})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""The README's "Bad inputs" table, one test per row (the row's id is the test id).
+
+Each case calls an op or module with one bad (or edge-case) input and states what it
+gets: an exception type and a pattern of its message, or a check of the result. A last
+test keeps the table and these cases in step: every README id has a case and back.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable, NamedTuple, Union
+
+import pytest
+import torch
+
+from triton_layers import CoordinateDescentRouter, TritonLayerNorm, WeightedSum
+from triton_layers import functional as F
+
+from .conftest import DEVICE
+
+# A second device for mixed-device calls: "meta" where the kernels run on the CPU.
+OTHER = "meta" if DEVICE == "cpu" else "cpu"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def x_(*shape, dtype=torch.float32, device=DEVICE, grad=False):
+    return torch.randn(shape, device=device).to(dtype).requires_grad_(grad)
+
+
+def mask_(*shape, device=DEVICE):
+    return torch.rand(shape, device=device) > 0.3
+
+
+class Case(NamedTuple):
+    id: str
+    call: Callable[[], object]
+    # (exception type, regex of its message) or a check of the result (raises if wrong).
+    expect: Union[tuple, Callable[[object], None]]
+
+
+def same_as_contiguous(op: Callable, *shape_t) -> Case:
+    """A case checking that ``op(x)`` on a transposed view equals ``op`` on its contiguous
+    copy, bitwise, in the output and in x's gradient."""
+    def call():
+        x = x_(*shape_t).transpose(-1, -2)
+        assert not x.is_contiguous()
+        grads = []
+        for inp in (x, x.contiguous()):
+            inp = inp.detach().requires_grad_()
+            y = op(inp)
+            y.backward(torch.ones_like(y))
+            grads.append((y.detach(), inp.grad))
+        return grads
+
+    def check(grads):
+        (y1, g1), (y2, g2) = grads
+        assert torch.equal(y1, y2) and torch.equal(g1, g2)
+    return call, check
+
+
+def empty_result(shape: tuple, grad_shape: tuple | None = None) -> Callable:
+    """Check: the result has ``shape``; its backward gives x a gradient of ``grad_shape``."""
+    def check(result):
+        y, x = result
+        assert tuple(y.shape) == shape
+        y.sum().backward()
+        assert x.grad is not None and tuple(x.grad.shape) == (grad_shape or tuple(x.shape))
+    return check
+
+
+def with_x(op: Callable, x: torch.Tensor):
+    x = x.detach().requires_grad_()
+    return op(x), x
+
+
+def _all_padded_softmax():
+    x = x_(2, 3, 5, grad=True)
+    mask = torch.zeros(2, 5, dtype=torch.bool, device=DEVICE)
+    mask[1] = True
+    y = F.softmax(x, key_padding_mask=mask)
+    y.backward(torch.randn_like(y))
+    return y, x.grad
+
+
+def _check_all_padded(result):
+    y, dx = result
+    assert (y[1] == 0).all() and (dx[1] == 0).all() and torch.isfinite(y).all()
+    torch.testing.assert_close(y[0].sum(-1), torch.ones(3, device=DEVICE))
+
+
+def _k_tensor_nonpositive():
+    k = torch.tensor([0.0, -2.0, 3.0], device=DEVICE)
+    return F.coor_descent(x_(3, 10), n_iters=5, k=k)
+
+
+def _check_k_nonpositive(y):
+    # log k of k clamped to 1e-20: those rows' scores sum to ~1e-20; the last row's to about 3.
+    assert y[:2].sum() < 1e-6 and y[2].sum() > 1
+
+
+def cd_(**kw):
+    """coor_descent of a (2, 5) s with n_iters=3, k=2.0 unless ``kw`` says otherwise."""
+    return F.coor_descent(x_(2, 5), **{"n_iters": 3, "k": 2.0, **kw})
+
+
+def w8(device=DEVICE):
+    return torch.randn(8, device=device)
+
+
+def _router(**kw):
+    return CoordinateDescentRouter(8, n_iters=5, device=DEVICE, **kw)
+
+
+def _empty_router():
+    x = x_(0, 10, 8, grad=True)
+    return _router()(x, num_tokens=2), x
+
+
+def _check_empty_router(result):
+    out, x = result
+    assert tuple(out.indices.shape) == (0, 2) and tuple(out.routed_tokens.shape) == (0, 2, 8)
+
+
+ln_nc = same_as_contiguous(lambda x: F.layer_norm(x, torch.ones(8, device=DEVICE) * 0.5), 8, 5)
+sm_nc = same_as_contiguous(lambda x: F.softmax(x, causal=True), 2, 6, 5)
+ws_nc = same_as_contiguous(lambda x: F.weighted_sum(x, torch.linspace(-1, 1, 8, device=DEVICE)), 8, 5)
+cd_nc = same_as_contiguous(lambda x: F.coor_descent(x, n_iters=5, k=3.0), 10, 4)
+
+CASES = [
+    # --- layer_norm / TritonLayerNorm
+    Case("ln-dtype-int", lambda: F.layer_norm(torch.ones(2, 8, dtype=torch.int64, device=DEVICE)),
+         (TypeError, r"x has dtype torch.int64; expected one of torch.float32")),
+    Case("ln-dtype-f64", lambda: F.layer_norm(x_(2, 8, dtype=torch.float64)),
+         (TypeError, r"x has dtype torch.float64")),
+    Case("ln-not-tensor", lambda: F.layer_norm([[1.0, 2.0]]), (TypeError, r"x must be a torch.Tensor, got list")),
+    Case("ln-weight-dtype", lambda: F.layer_norm(x_(2, 8), torch.ones(8, dtype=torch.int32, device=DEVICE)),
+         (TypeError, r"weight has dtype torch.int32")),
+    Case("ln-weight-shape", lambda: F.layer_norm(x_(2, 8), torch.ones(7, device=DEVICE)),
+         (ValueError, r"x of shape \(2, 8\) does not end with normalized_shape \(7,\)")),
+    Case("ln-weight-bias-shape", lambda: F.layer_norm(x_(2, 8), w8(), torch.ones(7, device=DEVICE)),
+         (ValueError, r"bias must have shape \(8,\), got \(7,\)")),
+    Case("ln-x-shape", lambda: TritonLayerNorm(8, device=DEVICE)(x_(2, 7)),
+         (ValueError, r"x of shape \(2, 7\) does not end with normalized_shape \(8,\)")),
+    Case("ln-0dim", lambda: F.layer_norm(torch.tensor(1.5, device=DEVICE)),
+         (ValueError, r"normalized_shape must have at least one dim; got \(\) for x of shape \(\)")),
+    Case("ln-normalized-shape-type", lambda: F.layer_norm(x_(2, 8), normalized_shape=8.0),
+         (TypeError, r"normalized_shape must be an int or a sequence of ints, got 8.0")),
+    Case("ln-eps", lambda: F.layer_norm(x_(2, 8), eps=-1e-5), (ValueError, r"eps must be a non-negative number")),
+    Case("ln-mixed-devices", lambda: F.layer_norm(x_(2, 8), w8(device=OTHER)),
+         (ValueError, rf"all tensors must be on one device; got x on {DEVICE}.*, weight on {OTHER}")),
+    Case("ln-wrong-device", lambda: F.layer_norm(x_(2, 8, device="meta"), use_triton=True),
+         (ValueError, r"use_triton=True needs a CUDA tensor .* got a tensor on meta")),
+    Case("ln-empty-rows", lambda: with_x(lambda x: F.layer_norm(x, w8()), x_(0, 8)), empty_result((0, 8))),
+    Case("ln-empty-cols", lambda: with_x(F.layer_norm, x_(3, 0)), empty_result((3, 0))),
+    Case("ln-noncontiguous", *ln_nc),
+    Case("ln-module-shape", lambda: TritonLayerNorm(-1), (ValueError, r"normalized_shape must be non-negative")),
+    # --- softmax / CausalSoftmax
+    Case("sm-dtype-int", lambda: F.softmax(torch.ones(2, 5, dtype=torch.int64, device=DEVICE)),
+         (TypeError, r"x has dtype torch.int64")),
+    Case("sm-dtype-f64", lambda: F.softmax(x_(2, 5, dtype=torch.float64)), (TypeError, r"x has dtype torch.float64")),
+    Case("sm-mask-dtype", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=torch.zeros(2, 5, device=DEVICE)),
+         (TypeError, r"key_padding_mask has dtype torch.float32; expected one of torch.bool")),
+    Case("sm-mask-shape", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 4)),
+         (ValueError, r"key_padding_mask must have shape \(2, 5\), got \(2, 4\)")),
+    Case("sm-mask-rank", lambda: F.softmax(x_(3, 5), key_padding_mask=mask_(3, 5)),
+         (ValueError, r"key_padding_mask needs scores of shape \(B, Nq, Nk\) or \(B, H, Nq, Nk\); "
+                      r"got x of shape \(3, 5\)")),
+    Case("sm-causal-1d", lambda: F.softmax(x_(5), causal=True), (ValueError, r"causal=True needs scores of shape")),
+    Case("sm-scale-nonfinite", lambda: F.softmax(x_(2, 5), scale=float("inf")),
+         (ValueError, r"scale must be finite")),
+    Case("sm-scale-type", lambda: F.softmax(x_(2, 5), scale=torch.tensor(0.5)),
+         (TypeError, r"scale must be a float or None, got Tensor")),
+    Case("sm-mixed-devices", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 5, device=OTHER)),
+         (ValueError, rf"one device; got x on {DEVICE}.*, key_padding_mask on {OTHER}")),
+    Case("sm-wrong-device", lambda: F.softmax(x_(2, 5, device="meta"), use_triton=True),
+         (ValueError, r"use_triton=True needs a CUDA tensor")),
+    Case("sm-empty", lambda: with_x(lambda x: F.softmax(x, causal=True), x_(2, 0, 5)), empty_result((2, 0, 5))),
+    Case("sm-noncontiguous", *sm_nc),
+    Case("sm-all-padded", _all_padded_softmax, _check_all_padded),
+    # --- weighted_sum / WeightedSum
+    Case("ws-dtype-int", lambda: F.weighted_sum(torch.ones(2, 8, dtype=torch.int64, device=DEVICE), w8()),
+         (TypeError, r"x has dtype torch.int64")),
+    Case("ws-weight-dtype", lambda: F.weighted_sum(x_(2, 8), torch.ones(8, dtype=torch.float64, device=DEVICE)),
+         (TypeError, r"weight has dtype torch.float64")),
+    Case("ws-weight-shape", lambda: F.weighted_sum(x_(2, 8), torch.ones(1, 8, device=DEVICE)),
+         (ValueError, r"weight must have shape \(8,\), got \(1, 8\)")),
+    Case("ws-bias-shape", lambda: F.weighted_sum(x_(2, 8), w8(), torch.ones(2, device=DEVICE)),
+         (ValueError, r"bias must be a scalar: shape \(\) or \(1,\), got \(2,\)")),
+    Case("ws-0dim", lambda: F.weighted_sum(torch.tensor(1.0, device=DEVICE), torch.ones((), device=DEVICE)),
+         (ValueError, r"x must have at least one dim")),
+    Case("ws-mixed-devices", lambda: F.weighted_sum(x_(2, 8), w8(device=OTHER)),
+         (ValueError, rf"one device; got x on {DEVICE}.*, weight on {OTHER}")),
+    Case("ws-wrong-device", lambda: F.weighted_sum(x_(2, 8, device="meta"), w8(device="meta"), use_triton=True),
+         (ValueError, r"use_triton=True needs a CUDA tensor")),
+    Case("ws-empty-rows", lambda: with_x(lambda x: F.weighted_sum(x, w8()), x_(0, 8)), empty_result((0,))),
+    Case("ws-empty-dim",
+         lambda: F.weighted_sum(x_(3, 0), torch.ones(0, device=DEVICE), torch.tensor(0.5, device=DEVICE)),
+         lambda y: torch.testing.assert_close(y, torch.full((3,), 0.5, device=DEVICE))),
+    Case("ws-noncontiguous", *ws_nc),
+    Case("ws-module-dim", lambda: WeightedSum(-1), (ValueError, r"dim must be a non-negative int, got -1")),
+    # --- coor_descent
+    Case("cd-dtype-int", lambda: F.coor_descent(torch.ones(2, 5, dtype=torch.int64, device=DEVICE), n_iters=3, k=2.0),
+         (TypeError, r"s has dtype torch.int64")),
+    Case("cd-0dim", lambda: F.coor_descent(torch.tensor(1.0, device=DEVICE), n_iters=3, k=2.0),
+         (ValueError, r"s must have at least one dim")),
+    Case("cd-n-iters-0", lambda: cd_(n_iters=0), (ValueError, r"n_iters must be an int >= 1, got 0")),
+    Case("cd-n-iters-float", lambda: cd_(n_iters=2.0), (ValueError, r"n_iters must be an int >= 1, got 2.0")),
+    Case("cd-k-0", lambda: cd_(k=0), (ValueError, r"k must be a finite positive number, got 0")),
+    Case("cd-k-negative", lambda: cd_(k=-1.0), (ValueError, r"k must be a finite positive number")),
+    Case("cd-k-inf", lambda: cd_(k=float("inf")), (ValueError, r"k must be a finite positive")),
+    Case("cd-k-tensor-shape", lambda: cd_(k=torch.ones(2, 1, device=DEVICE)),
+         (ValueError, r"k of shape \(2, 1\) must broadcast to s's leading dims \(2,\)")),
+    Case("cd-k-tensor-dtype", lambda: cd_(k=torch.ones(2, dtype=torch.int64, device=DEVICE)),
+         (TypeError, r"k has dtype torch.int64")),
+    Case("cd-k-tensor-nonpositive", _k_tensor_nonpositive, _check_k_nonpositive),
+    Case("cd-eps-0", lambda: cd_(eps=0.0), (ValueError, r"eps must be a finite positive")),
+    Case("cd-mask-dtype", lambda: cd_(mask=torch.ones(2, 5, device=DEVICE)),
+         (TypeError, r"mask has dtype torch.float32; expected one of torch.bool")),
+    Case("cd-mask-shape", lambda: cd_(mask=mask_(5)), (ValueError, r"mask must have shape \(2, 5\), got \(5,\)")),
+    Case("cd-mixed-devices", lambda: cd_(mask=mask_(2, 5, device=OTHER)),
+         (ValueError, rf"one device; got s on {DEVICE}.*, mask on {OTHER}")),
+    Case("cd-wrong-device", lambda: F.coor_descent(x_(2, 5, device="meta"), n_iters=3, k=2.0, use_triton=True),
+         (ValueError, r"use_triton=True needs a CUDA tensor")),
+    Case("cd-empty", lambda: with_x(lambda s: F.coor_descent(s, n_iters=3, k=2.0), x_(0, 5)), empty_result((0, 5))),
+    Case("cd-noncontiguous", *cd_nc),
+    # --- CoordinateDescentRouter
+    Case("rt-n-iters-0", lambda: CoordinateDescentRouter(8, n_iters=0), (ValueError, r"n_iters must be an int >= 1")),
+    Case("rt-x-rank", lambda: _router()(x_(10, 8), num_tokens=2),
+         (ValueError, r"x must be \(batch, seq, dim=8\), got shape \(10, 8\)")),
+    Case("rt-x-dim", lambda: _router()(x_(2, 10, 7), num_tokens=2),
+         (ValueError, r"x must be \(batch, seq, dim=8\), got shape \(2, 10, 7\)")),
+    Case("rt-x-dtype", lambda: _router()(torch.ones(2, 10, 8, dtype=torch.int64, device=DEVICE), num_tokens=2),
+         (TypeError, r"x has dtype torch.int64")),
+    Case("rt-dtype-mismatch", lambda: _router()(x_(2, 10, 8, dtype=torch.bfloat16), num_tokens=2),
+         (TypeError, r"x has dtype torch.bfloat16 but the routing tokens have dtype torch.float32")),
+    Case("rt-mask-shape", lambda: _router()(x_(2, 10, 8), num_tokens=2, mask=mask_(2, 9)),
+         (ValueError, r"mask must be bool of shape \(2, 10\), got torch.bool \(2, 9\)")),
+    Case("rt-num-tokens-0", lambda: _router()(x_(2, 10, 8), num_tokens=0),
+         (ValueError, r"num_tokens must be an int >= 1")),
+    Case("rt-empty", _empty_router, _check_empty_router),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case):
+    if isinstance(case.expect, tuple):
+        exc, pattern = case.expect
+        with pytest.raises(exc, match=pattern):
+            case.call()
+    else:
+        case.expect(case.call())
+
+
+def test_readme_table_lists_exactly_these_cases():
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Bad inputs", 1)[1].split("\n## ", 1)[0]
+    ids = re.findall(r"^\| `([a-z0-9-]+)` \|", section, flags=re.M)
+    assert len(ids) == len(set(ids)), "duplicate ids in the README table"
+    assert set(ids) == {c.id for c in CASES}
+    assert len(CASES) == len({c.id for c in CASES})
