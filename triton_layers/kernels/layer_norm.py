@@ -30,6 +30,14 @@ STABLE_MIN_SCALE = tl.constexpr(1e-30)
 
 
 @triton.jit
+def _div(row_sums, N):
+    """Per-row sums / N, correctly rounded. The GPU's default fp32 division is approximate
+    (div.full.f32): with N = 1 it left g - mean(g) an ulp off zero, and rstd = 1/sqrt(eps)
+    turned that into dx ~ 1e-5 where the exact gradient is 0."""
+    return tl.div_rn(row_sums, tl.zeros_like(row_sums) + N)
+
+
+@triton.jit
 def _stat_rows(Stats, M):
     """Pointers to the mean, rstd and 1/max|x| rows of the (2 or 3, M) stats tensor."""
     return Stats, Stats + M, Stats + 2 * M
@@ -56,9 +64,9 @@ def _layer_norm_fwd_kernel(
             inv_scale = 1.0 / tl.maximum(tl.max(tl.abs(x), axis=1), STABLE_MIN_SCALE)
             x = x * inv_scale[:, None]
             tl.store(InvScale + rows, inv_scale, mask=row_mask)
-        mean = tl.sum(x, axis=1) / N
+        mean = _div(tl.sum(x, axis=1), N)
         xc = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
+        rstd = 1.0 / tl.sqrt(_div(tl.sum(xc * xc, axis=1), N) + eps)
         y = xc * rstd[:, None]
         if HAS_WEIGHT:
             y = y * tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
@@ -88,10 +96,10 @@ def _layer_norm_fwd_kernel(
             acc2 += d * d
         s1 = tl.sum(acc1, axis=1)
         s2 = tl.sum(acc2, axis=1)
-        mean = shift + s1 / N
+        mean = shift + _div(s1, N)
         # Clamp rounding below zero, but let a NaN variance (a row holding inf) through,
         # as torch does: fmax(NaN, 0) would give 0 and a finite rstd.
-        var = tl.maximum((s2 - s1 * s1 / N) / N, 0.0, propagate_nan=tl.PropagateNan.ALL)
+        var = tl.maximum(_div(s2 - _div(s1 * s1, N), N), 0.0, propagate_nan=tl.PropagateNan.ALL)
         rstd = 1.0 / tl.sqrt(var + eps)
         for start in range(0, N, BLOCK_N):
             col_mask = start + cols < N
@@ -168,8 +176,8 @@ def _layer_norm_bwd_kernel(
         )
         if COMPUTE_DX:
             g = dy * w[None, :]
-            c1 = tl.sum(xhat * g, axis=1) / N
-            c2 = tl.sum(g, axis=1) / N
+            c1 = _div(tl.sum(xhat * g, axis=1), N)
+            c2 = _div(tl.sum(g, axis=1), N)
             dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
             tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if COMPUTE_DW:
@@ -243,8 +251,8 @@ def _layer_norm_bwd_split_kernel(
             # Every program adds a row's chunk sums in the same order: deterministic.
             sums = Sums + (rows[:, None] * n_chunks + chunk_ids[None, :]) * 2
             sums_mask = row_mask[:, None] & (chunk_ids[None, :] < n_chunks)
-            c1 = tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=1) / N
-            c2 = tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0), axis=1) / N
+            c1 = _div(tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=1), N)
+            c2 = _div(tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0), axis=1), N)
             g = dy * w[None, :]
             dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
             tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
