@@ -31,10 +31,20 @@ STABLE_MIN_SCALE = tl.constexpr(1e-30)
 
 @triton.jit
 def _div(row_sums, N):
-    """Per-row sums / N, correctly rounded. The GPU's default fp32 division is approximate
-    (div.full.f32): with N = 1 it left g - mean(g) an ulp off zero, and rstd = 1/sqrt(eps)
-    turned that into dx ~ 1e-5 where the exact gradient is 0."""
+    """Per-row sums / N, correctly rounded (the GPU's default fp32 division, div.full.f32,
+    may be 2 ulp off; these means feed every element of the row)."""
     return tl.div_rn(row_sums, tl.zeros_like(row_sums) + N)
+
+
+@triton.jit
+def _rounded_product(a, b, mask):
+    """a * b rounded to fp32 before any later use (0 outside ``mask``). Behind the select,
+    the compiler cannot fuse the product into a following ``- mean`` as an FMA, which
+    would subtract a mean of rounded products from an unrounded one: on rows of one
+    element, where dx, xhat and dweight are exactly 0, that left ~1e-6 times
+    rstd = 1/sqrt(eps) in them on the GPU (w * dy before mean(w * dy); x / max|x| before
+    its mean in stable mode)."""
+    return tl.where(mask, a * b, 0.0)
 
 
 @triton.jit
@@ -62,7 +72,7 @@ def _layer_norm_fwd_kernel(
         x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         if STABLE:
             inv_scale = 1.0 / tl.maximum(tl.max(tl.abs(x), axis=1), STABLE_MIN_SCALE)
-            x = x * inv_scale[:, None]
+            x = _rounded_product(x, inv_scale[:, None], mask)
             tl.store(InvScale + rows, inv_scale, mask=row_mask)
         mean = _div(tl.sum(x, axis=1), N)
         xc = tl.where(mask, x - mean[:, None], 0.0)
@@ -91,7 +101,7 @@ def _layer_norm_fwd_kernel(
         for start in range(0, N, BLOCK_N):
             mask = row_mask[:, None] & (start + cols[None, :] < N)
             x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            d = tl.where(mask, x * inv_scale[:, None] - shift[:, None], 0.0)
+            d = tl.where(mask, _rounded_product(x, inv_scale[:, None], mask) - shift[:, None], 0.0)
             acc1 += d
             acc2 += d * d
         s1 = tl.sum(acc1, axis=1)
@@ -105,7 +115,7 @@ def _layer_norm_fwd_kernel(
             col_mask = start + cols < N
             mask = row_mask[:, None] & col_mask[None, :]
             x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None]
+            y = (_rounded_product(x, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None]
             if HAS_WEIGHT:
                 y = y * tl.load(W + start + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
             if HAS_BIAS:
@@ -128,7 +138,7 @@ def _load_bwd_tile(
         inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
     mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
     rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
-    xhat = tl.where(mask, (x * inv_scale[:, None] - mean[:, None]) * rstd[:, None], 0.0)
+    xhat = tl.where(mask, (_rounded_product(x, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None], 0.0)
     return dy, xhat, rstd, inv_scale
 
 
@@ -175,7 +185,7 @@ def _layer_norm_bwd_kernel(
             X, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_x_row, stride_dy_row, STABLE, BLOCK_M
         )
         if COMPUTE_DX:
-            g = dy * w[None, :]
+            g = _rounded_product(dy, w[None, :], mask)
             c1 = _div(tl.sum(xhat * g, axis=1), N)
             c2 = _div(tl.sum(g, axis=1), N)
             dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
@@ -206,11 +216,11 @@ def _layer_norm_bwd_row_sums_kernel(
     x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_WEIGHT:
-        g = g * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        g = _rounded_product(g, tl.load(W + cols, mask=mask, other=0.0).to(tl.float32), mask)
     inv_scale = 1.0
     if STABLE:
         inv_scale = tl.load(InvScale + row)
-    xhat = tl.where(mask, (x * inv_scale - tl.load(Mean + row)) * tl.load(Rstd + row), 0.0)
+    xhat = tl.where(mask, (_rounded_product(x, inv_scale, mask) - tl.load(Mean + row)) * tl.load(Rstd + row), 0.0)
     out = Sums + (row * n_chunks + chunk) * 2
     tl.store(out, tl.sum(xhat * g, axis=0))
     tl.store(out + 1, tl.sum(g, axis=0))
@@ -253,7 +263,7 @@ def _layer_norm_bwd_split_kernel(
             sums_mask = row_mask[:, None] & (chunk_ids[None, :] < n_chunks)
             c1 = _div(tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=1), N)
             c2 = _div(tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0), axis=1), N)
-            g = dy * w[None, :]
+            g = _rounded_product(dy, w[None, :], mask)
             dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
             tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if COMPUTE_DW:
