@@ -3,6 +3,7 @@
 TRITON_INTERPRET must be set before triton_layers (and its @triton.jit kernels) is
 imported, so it is set here, at collection time, when no CUDA device is present.
 """
+import contextlib
 import os
 
 import torch
@@ -27,6 +28,22 @@ def device() -> str:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@contextlib.contextmanager
+def launch_limits(**values: int):
+    """Set ``triton_layers.kernels._launch`` limits (e.g. ``MAX_FUSED_COLS=16``) for the
+    duration of a ``with`` block, so that small rows take the chunked paths; restores them."""
+    from triton_layers.kernels import _launch
+
+    saved = {name: getattr(_launch, name) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(_launch, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(_launch, name, value)
 
 
 @pytest.fixture

@@ -30,9 +30,8 @@ import torch
 
 from triton_layers import functional as F
 from triton_layers import reference
-from triton_layers.kernels import _launch
 
-from .conftest import DEVICE
+from .conftest import DEVICE, launch_limits
 from .tolerances import assert_close_to_reference
 
 CUDA = torch.cuda.is_available()
@@ -64,19 +63,12 @@ def _run(fn, inputs):
     return [y.detach(), *torch.autograd.grad(y, wrt, dy)]
 
 
-@contextlib.contextmanager
 def _small_limits(on: bool, names=None):
     """On the CPU: shrink the row limits so that small rows take the chunked paths too."""
-    names = names or dict(MAX_FUSED_COLS=64, LN_FWD_MAX_FUSED_COLS=64, LOOP_BLOCK=32, SOFTMAX_MAX_FUSED_COLS=64, SOFTMAX_TILE_ELEMENTS=128)
-    saved = {n: getattr(_launch, n) for n in names}
-    try:
-        if on:
-            for n, v in names.items():
-                setattr(_launch, n, v)
-        yield
-    finally:
-        for n, v in saved.items():
-            setattr(_launch, n, v)
+    if not on:
+        return contextlib.nullcontext()
+    return launch_limits(**(names or dict(MAX_FUSED_COLS=64, LN_FWD_MAX_FUSED_COLS=64, LOOP_BLOCK=32,
+                                          SOFTMAX_MAX_FUSED_COLS=64, SOFTMAX_TILE_ELEMENTS=128)))
 
 
 def _r(*shape, dtype=torch.float32, grad=True, scale=1.0, offset=0.0):

@@ -29,8 +29,8 @@ def n_cols(request, monkeypatch) -> int:
     """Row length for the in-register path, or for the chunked path with shrunk limits."""
     if request.param == "fused":
         return FUSED_N
-    for name, value in [("MAX_FUSED_COLS", 64), ("LOOP_BLOCK", 32), ("SOFTMAX_MAX_FUSED_COLS", 64),
-                        ("SOFTMAX_TILE_ELEMENTS", 128)]:
+    for name, value in [("MAX_FUSED_COLS", 64), ("LN_FWD_MAX_FUSED_COLS", 64), ("LOOP_BLOCK", 32),
+                        ("SOFTMAX_MAX_FUSED_COLS", 64), ("SOFTMAX_TILE_ELEMENTS", 128)]:
         monkeypatch.setattr(_launch, name, value)
     return LOOPED_N
 

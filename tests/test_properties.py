@@ -26,9 +26,8 @@ from hypothesis import strategies as st
 from triton_layers import _checks
 from triton_layers import functional as F
 from triton_layers import reference
-from triton_layers.kernels import _launch
 
-from .conftest import DEVICE, DTYPES
+from .conftest import DEVICE, DTYPES, launch_limits
 from .test_softmax import independent
 from .tolerances import ATOL, assert_close_to_reference
 
@@ -45,21 +44,13 @@ def bounded(max_examples: int):
     )
 
 
-@contextlib.contextmanager
 def limits(looped: bool):
-    """Shrink the kernels' row limits so that rows over 16 columns take the chunked paths."""
+    """With ``looped``, shrink the kernels' row limits so that rows over 16 columns take the
+    chunked paths."""
     if not looped:
-        yield
-        return
-    small = dict(MAX_FUSED_COLS=16, LN_FWD_MAX_FUSED_COLS=16, LOOP_BLOCK=8, SOFTMAX_MAX_FUSED_COLS=16, SOFTMAX_TILE_ELEMENTS=64)
-    saved = {name: getattr(_launch, name) for name in small}
-    for name, value in small.items():
-        setattr(_launch, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(_launch, name, value)
+        return contextlib.nullcontext()
+    return launch_limits(MAX_FUSED_COLS=16, LN_FWD_MAX_FUSED_COLS=16, LOOP_BLOCK=8,
+                         SOFTMAX_MAX_FUSED_COLS=16, SOFTMAX_TILE_ELEMENTS=64)
 
 
 # --- inputs -----------------------------------------------------------------------------
