@@ -6,12 +6,13 @@ the latter. Bytes model: forward reads x (M*D*s); backward reads x and writes dx
 every implementation. Run: python -m benchmarks.bench_weighted_sum --out $OUT
 
 ``--sweep`` instead times only our kernels over a few launch settings of
-``triton_layers.kernels._launch`` (tile bytes, elements per thread, programs per SM)
+``triton_layers.kernels._launch.WeightedSumLaunch`` (tile bytes, elements per thread, programs per SM)
 and writes weighted_sum_sweep.csv: the data to choose the defaults there.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import sys
 
@@ -38,26 +39,25 @@ def _check(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, label: str) -> Non
         print(f"    WARNING {label}: relative error {err:.2e} against x.float() @ w.float()", file=sys.stderr)
 
 
-# (TILE_BYTES, ELEMS_PER_THREAD, FWD_PROGRAMS_PER_SM, BWD_PROGRAMS_PER_SM) tried by --sweep.
+# Fields of _launch.WeightedSumLaunch tried by --sweep, and their values.
+SWEEP_KNOBS = ("tile_bytes", "elems_per_thread", "fwd_programs_per_sm", "bwd_programs_per_sm")
 SWEEP = list(itertools.product([8192, 16384, 32768], [16, 32], [8], [4, 8, 16]))
-SWEEP_KNOBS = ("TILE_BYTES", "ELEMS_PER_THREAD", "FWD_PROGRAMS_PER_SM", "BWD_PROGRAMS_PER_SM")
 
 
 def sweep(args, device: torch.device, copy: float) -> None:
     """Our kernels only, over the SWEEP launch settings; one table row per setting."""
     results: list = []
-    defaults = {k: getattr(_launch, k) for k in SWEEP_KNOBS}
-    try:
-        for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
-            for m, d in QUICK_SHAPES if args.quick else SHAPES:
-                s = torch.finfo(dtype).bits // 8
-                x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
-                w = (torch.randn(d, device=device) / d**0.5 + 0.01).to(dtype).requires_grad_()
-                dy = torch.randn(m, device=device, dtype=dtype)
-                for setting in SWEEP:
-                    for knob, value in zip(SWEEP_KNOBS, setting):
-                        setattr(_launch, knob, value)
-                    label = f"{m}x{d} tile={setting[0]} ept={setting[1]} bwd/sm={setting[3]}"
+    for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
+        for m, d in QUICK_SHAPES if args.quick else SHAPES:
+            s = torch.finfo(dtype).bits // 8
+            x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
+            w = (torch.randn(d, device=device) / d**0.5 + 0.01).to(dtype).requires_grad_()
+            dy = torch.randn(m, device=device, dtype=dtype)
+            for setting in SWEEP:
+                knobs = dataclasses.replace(_launch.DEFAULT.weighted_sum, **dict(zip(SWEEP_KNOBS, setting)))
+                config = dataclasses.replace(_launch.DEFAULT, weighted_sum=knobs)
+                label = f"{m}x{d} tile={setting[0]} ept={setting[1]} bwd/sm={setting[3]}"
+                with _launch.use_config(config):
                     fwd = lambda: TF.weighted_sum(x, w)  # noqa: E731
                     harness.measure(results, "weighted_sum", label, dtype, "fwd", "triton_layers", fwd,
                                     m * d * s, copy, quick=True)
@@ -66,11 +66,8 @@ def sweep(args, device: torch.device, copy: float) -> None:
                                     lambda: y.backward(dy, retain_graph=True), 2 * m * d * s, copy,
                                     grad_to_none=[x, w], quick=True)
                     del y
-                del x, w, dy
-                torch.cuda.empty_cache()
-    finally:
-        for knob, value in defaults.items():
-            setattr(_launch, knob, value)
+            del x, w, dy
+            torch.cuda.empty_cache()
     harness.print_table(results, ["triton_layers"], f"weighted_sum launch sweep on {torch.cuda.get_device_name()}",
                         copy)
     harness.write_csv(results, f"{args.out}/weighted_sum_sweep.csv")

@@ -1,9 +1,10 @@
-"""Sweep the LayerNorm launch heuristics in kernels/_launch.py on this GPU (a dev tool).
+"""Sweep the LayerNorm launch knobs (kernels/_launch.py: LayerNormLaunch) on this GPU (a dev tool).
 
 Prints, per shape and dtype, the time of each configuration for forward and backward
 and the per-call host overhead of the functional op, so the defaults can be chosen
 from measurements. Run: python -m benchmarks.tune_layernorm
 """
+import dataclasses
 import itertools
 import time
 
@@ -39,20 +40,17 @@ def main():
         host_overhead_us(lambda: F.layer_norm(xs, (1024,), ws)),
         host_overhead_us(lambda: TF.layer_norm(xs, ws).sum().backward()),
         host_overhead_us(lambda: F.layer_norm(xs, (1024,), ws).sum().backward())))
-    fwd_grid = {"TILE_ELEMENTS": [2048, 4096, 8192], "ELEMENTS_PER_WARP": [128, 256, 512]}
-    bwd_short = dict(fwd_grid, PROGRAMS_PER_SM=[1, 2, 4])
-    bwd_long = {"LOOP_BLOCK": [2048, 4096, 8192], "LN_SPLIT_BLOCK_M": [1, 2, 4, 8], "LN_SPLIT_PROGRAMS_PER_SM": [2, 4, 8]}
-    names = set(fwd_grid) | set(bwd_short) | set(bwd_long)
-    defaults = {k: getattr(_launch, k) for k in names}
+    # Grids over fields of _launch.LayerNormLaunch.
+    fwd_grid = {"tile_elements": [2048, 4096, 8192]}
+    bwd_short = dict(fwd_grid, bwd_programs_per_sm=[1, 2, 4, 8], bwd_stages=[1, 2, 3])
+    bwd_long = {"loop_block": [2048, 4096, 8192], "split_block_m": [1, 2, 4, 8], "split_programs_per_sm": [2, 4, 8]}
 
     def sweep(grid, run):
         out = []
         for combo in itertools.product(*grid.values()):
-            for k, v in zip(grid, combo):
-                setattr(_launch, k, v)
-            out.append((run(), combo))
-            for k, v in defaults.items():
-                setattr(_launch, k, v)
+            knobs = dataclasses.replace(_launch.DEFAULT.layer_norm, **dict(zip(grid, combo)))
+            with _launch.use_config(dataclasses.replace(_launch.DEFAULT, layer_norm=knobs)):
+                out.append((run(), combo))
         out.sort()
         return out
 
@@ -63,8 +61,9 @@ def main():
             w = torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
             b = torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
             dy = torch.randn_like(x)
-            long_rows = d > _launch.MAX_FUSED_COLS
-            fgrid = dict(fwd_grid, LOOP_BLOCK=[2048, 4096, 8192]) if long_rows else fwd_grid
+            long_rows = d > _launch.DEFAULT.layer_norm.bwd_max_fused_cols
+            fwd_long = d > _launch.DEFAULT.layer_norm.fwd_max_fused_cols
+            fgrid = dict(fwd_grid, loop_block=[2048, 4096, 8192]) if fwd_long else fwd_grid
             fwd = sweep(fgrid, lambda: harness.time_us(lambda: TF.layer_norm(x, w, b), quick=True))
 
             def bwd_time():

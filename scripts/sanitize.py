@@ -2,7 +2,7 @@
 
 The driver that ``scripts/sanitize.sh`` runs under ``compute-sanitizer`` (memcheck,
 racecheck, initcheck): each case is small (a few rows), so the instrumented run takes
-minutes. The sizes come from ``triton_layers/kernels/_launch.py``: one below, at and one
+minutes. The sizes come from the launch config (``triton_layers/kernels/_launch.py``): one below, at and one
 above each limit where a kernel changes path (rows in registers vs in chunks, one tile
 vs several, one column range vs split columns), plus 1 and odd sizes, sliced (strided)
 inputs, masks, and partial gradients. Every result is also checked against the
@@ -34,9 +34,6 @@ from triton_layers import reference  # noqa: E402
 from triton_layers.kernels import _launch as L  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-# Limits small enough for the interpreter; the same boundaries are exercised at these sizes.
-TINY_LIMITS = dict(MAX_FUSED_COLS=64, LN_FWD_MAX_FUSED_COLS=128, LOOP_BLOCK=32, SOFTMAX_MAX_FUSED_COLS=128, SOFTMAX_TILE_ELEMENTS=256,
-                   TILE_MAX_COLS=64, TILE_BYTES=1024, SPLIT_MIN_BLOCK=16)
 # Loose tolerances (relative to the largest reference value): catches garbage, not ulps.
 TOL = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2}
 
@@ -87,7 +84,7 @@ def around(limit: int) -> list[int]:
     return [limit - 1, limit, limit + 1]
 
 
-def cases() -> dict[str, Callable[[], float]]:
+def cases(C: L.LaunchConfig) -> dict[str, Callable[[], float]]:
     """name -> a thunk running the case and returning its worst relative error."""
     out: dict[str, Callable[[], float]] = {}
     bf = torch.bfloat16
@@ -95,7 +92,8 @@ def cases() -> dict[str, Callable[[], float]]:
     # LayerNorm: backward rows in registers up to MAX_FUSED_COLS, chunked beyond (two
     # kernels, several row groups); forward rows in registers up to LN_FWD_MAX_FUSED_COLS,
     # chunked beyond; BLOCK_M rows per tile, several tiles per program.
-    for n in [1, 7, 33, *around(L.MAX_FUSED_COLS), *around(L.LN_FWD_MAX_FUSED_COLS), 2 * L.LOOP_BLOCK + 5]:
+    for n in [1, 7, 33, *around(C.layer_norm.bwd_max_fused_cols), *around(C.layer_norm.fwd_max_fused_cols),
+              2 * C.layer_norm.loop_block + 5]:
         for rows, dtype, stable, sliced in [(3, torch.float32, False, False), (67, bf, True, True)]:
             def ln(n=n, rows=rows, dtype=dtype, stable=stable, sliced=sliced):
                 x = rand(rows, n, dtype=dtype, sliced=sliced, scale=2.0)
@@ -115,7 +113,7 @@ def cases() -> dict[str, Callable[[], float]]:
 
     # Softmax: rows in registers (several per tile) up to SOFTMAX_MAX_FUSED_COLS, one
     # program walking LOOP_BLOCK chunks beyond; causal (Nq <, =, > Nk) and padding masks.
-    for n_k in [1, 17, *around(L.SOFTMAX_MAX_FUSED_COLS), L.SOFTMAX_MAX_FUSED_COLS + L.LOOP_BLOCK + 3]:
+    for n_k in [1, 17, *around(C.softmax.max_fused_cols), C.softmax.max_fused_cols + C.softmax.loop_block + 3]:
         for n_q, causal, masked, dtype in [(3, False, False, torch.float32), (5, True, True, torch.float16),
                                            (n_k + 2, True, False, bf)]:
             def sm(n_k=n_k, n_q=min(n_q, 40), causal=causal, masked=masked, dtype=dtype):
@@ -131,8 +129,8 @@ def cases() -> dict[str, Callable[[], float]]:
 
     # WeightedSum: tiles of several rows, column ranges split over programs when rows are
     # few (TILE_MAX_COLS), aligned (16-element) and unaligned rows, partial gradients.
-    for rows, n in [(1, 1), (7, 17), (1000, 7), (3, L.TILE_MAX_COLS + 1), (2, 16 * L.TILE_MAX_COLS + 5),
-                    (5, 2 * L.TILE_MAX_COLS)]:
+    for rows, n in [(1, 1), (7, 17), (1000, 7), (3, C.weighted_sum.tile_max_cols + 1),
+                    (2, 16 * C.weighted_sum.tile_max_cols + 5), (5, 2 * C.weighted_sum.tile_max_cols)]:
         for dtype, sliced, needs in [(torch.float32, False, [True, True, True]), (bf, True, [True, True, True]),
                                      (torch.float32, False, [False, True, False]),
                                      (torch.float32, False, [True, False, False])]:
@@ -145,7 +143,7 @@ def cases() -> dict[str, Callable[[], float]]:
 
     # coor_descent: rows in registers up to MAX_FUSED_COLS, chunked beyond; the backward
     # splits rows into SPLIT_MIN_BLOCK..LOOP_BLOCK chunks; masks, k per row with a gradient.
-    for n in [1, 7, *around(L.MAX_FUSED_COLS), 3 * L.LOOP_BLOCK + 5]:
+    for n in [1, 7, *around(C.coor_descent.max_fused_cols), 3 * C.coor_descent.loop_block + 5]:
         for rows, n_iters, masked, dtype in [(3, 3, True, torch.float32), (2, 1, False, bf)]:
             def cd(n=n, rows=rows, n_iters=n_iters, masked=masked, dtype=dtype):
                 s, k = rand(rows, n, dtype=dtype, scale=1.5), torch.rand(rows, device=DEVICE) * n / 4 + 0.5
@@ -167,11 +165,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the case names and exit")
     parser.add_argument("-k", default="", help="run only the cases whose name contains this")
     args = parser.parse_args(argv)
-    if args.tiny:
-        for name, value in TINY_LIMITS.items():
-            setattr(L, name, value)
+    config = L.TINY if args.tiny else L.DEFAULT
+    with L.use_config(config):
+        return _run(cases(config), args)
+
+
+def _run(todo_all: dict, args) -> int:
     torch.manual_seed(0)
-    todo = {name: fn for name, fn in cases().items() if args.k in name}
+    todo = {name: fn for name, fn in todo_all.items() if args.k in name}
     if args.list:
         print("\n".join(todo))
         return 0

@@ -3,7 +3,6 @@
 TRITON_INTERPRET must be set before triton_layers (and its @triton.jit kernels) is
 imported, so it is set here, at collection time, when no CUDA device is present.
 """
-import contextlib
 import os
 
 import torch
@@ -14,6 +13,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 import triton_layers  # noqa: E402,F401
+from triton_layers.kernels import _launch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -30,28 +30,28 @@ def _seed():
     torch.manual_seed(0)
 
 
-@contextlib.contextmanager
-def launch_limits(**values: int):
-    """Set ``triton_layers.kernels._launch`` limits (e.g. ``MAX_FUSED_COLS=16``) for the
-    duration of a ``with`` block, so that small rows take the chunked paths; restores them."""
-    from triton_layers.kernels import _launch
+# Launch configs that send small rows down the chunked (long-row) paths, from the library's
+# own presets (kernels/_launch.py): TINY (rows over 16 columns), SMALL (over 64).
+SMALL = _launch.shrunk(64, 32, softmax_tile_elements=128)
 
-    saved = {name: getattr(_launch, name) for name in values}
-    try:
-        for name, value in values.items():
-            setattr(_launch, name, value)
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(_launch, name, value)
+
+def launch_config(config: "_launch.LaunchConfig"):
+    """``with launch_config(cfg):`` launches with ``cfg`` inside the block."""
+    return _launch.use_config(config)
 
 
 @pytest.fixture
-def small_blocks(monkeypatch):
-    """Shrink the kernels' block limits so the looped (long-row) paths run on small rows."""
-    from triton_layers.kernels import _launch
+def small_blocks():
+    """Rows over 256 columns take the looped (long-row) paths, in 128-wide chunks."""
+    with _launch.use_config(_launch.shrunk(256, 128)) as config:
+        yield config
 
-    monkeypatch.setattr(_launch, "MAX_FUSED_COLS", 256)
-    monkeypatch.setattr(_launch, "LN_FWD_MAX_FUSED_COLS", 256)
-    monkeypatch.setattr(_launch, "LOOP_BLOCK", 128)
-    return _launch
+
+@pytest.fixture
+def softmax_small_blocks():
+    """Rows over 64 columns take the looped paths (32-wide chunks); smaller softmax row tiles.
+
+    Small numbers keep the interpreter fast: it pays per loop iteration, not per element.
+    """
+    with _launch.use_config(SMALL) as config:
+        yield config

@@ -397,16 +397,3 @@ def test_use_triton_true_without_interpreter_raises(monkeypatch):
     monkeypatch.setattr(_checks, "TRITON_INTERPRET", False)
     with pytest.raises(ValueError, match="use_triton=True"):
         F.coor_descent(torch.randn(2, 5), n_iters=2, k=1.0, use_triton=True)
-
-
-def test_custom_op_door_matches_eager_door(device):
-    """The torch.library ops (what torch.compile traces) give the eager path's results, bitwise."""
-    s = _scores(4, 700, torch.float32, device).requires_grad_()
-    mask = _random_mask(4, 700, device)
-    k = (torch.rand(4, device=device) * 50 + 2).requires_grad_()
-    dy = torch.randn(4, 700, device=device)
-    y_op = torch.ops.triton_layers.coor_descent_fwd(s, mask, k, 0.0, 20, 0.03, 4.0, 0.7)[0]
-    y_fn = F.coor_descent(s, n_iters=20, k=k, mask=mask, **ROUTER)
-    torch.testing.assert_close(y_op, y_fn, rtol=0, atol=0)
-    for a, c in zip(torch.autograd.grad(y_op, (s, k), dy), torch.autograd.grad(y_fn, (s, k), dy)):
-        torch.testing.assert_close(a, c, rtol=0, atol=0)

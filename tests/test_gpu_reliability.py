@@ -19,6 +19,7 @@ with its tiny limits on the CPU.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import subprocess
@@ -31,7 +32,9 @@ import torch
 from triton_layers import functional as F
 from triton_layers import reference
 
-from .conftest import DEVICE, launch_limits
+from triton_layers.kernels import _launch
+
+from .conftest import DEVICE, SMALL, launch_config
 from .tolerances import assert_close_to_reference
 
 CUDA = torch.cuda.is_available()
@@ -49,7 +52,7 @@ def cols(n: int) -> int:
     return n if CUDA else n // 512
 
 
-MINI_LIMITS = dict(MAX_FUSED_COLS=16, LN_FWD_MAX_FUSED_COLS=16, LOOP_BLOCK=16, SOFTMAX_MAX_FUSED_COLS=64, SOFTMAX_TILE_ELEMENTS=128)
+MINI_LIMITS = dataclasses.replace(_launch.shrunk(16, 16), softmax=_launch.shrunk(64, 16, 128).softmax)
 
 
 def _run(fn, inputs):
@@ -63,12 +66,11 @@ def _run(fn, inputs):
     return [y.detach(), *torch.autograd.grad(y, wrt, dy)]
 
 
-def _small_limits(on: bool, names=None):
+def _small_limits(on: bool, config=None):
     """On the CPU: shrink the row limits so that small rows take the chunked paths too."""
     if not on:
         return contextlib.nullcontext()
-    return launch_limits(**(names or dict(MAX_FUSED_COLS=64, LN_FWD_MAX_FUSED_COLS=64, LOOP_BLOCK=32,
-                                          SOFTMAX_MAX_FUSED_COLS=64, SOFTMAX_TILE_ELEMENTS=128)))
+    return launch_config(config or SMALL)
 
 
 def _r(*shape, dtype=torch.float32, grad=True, scale=1.0, offset=0.0):

@@ -311,19 +311,6 @@ def test_module_trains(device):
     assert losses[-1] < losses[0]
 
 
-def test_custom_op_door_matches_eager_door(device):
-    """The torch.library ops (what torch.compile traces) give the eager path's results."""
-    x, w, b = _inputs(6, 300, torch.float32, device)
-    dy = torch.randn(6, 300, device=device)
-    y_op = torch.ops.triton_layers.layer_norm_fwd(x, w, b, 1e-5, True)[0]
-    y_fn = TF.layer_norm(x, w, b, stable=True)
-    torch.testing.assert_close(y_op, y_fn, rtol=0, atol=0)
-    g_op = torch.autograd.grad(y_op, (x, w, b), dy)
-    g_fn = torch.autograd.grad(y_fn, (x, w, b), dy)
-    for a, c in zip(g_op, g_fn):
-        torch.testing.assert_close(a, c, rtol=0, atol=0)
-
-
 def test_torch_compile_fullgraph(device):
     """Kernel path under torch.compile(fullgraph=True) on the GPU; on the CPU the reference
     path (compiling interpreted kernels is not supported, design.md)."""

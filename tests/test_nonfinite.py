@@ -15,7 +15,8 @@ import torch.nn.functional as TF
 
 from triton_layers import functional as F
 from triton_layers import reference
-from triton_layers.kernels import _launch
+
+from .conftest import SMALL, launch_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy (the interpreter) on NaN/inf
 
@@ -25,14 +26,13 @@ FUSED_N, LOOPED_N = 37, 100
 
 
 @pytest.fixture(params=["fused", "looped"])
-def n_cols(request, monkeypatch) -> int:
+def n_cols(request) -> int:
     """Row length for the in-register path, or for the chunked path with shrunk limits."""
     if request.param == "fused":
-        return FUSED_N
-    for name, value in [("MAX_FUSED_COLS", 64), ("LN_FWD_MAX_FUSED_COLS", 64), ("LOOP_BLOCK", 32),
-                        ("SOFTMAX_MAX_FUSED_COLS", 64), ("SOFTMAX_TILE_ELEMENTS", 128)]:
-        monkeypatch.setattr(_launch, name, value)
-    return LOOPED_N
+        yield FUSED_N
+        return
+    with launch_config(SMALL):
+        yield LOOPED_N
 
 
 def close(ours, expected, name, rtol=1e-5, atol=1e-5):

@@ -27,7 +27,9 @@ from triton_layers import _checks
 from triton_layers import functional as F
 from triton_layers import reference
 
-from .conftest import DEVICE, DTYPES, launch_limits
+from triton_layers.kernels import _launch
+
+from .conftest import DEVICE, DTYPES, launch_config
 from .test_softmax import independent
 from .tolerances import ATOL, assert_close_to_reference
 
@@ -49,8 +51,7 @@ def limits(looped: bool):
     chunked paths."""
     if not looped:
         return contextlib.nullcontext()
-    return launch_limits(MAX_FUSED_COLS=16, LN_FWD_MAX_FUSED_COLS=16, LOOP_BLOCK=8,
-                         SOFTMAX_MAX_FUSED_COLS=16, SOFTMAX_TILE_ELEMENTS=64)
+    return launch_config(_launch.TINY)
 
 
 # --- inputs -----------------------------------------------------------------------------

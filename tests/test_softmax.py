@@ -10,7 +10,8 @@ import torch.nn.functional as TF
 import triton_layers
 from triton_layers import CausalSoftmax, _checks, reference
 from triton_layers import functional as F
-from triton_layers.kernels import softmax as softmax_kernels
+from triton_layers.kernels import _launch
+from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import DTYPES
 from .tolerances import assert_close_to_reference
@@ -122,23 +123,11 @@ def test_causal_alignment_matches_sdpa_lower_right(device, n_q, n_k):
     torch.testing.assert_close(probs.double().cpu() @ v, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture
-def softmax_small_blocks(small_blocks, monkeypatch):
-    """Rows over 64 columns take the looped path (32-wide chunks); smaller row tiles.
-
-    Small numbers keep the interpreter fast: it pays per loop iteration, not per element.
-    """
-    monkeypatch.setattr(small_blocks, "SOFTMAX_MAX_FUSED_COLS", 64)
-    monkeypatch.setattr(small_blocks, "LOOP_BLOCK", 32)
-    monkeypatch.setattr(small_blocks, "SOFTMAX_TILE_ELEMENTS", 128)
-    return small_blocks
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(2, 3, 5, 67), (1, 3, 401), (1, 1, 66, 66), (1, 2, 9, 70)], ids=str)
 @pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (True, True)])
 def test_looped_path(device, softmax_small_blocks, dtype, shape, causal, masked):
-    assert not softmax_small_blocks.softmax_tile(1, shape[-1])[2], "expected the looped path"
+    assert not _launch.softmax_tile(1, shape[-1], softmax_small_blocks.softmax)[2], "expected the looped path"
     x = (3 * torch.randn(shape, device=device)).to(dtype)
     mask = random_padding(shape[0], shape[-1], device, all_padded=0 if shape[0] > 1 else None) if masked else None
     check_against_torch(x, causal, 1.3, mask, name=f"looped {shape} {dtype}")
@@ -152,8 +141,9 @@ def test_very_long_rows(device, dtype, n_k, causal):
 
 
 def test_largest_fused_row(device):
-    n_k = softmax_kernels._launch.SOFTMAX_MAX_FUSED_COLS
-    assert softmax_kernels._launch.softmax_tile(2, n_k)[2]
+    cfg = _launch.current().softmax
+    n_k = cfg.max_fused_cols
+    assert _launch.softmax_tile(2, n_k, cfg)[2]
     x = 4 * torch.randn(2, n_k, device=device)
     check_against_torch(x, True, 0.5, None, name="largest fused row")
 
@@ -211,13 +201,13 @@ def test_scale(device, scale):
 
 def test_non_contiguous_inputs(device, monkeypatch):
     seen = []
-    launch = softmax_kernels.softmax
+    launch = kernel_ops.softmax
 
     def spy(x2, *args):
         seen.append(x2)
         return launch(x2, *args)
 
-    monkeypatch.setattr(softmax_kernels, "softmax", spy)
+    monkeypatch.setattr(kernel_ops, "softmax", spy)
     base = torch.randn(2, 4, 6, 20, device=device)
     # A slice of the last dim keeps last stride 1: the kernels read it in place.
     sliced = base[..., 3:14]
@@ -313,24 +303,6 @@ def test_reference_path_compiles_fullgraph():
     x = torch.randn(2, 3, 5, 7)
     mask = random_padding(2, 7, "cpu")
     torch.testing.assert_close(fn(x, mask), reference.softmax(x, True, 0.5, mask))
-
-
-@pytest.mark.parametrize("looped", [False, True])
-def test_custom_op_door_matches_eager_door(device, looped, request):
-    """The torch.library ops (what torch.compile traces) give what the eager autograd.Function gives."""
-    if looped:
-        request.getfixturevalue("softmax_small_blocks")
-    x = torch.randn(2, 3, 5, 70, device=device, dtype=torch.bfloat16)
-    mask = random_padding(2, 70, device)
-    pad, dy = mask.view(torch.uint8), torch.randn_like(x).reshape(-1, 70)
-    outs = []
-    for op in (softmax_kernels.softmax_fwd, softmax_kernels._SoftmaxFunction.apply):
-        x2 = x.reshape(-1, 70).clone().requires_grad_()
-        y = op(x2, pad, 5, 15, True, 0.6)
-        y.backward(dy)
-        outs.append((y, x2.grad))
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
-    check_against_torch(x, True, 0.6, mask, name="custom op door")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compile only on the GPU (see design.md)")

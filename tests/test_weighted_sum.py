@@ -17,7 +17,8 @@ from torch import nn
 import triton_layers
 from triton_layers import WeightedSum, functional as F, reference
 from triton_layers.kernels import _launch
-from triton_layers.kernels import weighted_sum as K
+from triton_layers.kernels import ops as kernel_ops
+from triton_layers.kernels._doors import direct
 from tests.tolerances import assert_close_to_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -48,9 +49,8 @@ def _name(p):
 def tiny_tiles(monkeypatch):
     """Tiles of a few hundred bytes: the column loop, the forward's column split (with its
     reduction kernel) and several backward programs per column block on small inputs."""
-    monkeypatch.setattr(_launch, "TILE_BYTES", 512)
-    monkeypatch.setattr(_launch, "TILE_MAX_COLS", 32)
-    return _launch
+    with _launch.use_config(_launch.TINY) as config:
+        yield config
 
 
 def _inputs(shape, dtype, param_dtype, device, bias=True):
@@ -124,13 +124,14 @@ def test_looped_and_split_paths(shape, dtype, param_dtype, device, tiny_tiles):
 def test_tiny_tiles_take_the_split_and_multi_program_paths(tiny_tiles, device):
     """The looped-path test above must actually reach the paths it is there for."""
     dev = torch.device(device)
-    block_m, block_d, _ = _launch.tile_2d(3, 1000, 4)
-    wanted = math.ceil(_launch.num_sms(dev) * _launch.FWD_PROGRAMS_PER_SM / math.ceil(3 / block_m))
+    cfg = tiny_tiles.weighted_sum
+    block_m, block_d, _ = _launch.tile_2d(3, 1000, 4, cfg)
+    wanted = math.ceil(_launch.num_sms(dev) * cfg.fwd_programs_per_sm / math.ceil(3 / block_m))
     assert _launch.split_range(1000, block_d, wanted)[1] > 1  # forward splits columns
-    block_m, block_d, _ = _launch.tile_2d(200, 70, 4)
+    block_m, block_d, _ = _launch.tile_2d(200, 70, 4, cfg)
     assert block_d < 70  # column loop
     col_blocks = math.ceil(70 / block_d)
-    wanted = math.ceil(_launch.num_sms(dev) * _launch.BWD_PROGRAMS_PER_SM / col_blocks)
+    wanted = math.ceil(_launch.num_sms(dev) * cfg.bwd_programs_per_sm / col_blocks)
     assert _launch.split_range(200, block_m, wanted)[1] > 1  # several dw partial rows
 
 
@@ -162,10 +163,13 @@ def test_backward_launcher_skips_what_is_not_asked(device, tiny_tiles):
     x, w, _ = _inputs((45, 100), torch.bfloat16, torch.float32, device, bias=False)
     x, w = x.detach(), w.detach()
     dy = torch.randn(45, device=device).to(torch.bfloat16)
-    dx, dw = K.weighted_sum_bwd(dy, None, w, torch.bfloat16, True, False)  # x not even given
-    assert dw.numel() == 0 and dx.dtype == torch.bfloat16
+    backward = kernel_ops.weighted_sum.desc.backward
+    grads = backward(direct, (dy,), dict(x=True, weight=False, bias=False), None, w, torch.bfloat16)  # no x
+    dx = grads["x"]
+    assert "weight" not in grads and dx.dtype == torch.bfloat16
     assert torch.equal(dx, _kernel_round(dy.float()[:, None] * w[None, :], torch.bfloat16))
-    dx, dw = K.weighted_sum_bwd(dy, x, w, torch.bfloat16, False, True)
+    grads = backward(direct, (dy,), dict(x=False, weight=True, bias=False), x, w, torch.bfloat16)
+    dx, dw = grads["x"], grads["weight"]
     assert dx.numel() == 0 and dw.dtype == torch.float32
     assert_close_to_reference(dw, x.double().T @ dy.double(), rtol32=2e-5, name="dweight")
 
@@ -247,13 +251,13 @@ def test_non_contiguous_views(device):
 
 def test_row_strided_input_is_not_copied(device, monkeypatch):
     seen = {}
-    real = K.weighted_sum
+    real = kernel_ops.weighted_sum
 
     def spy(x2, w, b):
         seen["x2"] = x2
         return real(x2, w, b)
 
-    monkeypatch.setattr(K, "weighted_sum", spy)
+    monkeypatch.setattr(kernel_ops, "weighted_sum", spy)
     big = torch.randn(20, 100, device=device)
     x = big[:, 10:90]
     F.weighted_sum(x, torch.randn(80, device=device))
@@ -412,15 +416,3 @@ def test_torch_compile_fullgraph(device):
     exact = _exact(x, w, b, dy)
     for got, want, name in zip((x.grad, w.grad, b.grad), exact[1:], ("dx", "dweight", "dbias")):
         assert_close_to_reference(got, want, name=name)
-
-
-def test_custom_op_door_matches_eager_door(device):
-    """The torch.library ops (what torch.compile traces) give the eager path's results."""
-    x, w, b = _inputs((9, 300), torch.float32, torch.float32, device)
-    b = b.reshape(()).detach().requires_grad_()
-    dy = torch.randn(9, device=device)
-    y_op = torch.ops.triton_layers.weighted_sum_fwd(x, w, b)
-    y_fn = K.weighted_sum(x, w, b)
-    torch.testing.assert_close(y_op, y_fn, rtol=0, atol=0)
-    for a, c in zip(torch.autograd.grad(y_op, (x, w, b), dy), torch.autograd.grad(y_fn, (x, w, b), dy)):
-        torch.testing.assert_close(a, c, rtol=0, atol=0)

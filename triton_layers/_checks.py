@@ -17,6 +17,23 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # imported; read the variable once so our path choice agrees with how they were built.
 TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
+def tracing() -> bool:
+    """Whether torch.compile or torch.export is tracing the caller (decided here alone)."""
+    return torch.compiler.is_compiling()
+
+
+# The kernel ops, or None where Triton is not installed (it has no wheels for macOS or
+# Windows): import triton_layers and the reference path work without it. (Imported after
+# tracing() is defined: the kernels' doors use it.)
+KERNELS = None
+KERNELS_MISSING: Optional[str] = None
+try:
+    from .kernels import ops as KERNELS
+except ModuleNotFoundError as _err:  # only a missing triton; any other error is a bug to show
+    if _err.name != "triton" and not (_err.name or "").startswith("triton."):
+        raise
+    KERNELS_MISSING = f"needs triton, which is not installed ({_err})"
+
 
 def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> Tensor:
     """``t`` must be a tensor of one of ``dtypes``."""
@@ -63,14 +80,23 @@ def use_kernels(x: Tensor, use_triton: Optional[bool]) -> bool:
     was set before triton_layers was imported; the reference otherwise. ``True`` forces
     the kernels and raises where they cannot run; ``False`` forces the reference.
     """
-    can_run = x.device.type == "cuda" or (x.device.type == "cpu" and TRITON_INTERPRET)
+    if x.device.type == "cuda":
+        can_run, why = KERNELS is not None, KERNELS_MISSING
+    elif x.device.type == "cpu" and TRITON_INTERPRET and KERNELS is not None:
+        # The interpreter runs kernels on real data only: under torch.compile or export the
+        # tensors are fakes, so traced CPU calls take the reference (same math).
+        can_run = not tracing()
+        why = ("cannot run the Triton interpreter (TRITON_INTERPRET=1) under torch.compile or torch.export; "
+               "use_triton=None takes the reference there")
+    else:
+        can_run = False
+        why = KERNELS_MISSING or (
+            f"needs a CUDA tensor (or a CPU tensor with TRITON_INTERPRET=1 set before "
+            f"importing triton_layers); got a tensor on {x.device}")
     if use_triton is None:
         return can_run
     if use_triton and not can_run:
-        raise ValueError(
-            f"use_triton=True needs a CUDA tensor (or a CPU tensor with TRITON_INTERPRET=1 set "
-            f"before importing triton_layers); got a tensor on {x.device}"
-        )
+        raise ValueError(f"use_triton=True {why}")
     return bool(use_triton)
 
 

@@ -14,13 +14,9 @@ from torch import Tensor
 
 from . import reference
 from ._checks import (
-    FLOAT_DTYPES, as_rows, check_positive, check_same_device, check_shape, check_tensor, use_kernels,
+    FLOAT_DTYPES, KERNELS as _kernels, as_rows, check_positive, check_same_device, check_shape, check_tensor,
+    use_kernels,
 )
-from .kernels import _launch
-from .kernels import coor_descent as _coor_descent_kernels
-from .kernels import layer_norm as _layer_norm_kernels
-from .kernels import softmax as _softmax_kernels
-from .kernels import weighted_sum as _weighted_sum_kernels
 
 __all__ = ["layer_norm", "softmax", "weighted_sum", "coor_descent"]
 
@@ -89,7 +85,7 @@ def layer_norm(
             w = w.contiguous()
         if b is not None and b.stride(-1) != 1:
             b = b.contiguous()
-        y = _layer_norm_kernels.layer_norm(x2, w, b, float(eps), bool(stable))
+        y = _kernels.layer_norm(x2, w, b, float(eps), bool(stable))
     else:
         y = reference.layer_norm(x2, w, b, float(eps), bool(stable))
     return y if y.shape == x.shape else y.reshape(x.shape)
@@ -125,7 +121,7 @@ def weighted_sum(
         return reference.weighted_sum(x, weight, b)
     x2 = as_rows(x, n_cols)
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
-    y = _weighted_sum_kernels.weighted_sum(x2, w, b)
+    y = _kernels.weighted_sum(x2, w, b)
     return y.reshape(x.shape[:-1])
 
 
@@ -192,7 +188,7 @@ def coor_descent(
     s2 = as_rows(s, n_cols)
     m2 = as_rows(mask, n_cols) if mask is not None else None
     k2 = k_rows.reshape(-1) if k_rows is not None else None
-    y = _coor_descent_kernels.coor_descent(
+    y = _kernels.coor_descent(
         s2, m2, k2, 0.0 if k2 is not None else float(k), n_iters, float(eps),
         float(eps if eps_init is None else eps_init), float(eps_decay),
     )
@@ -249,12 +245,7 @@ def softmax(
         return reference.softmax(x, causal, scale, key_padding_mask)
     n_cols = x.shape[-1] if x.dim() else 1
     x2 = as_rows(x, n_cols)
-    pad_mask, rows_per_batch = None, 1
-    if key_padding_mask is not None:
-        if key_padding_mask.stride(-1) != 1:
-            key_padding_mask = key_padding_mask.contiguous()
-        pad_mask = _launch.mask_bytes(key_padding_mask, torch.compiler.is_compiling())
-        rows_per_batch = x2.shape[0] // x.shape[0]
+    rows_per_batch = x2.shape[0] // x.shape[0] if key_padding_mask is not None else 1
     n_q = x.shape[-2] if causal else 1
-    y = _softmax_kernels.softmax(x2, pad_mask, n_q, rows_per_batch, causal, scale)
+    y = _kernels.softmax(x2, key_padding_mask, n_q, rows_per_batch, causal, scale)
     return y.reshape(x.shape)

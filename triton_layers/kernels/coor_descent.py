@@ -31,9 +31,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from torch.library import triton_op, wrap_triton
-
-from . import _launch
+from . import _doors, _launch
 
 # log k uses k clamped to at least this (as colt5-attention does).
 K_MIN = tl.constexpr(1e-20)
@@ -236,16 +234,20 @@ def _coor_descent_bwd_kernel(
 
 
 def _forward(
-    s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
-    n_iters: int, eps: float, eps_init: float, eps_decay: float, wrap=_launch.direct,
+    launch, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    n_iters: int, eps: float, eps_init: float, eps_decay: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(y, stats, eps_schedule)`` for ``s`` (rows, n) with last stride 1, ``mask`` bool of the
+    same shape or None, ``k`` one value per row (1-D) or None to use ``k_value``. stats
+    (rows, 2, n_iters) fp32 holds a_t and L_t; eps_schedule (n_iters + 1,) fp32 holds e_0..e_T."""
+    cfg = _launch.current().coor_descent
     n_rows, n_cols = s.shape
     y = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
     stats = torch.empty((n_rows, 2, n_iters), dtype=torch.float32, device=s.device)
     eps_schedule = torch.empty(n_iters + 1, dtype=torch.float32, device=s.device)
-    block, single_pass = _launch.row_block(n_cols)
-    wrap(_coor_descent_fwd_kernel)[(n_rows,)](
-        s, _launch.mask_bytes(mask, wrap is not _launch.direct), k, y, stats, eps_schedule,
+    block, single_pass = _launch.row_block(n_cols, cfg.max_fused_cols, cfg.loop_block)
+    launch(_coor_descent_fwd_kernel)[(n_rows,)](
+        s, _doors.mask_bytes(mask, launch), k, y, stats, eps_schedule,
         s.stride(0), 0 if mask is None else mask.stride(0), 0 if k is None else k.stride(0), y.stride(0),
         n_cols, n_iters, k_value, eps, eps_init, eps_decay,
         HAS_MASK=mask is not None, K_PER_ROW=k is not None,
@@ -255,100 +257,49 @@ def _forward(
 
 
 def _backward(
-    dy: Tensor, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
-    stats: Tensor, eps_schedule: Tensor, compute_dk: bool, wrap=_launch.direct,
-) -> tuple[Tensor, Tensor]:
+    launch, grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
+    stats: Tensor, eps_schedule: Tensor,
+) -> dict:
+    """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
+    dy = grads[0] if grads[0].stride(-1) == 1 else grads[0].contiguous()
+    compute_dk = needs["k"]
     n_rows, n_cols = s.shape
     n_iters = stats.shape[-1]
-    block, n_chunks = _launch.split_row(n_rows, n_cols, s.device)
+    block, n_chunks = _launch.split_row(n_rows, n_cols, _launch.current().coor_descent, s.device)
     partial = torch.empty((n_rows, n_iters, n_chunks), dtype=torch.float32, device=s.device)
     ds = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
     dk = torch.empty(n_rows if compute_dk else 0, dtype=torch.float32, device=s.device)
-    flags = _launch.mask_bytes(mask, wrap is not _launch.direct)
+    flags = _doors.mask_bytes(mask, launch)
     stride_m = 0 if mask is None else mask.stride(0)
     warps = _launch.num_warps(block)
-    wrap(_coor_descent_bwd_partial_kernel)[(n_rows, n_chunks)](
+    launch(_coor_descent_bwd_partial_kernel)[(n_rows, n_chunks)](
         s, flags, dy, stats, eps_schedule, partial,
         s.stride(0), stride_m, dy.stride(0), n_cols, n_iters, n_chunks,
         HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps,
     )
-    wrap(_coor_descent_bwd_kernel)[(n_rows, n_chunks)](
+    launch(_coor_descent_bwd_kernel)[(n_rows, n_chunks)](
         s, flags, dy, k, stats, eps_schedule, partial, ds, dk,
         s.stride(0), stride_m, dy.stride(0), 0 if k is None else k.stride(0), ds.stride(0),
         n_cols, n_iters, n_chunks, k_value,
         HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=compute_dk,
         BLOCK_N=block, CHUNKS_BLOCK=max(_launch.next_power_of_2(n_chunks), 2), num_warps=warps,
     )
-    return ds, dk
+    return {"s": ds, "k": dk}
 
 
-# Two doors to the same launchers, as layer_norm: torch.compile sees the torch.library
-# triton_ops (kernels through wrap_triton, so Inductor can trace them); eager calls take
-# the autograd.Function, which launches the kernels directly.
-@triton_op("triton_layers::coor_descent_fwd", mutates_args=())
-def coor_descent_fwd(
-    s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
-    n_iters: int, eps: float, eps_init: float, eps_decay: float,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Forward launcher as a custom op: ``s`` (rows, n) with last stride 1, ``mask`` bool of
-    the same shape or None, ``k`` one value per row (1-D) or None to use ``k_value``.
-
-    Returns ``(y, stats, eps_schedule)``: stats (rows, 2, n_iters) fp32 holds a_t and L_t;
-    eps_schedule (n_iters + 1,) fp32 holds e_0..e_T.
-    """
-    return _forward(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay, wrap=wrap_triton)
-
-
-@triton_op("triton_layers::coor_descent_bwd", mutates_args=())
-def coor_descent_bwd(
-    dy: Tensor, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
-    stats: Tensor, eps_schedule: Tensor, compute_dk: bool,
-) -> tuple[Tensor, Tensor]:
-    """Backward launcher as a custom op: ``(ds, dk)``; dk (rows,) fp32, empty unless ``compute_dk``."""
-    return _backward(dy, s, mask, k, k_value, stats, eps_schedule, compute_dk, wrap=wrap_triton)
-
-
-def _save(ctx, s, mask, k, k_value, stats, eps_schedule) -> None:
-    ctx.save_for_backward(s, mask, k, stats, eps_schedule)
-    ctx.k_value = k_value
-
-
-def _grads(ctx, dy: Tensor, backward_fn) -> tuple:
-    s, mask, k, stats, eps_schedule = ctx.saved_tensors
-    need_ds, _, need_dk = ctx.needs_input_grad[:3]
-    if dy.stride(-1) != 1:
-        dy = dy.contiguous()
-    ds, dk = backward_fn(dy, s, mask, k, ctx.k_value, stats, eps_schedule, bool(need_dk))
-    return (ds if need_ds else None, None, dk.to(k.dtype) if need_dk else None, None, None, None, None, None)
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    s, mask, k, k_value = inputs[:4]
-    _save(ctx, s, mask, k, k_value, *output[1:])
-
-
-coor_descent_fwd.register_autograd(
-    lambda ctx, dy, *_: _grads(ctx, dy, coor_descent_bwd), setup_context=_setup_context
-)
-
-
-class _CoorDescentFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, s, mask, k, k_value, n_iters, eps, eps_init, eps_decay):
-        y, stats, eps_schedule = _forward(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)
-        _save(ctx, s, mask, k, k_value, stats, eps_schedule)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        return _grads(ctx, dy, _backward)
-
-
-def coor_descent(
-    s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
-    n_iters: int, eps: float, eps_init: float, eps_decay: float,
-) -> Tensor:
-    """Differentiable coordinate descent of a 2-D ``s`` (last stride 1) through the kernels."""
-    if torch.compiler.is_compiling():
-        return coor_descent_fwd(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)[0]
-    return _CoorDescentFunction.apply(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)
+coor_descent = _doors.build(_doors.OpDescription(
+    name="coor_descent",
+    inputs=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("k_value", float),
+            ("n_iters", int), ("eps", float), ("eps_init", float), ("eps_decay", float)),
+    outputs=("y",),
+    residuals=("stats", "eps_schedule"),
+    forward=_forward,
+    saved=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("k_value", float),
+           ("stats", Tensor), ("eps_schedule", Tensor)),
+    save=lambda inputs, results, needs: (inputs["s"], inputs["mask"], inputs["k"], inputs["k_value"],
+                                         results["stats"], results["eps_schedule"]),
+    backward=_backward,
+    differentiable=("s", "k"),
+))
+"""Differentiable coordinate descent of a 2-D ``s`` (last stride 1):
+``coor_descent(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)``."""

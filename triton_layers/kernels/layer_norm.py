@@ -20,9 +20,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from torch.library import triton_op, wrap_triton
-
-from . import _launch
+from . import _doors, _launch
 
 # Smallest divisor used for stable mode, so an all-zero row normalizes to zeros (not NaN).
 # A tl.constexpr: real (non-interpreted) Triton only reads constexpr globals.
@@ -277,14 +275,16 @@ def _layer_norm_bwd_split_kernel(
 
 
 def _forward(
-    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool,
-    wrap=_launch.direct,
+    launch, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool,
 ) -> tuple[Tensor, Tensor]:
+    """``(y, stats)``: stats = (mean, rstd[, 1/max|x| if stable]) rows, fp32."""
+    cfg = _launch.current().layer_norm
     n_rows, n_cols = x.shape
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     stats = torch.empty((3 if stable else 2, n_rows), dtype=torch.float32, device=x.device)
-    block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, _launch.LN_FWD_MAX_FUSED_COLS)
-    wrap(_layer_norm_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
+    block_m, block_n, single_pass = _launch.row_tile(
+        n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block, cfg.tile_elements)
+    launch(_layer_norm_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         x, y, weight, bias, stats,
         x.stride(0), y.stride(0), n_rows, n_cols, eps,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STABLE=stable,
@@ -294,26 +294,27 @@ def _forward(
     return y, stats
 
 
-def _backward(
-    dy: Tensor, x: Tensor, weight: Optional[Tensor], stats: Tensor,
-    stable: bool, compute_dx: bool, compute_dw: bool, compute_db: bool, wrap=_launch.direct,
-) -> tuple[Tensor, Tensor]:
-    """Return ``(dx, param_grads)``: dx (empty unless asked) and the (dweight if asked, then
-    dbias if asked) rows, fp32. One tensor, as a custom op's outputs may not alias."""
+def _backward(launch, grads: tuple, needs: dict, x: Tensor, weight: Optional[Tensor], stats: Tensor,
+              stable: bool) -> dict:
+    """Gradients of x, weight and bias (those in ``needs``); the parameters' in fp32."""
+    cfg = _launch.current().layer_norm
+    dy = grads[0] if grads[0].stride(-1) == 1 else grads[0].contiguous()
+    compute_dx, compute_dw, compute_db = needs["x"], needs["weight"], needs["bias"]
     n_rows, n_cols = x.shape
-    block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols)
+    block_m, block_n, single_pass = _launch.row_tile(
+        n_rows, n_cols, cfg.bwd_max_fused_cols, cfg.loop_block, cfg.tile_elements)
     flags = dict(HAS_WEIGHT=weight is not None, STABLE=stable,
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
     dx = torch.empty((n_rows, n_cols) if compute_dx else (0, n_cols), dtype=x.dtype, device=x.device)
     n_partials = int(compute_dw) + int(compute_db)
     if single_pass:
         n_tiles = _launch.cdiv(n_rows, block_m)
-        programs, tiles_per_program = _launch.persistent_grid(n_tiles, x.device, _launch.LN_BWD_PROGRAMS_PER_SM)
+        programs, tiles_per_program = _launch.persistent_grid(n_tiles, x.device, cfg.bwd_programs_per_sm)
         partials = x.new_empty((n_partials, programs, n_cols), dtype=torch.float32)
-        wrap(_layer_norm_bwd_kernel)[(programs,)](
+        launch(_layer_norm_bwd_kernel)[(programs,)](
             dy, x, weight, stats, dx, partials,
             dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, tiles_per_program,
-            BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=_launch.LN_BWD_STAGES,
+            BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=cfg.bwd_stages,
             num_warps=_launch.num_warps(block_m * block_n), **flags,
         )
     else:
@@ -322,92 +323,41 @@ def _backward(
         n_chunks = _launch.cdiv(n_cols, block_n)
         sums = x.new_empty((n_rows if compute_dx else 0, n_chunks, 2), dtype=torch.float32)
         if compute_dx:
-            wrap(_layer_norm_bwd_row_sums_kernel)[(n_rows, n_chunks)](
+            launch(_layer_norm_bwd_row_sums_kernel)[(n_rows, n_chunks)](
                 dy, x, weight, stats, sums, dy.stride(0), x.stride(0), n_rows, n_cols, n_chunks,
                 HAS_WEIGHT=weight is not None, STABLE=stable, BLOCK_N=block_n,
                 num_warps=_launch.num_warps(block_n),
             )
-        split_m = _launch.LN_SPLIT_BLOCK_M
-        groups = _launch.row_groups(n_rows, n_chunks, split_m, x.device)
+        split_m = cfg.split_block_m
+        groups = _launch.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, x.device)
         rows_per_group = _launch.cdiv(n_rows, groups)
         partials = x.new_empty((n_partials, groups, n_cols), dtype=torch.float32)
-        wrap(_layer_norm_bwd_split_kernel)[(n_chunks, groups)](
+        launch(_layer_norm_bwd_split_kernel)[(n_chunks, groups)](
             dy, x, weight, stats, sums, dx, partials,
             dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, n_chunks, rows_per_group,
             BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
             num_warps=_launch.num_warps(split_m * block_n), **flags,
         )
     # One reduction for both parameters' partials.
-    return dx, partials.sum(1)
+    param_grads = partials.sum(1) if n_partials else None
+    grads_out = {"x": dx}
+    if compute_dw:
+        grads_out["weight"] = param_grads[0]
+    if compute_db:
+        grads_out["bias"] = param_grads[-1]
+    return grads_out
 
 
-# Two doors to the same launchers. torch.compile sees the torch.library triton_ops, whose
-# kernels go through wrap_triton so Inductor can trace them. Eager calls take the
-# autograd.Function and launch the kernels directly: measured on an H200 with torch 2.11,
-# wrap_triton costs ~300 us of host time per launch outside tracing, a raw launch ~22 us.
-@triton_op("triton_layers::layer_norm_fwd", mutates_args=())
-def layer_norm_fwd(
-    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool
-) -> tuple[Tensor, Tensor]:
-    """Forward launcher as a custom op: ``(y, stats)``, stats = (mean, rstd[, 1/max|x| if stable]) rows."""
-    return _forward(x, weight, bias, eps, stable, wrap=wrap_triton)
-
-
-@triton_op("triton_layers::layer_norm_bwd", mutates_args=())
-def layer_norm_bwd(
-    dy: Tensor, x: Tensor, weight: Optional[Tensor], stats: Tensor,
-    stable: bool, compute_dx: bool, compute_dw: bool, compute_db: bool,
-) -> tuple[Tensor, Tensor]:
-    """Backward launcher as a custom op: ``(dx, param_grads)`` as ``_backward``."""
-    return _backward(dy, x, weight, stats, stable, compute_dx, compute_dw, compute_db, wrap=wrap_triton)
-
-
-def _save(ctx, x, weight, bias, stable, stats) -> None:
-    ctx.save_for_backward(x, weight, stats)
-    ctx.stable = stable
-    ctx.weight_dtype = None if weight is None else weight.dtype
-    ctx.bias_dtype = None if bias is None else bias.dtype
-
-
-def _grads(ctx, dy: Tensor, backward_fn) -> tuple:
-    x, weight, stats = ctx.saved_tensors
-    need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
-    if dy.stride(-1) != 1:
-        dy = dy.contiguous()
-    dx, param_grads = backward_fn(dy, x, weight, stats, ctx.stable, need_dx, need_dw, need_db)
-    return (
-        dx if need_dx else None,
-        param_grads[0].to(ctx.weight_dtype) if need_dw else None,
-        param_grads[-1].to(ctx.bias_dtype) if need_db else None,
-        None,
-        None,
-    )
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    x, weight, bias, _eps, stable = inputs
-    _save(ctx, x, weight, bias, stable, output[1])
-
-
-layer_norm_fwd.register_autograd(
-    lambda ctx, dy, *_: _grads(ctx, dy, layer_norm_bwd), setup_context=_setup_context
-)
-
-
-class _LayerNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps, stable):
-        y, stats = _forward(x, weight, bias, eps, stable)
-        _save(ctx, x, weight, bias, stable, stats)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        return _grads(ctx, dy, _backward)
-
-
-def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool) -> Tensor:
-    """Differentiable LayerNorm of a 2-D ``x`` (last stride 1) through the kernels."""
-    if torch.compiler.is_compiling():
-        return layer_norm_fwd(x, weight, bias, eps, stable)[0]
-    return _LayerNormFunction.apply(x, weight, bias, eps, stable)
+layer_norm = _doors.build(_doors.OpDescription(
+    name="layer_norm",
+    inputs=(("x", Tensor), ("weight", Optional[Tensor]), ("bias", Optional[Tensor]), ("eps", float),
+            ("stable", bool)),
+    outputs=("y",),
+    residuals=("stats",),
+    forward=_forward,
+    saved=(("x", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), ("stable", bool)),
+    save=lambda inputs, results, needs: (inputs["x"], inputs["weight"], results["stats"], inputs["stable"]),
+    backward=_backward,
+    differentiable=("x", "weight", "bias"),
+))
+"""Differentiable LayerNorm of a 2-D ``x`` (last stride 1): ``layer_norm(x, weight, bias, eps, stable)``."""

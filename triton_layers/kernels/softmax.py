@@ -12,7 +12,7 @@ Backward: dx = s * y * (dy - sum(y * dy)), from the saved output y alone.
 Causal rows read only their visible prefix [0, limit) and write zeros past it, so a
 causal softmax reads about half of what a plain one does.
 
-Rows up to ``_launch.SOFTMAX_MAX_FUSED_COLS`` are held in registers whole, several short
+Rows up to ``SoftmaxLaunch.max_fused_cols`` (kernels/_launch.py) are held in registers whole, several short
 rows per program; longer rows take one program each and are walked in chunks (an online
 max/sum pass, then an output pass re-reading the row, mostly from L2).
 """
@@ -25,9 +25,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from torch.library import triton_op, wrap_triton
-
-from . import _launch
+from . import _doors, _launch
 
 LOG2E = math.log2(math.e)
 
@@ -183,102 +181,54 @@ def _softmax_bwd_kernel(
 
 
 def _forward(
-    x: Tensor, pad_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool, scale: float,
-    wrap: Callable = _launch.direct,
-) -> Tensor:
-    """Launch the forward on a 2-D ``x`` (last stride 1); ``wrap`` is wrap_triton in the custom op."""
+    launch: Callable, x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int,
+    causal: bool, scale: float,
+) -> tuple[Tensor]:
+    """``(y,)`` for a 2-D ``x`` (last stride 1). ``key_padding_mask`` is bool (B, Nk), True =
+    padding; row ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the number of queries
+    per score matrix (rows ``r % n_q``), used when ``causal``."""
     n_rows, n_cols = x.shape
+    pad_mask = _doors.mask_bytes(key_padding_mask, launch)
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols)
-    wrap(_softmax_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
+    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax)
+    launch(_softmax_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         x, y, pad_mask,
         x.stride(0), y.stride(0), pad_mask.stride(0) if pad_mask is not None else 0,
         n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E,
         CAUSAL=causal, HAS_MASK=pad_mask is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, num_warps=warps,
     )
-    return y
+    return (y,)
 
 
-def _backward(
-    dy: Tensor, y: Tensor, n_q: int, causal: bool, scale: float, wrap: Callable = _launch.direct
-) -> Tensor:
-    """Launch the backward: ``dx`` from the saved output ``y`` and ``dy`` (both last stride 1)."""
+def _backward(launch: Callable, grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool,
+              scale: float) -> dict:
+    """``dx`` from the saved output ``y`` and ``dy``."""
+    dy = grads[0] if grads[0].stride(-1) == 1 else grads[0].contiguous()
     n_rows, n_cols = y.shape
     dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
-    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols)
-    wrap(_softmax_bwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
+    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax)
+    launch(_softmax_bwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         dy, y, dx,
         dy.stride(0), y.stride(0), dx.stride(0),
         n_rows, n_cols, n_q, scale,
         CAUSAL=causal,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, num_warps=warps,
     )
-    return dx
+    return {"x": dx}
 
 
-# Two doors to the same launchers, as for layer_norm: torch.compile sees the torch.library
-# triton_ops (kernels through wrap_triton, so Inductor can trace them); eager calls take
-# the autograd.Function and launch directly (wrap_triton costs ~300 us host time per eager
-# launch, measured on main).
-@triton_op("triton_layers::softmax_fwd", mutates_args=())
-def softmax_fwd(
-    x: Tensor, pad_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool, scale: float
-) -> Tensor:
-    """Forward as a custom op: ``x`` is 2-D (rows, Nk) with last stride 1; returns ``y`` (contiguous).
-
-    ``pad_mask`` is a uint8 (B, Nk) view of the key padding mask with last stride 1
-    (nonzero = padding); row ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the
-    number of queries per score matrix (rows ``r % n_q``), used when ``causal``.
-    """
-    return _forward(x, pad_mask, n_q, rows_per_batch, causal, scale, wrap=wrap_triton)
-
-
-@triton_op("triton_layers::softmax_bwd", mutates_args=())
-def softmax_bwd(dy: Tensor, y: Tensor, n_q: int, causal: bool, scale: float) -> Tensor:
-    """Backward as a custom op: ``dx`` from the saved output ``y`` and ``dy``."""
-    return _backward(dy, y, n_q, causal, scale, wrap=wrap_triton)
-
-
-def _save(ctx, y: Tensor, n_q: int, causal: bool, scale: float) -> None:
-    ctx.save_for_backward(y)
-    ctx.n_q, ctx.causal, ctx.scale = n_q, causal, scale
-
-
-def _grads(ctx, dy: Tensor, backward_fn: Callable) -> tuple:
-    (y,) = ctx.saved_tensors
-    dx = None
-    if ctx.needs_input_grad[0]:
-        if dy.stride(-1) != 1:
-            dy = dy.contiguous()
-        dx = backward_fn(dy, y, ctx.n_q, ctx.causal, ctx.scale)
-    return dx, None, None, None, None, None
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    _x, _pad_mask, n_q, _rows_per_batch, causal, scale = inputs
-    _save(ctx, output, n_q, causal, scale)
-
-
-softmax_fwd.register_autograd(lambda ctx, dy: _grads(ctx, dy, softmax_bwd), setup_context=_setup_context)
-
-
-class _SoftmaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, pad_mask, n_q, rows_per_batch, causal, scale):
-        y = _forward(x, pad_mask, n_q, rows_per_batch, causal, scale)
-        _save(ctx, y, n_q, causal, scale)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        return _grads(ctx, dy, _backward)
-
-
-def softmax(
-    x: Tensor, pad_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool, scale: float
-) -> Tensor:
-    """Differentiable masked softmax of a 2-D ``x`` (last stride 1) through the kernels."""
-    if torch.compiler.is_compiling():
-        return softmax_fwd(x, pad_mask, n_q, rows_per_batch, causal, scale)
-    return _SoftmaxFunction.apply(x, pad_mask, n_q, rows_per_batch, causal, scale)
+softmax = _doors.build(_doors.OpDescription(
+    name="softmax",
+    inputs=(("x", Tensor), ("key_padding_mask", Optional[Tensor]), ("n_q", int), ("rows_per_batch", int),
+            ("causal", bool), ("scale", float)),
+    outputs=("y",),
+    residuals=(),
+    forward=_forward,
+    saved=(("y", Tensor), ("n_q", int), ("causal", bool), ("scale", float)),
+    save=lambda inputs, results, needs: (results["y"], inputs["n_q"], inputs["causal"], inputs["scale"]),
+    backward=_backward,
+    differentiable=("x",),
+))
+"""Differentiable masked softmax of a 2-D ``x`` (last stride 1):
+``softmax(x, key_padding_mask, n_q, rows_per_batch, causal, scale)``."""

@@ -24,13 +24,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from torch.library import triton_op, wrap_triton
-
-from . import _launch
-
-# Rows per program of the kernel adding the forward's partial sums.
-REDUCE_BLOCK = 1024
-
+from . import _doors, _launch
 
 @triton.jit
 def _store_rows(Y, B, rows, mask, y, HAS_BIAS: tl.constexpr):
@@ -118,116 +112,77 @@ def _weighted_sum_bwd_kernel(
         tl.store(DW_partial + pid_m * D + cols, tl.sum(acc, axis=0), mask=col_mask)
 
 
-def _forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], wrap=_launch.direct) -> Tensor:
+def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor]:
     """Forward launcher: ``x`` (M, D) with last stride 1, ``weight`` (D,) contiguous,
-    ``bias`` 0-dim or None. Returns ``y`` of shape (M,) in x's dtype."""
+    ``bias`` 0-dim or None. Returns ``(y,)``, y of shape (M,) in x's dtype."""
+    cfg = _launch.current().weighted_sum
     n_rows, n_cols = x.shape
     aligned = _launch.rows_aligned(x, n_cols)
-    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), aligned)
+    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), cfg, aligned)
     row_blocks = _launch.cdiv(n_rows, block_m)
-    wanted = _launch.cdiv(_launch.num_sms(x.device) * _launch.FWD_PROGRAMS_PER_SM, row_blocks)
+    wanted = _launch.cdiv(_launch.num_sms(x.device) * cfg.fwd_programs_per_sm, row_blocks)
     cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
     y = torch.empty(n_rows, dtype=x.dtype, device=x.device)
     partial = torch.empty((splits if splits > 1 else 0, n_rows), dtype=torch.float32, device=x.device)
-    wrap(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
+    launch(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
         x, weight, bias, y, partial,
         x.stride(0), n_rows, n_cols, cols_per_program,
         HAS_BIAS=bias is not None, SPLIT=splits > 1,
         BLOCK_M=block_m, BLOCK_D=block_d, num_warps=warps,
     )
     if splits > 1:
-        block = min(REDUCE_BLOCK, _launch.next_power_of_2(n_rows))
-        wrap(_weighted_sum_fwd_reduce_kernel)[(_launch.cdiv(n_rows, block),)](
+        block = min(cfg.reduce_block, _launch.next_power_of_2(n_rows))
+        launch(_weighted_sum_fwd_reduce_kernel)[(_launch.cdiv(n_rows, block),)](
             partial, bias, y, n_rows, splits,
             HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4,
         )
-    return y
+    return (y,)
 
 
-def _backward(
-    dy: Tensor, x: Optional[Tensor], weight: Tensor, x_dtype: torch.dtype, compute_dx: bool, compute_dw: bool,
-    wrap=_launch.direct,
-) -> tuple[Tensor, Tensor]:
-    """Backward launcher: ``dy`` (M,) of any stride, ``x`` (M, D) with last stride 1 (may
-    be None when ``compute_dw`` is False), ``weight`` (D,) contiguous. Returns
-    ``(dx, dweight)``: dx in ``x_dtype``, dweight in fp32; those not asked for are empty."""
+def _backward(launch, grads: tuple, needs: dict, x: Optional[Tensor], weight: Tensor,
+              x_dtype: torch.dtype) -> dict:
+    """Gradients of x, weight (fp32) and bias (fp32), those in ``needs``. ``x`` (M, D) with
+    last stride 1 is None when the weight needs no gradient."""
+    cfg = _launch.current().weighted_sum
+    dy = grads[0]
+    compute_dx, compute_dw = needs["x"], needs["weight"]
+    out = {}
+    if needs["bias"]:
+        out["bias"] = dy.sum(dtype=torch.float32)
+    if not (compute_dx or compute_dw):
+        return out
     n_rows, n_cols = dy.shape[0], weight.shape[0]
     elem_size = torch.finfo(x_dtype).bits // 8
     aligned = _launch.rows_aligned(x if compute_dw else None, n_cols)
-    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, elem_size, aligned)
+    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, elem_size, cfg, aligned)
     col_blocks = _launch.cdiv(n_cols, block_d)
-    wanted = _launch.cdiv(_launch.num_sms(dy.device) * _launch.BWD_PROGRAMS_PER_SM, col_blocks)
+    wanted = _launch.cdiv(_launch.num_sms(dy.device) * cfg.bwd_programs_per_sm, col_blocks)
     rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
     dx = torch.empty((n_rows if compute_dx else 0, n_cols), dtype=x_dtype, device=dy.device)
     dw_partial = torch.empty((programs if compute_dw else 0, n_cols), dtype=torch.float32, device=dy.device)
-    wrap(_weighted_sum_bwd_kernel)[(col_blocks, programs)](
+    launch(_weighted_sum_bwd_kernel)[(col_blocks, programs)](
         dy, x, weight, dx, dw_partial,
         dy.stride(0), x.stride(0) if compute_dw else 0, dx.stride(0), n_rows, n_cols, rows_per_program,
         COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw,
         BLOCK_M=block_m, BLOCK_D=block_d, num_warps=warps,
     )
-    dweight = dw_partial.sum(0) if compute_dw else dw_partial.new_empty(0)
-    return dx, dweight
+    out["x"] = dx
+    if compute_dw:
+        out["weight"] = dw_partial.sum(0)
+    return out
 
 
-# Two doors to the same launchers, as in layer_norm.py: custom ops (wrap_triton) for
-# torch.compile, an autograd.Function launching directly for eager calls.
-@triton_op("triton_layers::weighted_sum_fwd", mutates_args=())
-def weighted_sum_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
-    """Forward launcher as a custom op."""
-    return _forward(x, weight, bias, wrap=wrap_triton)
-
-
-@triton_op("triton_layers::weighted_sum_bwd", mutates_args=())
-def weighted_sum_bwd(
-    dy: Tensor, x: Optional[Tensor], weight: Tensor, x_dtype: torch.dtype, compute_dx: bool, compute_dw: bool
-) -> tuple[Tensor, Tensor]:
-    """Backward launcher as a custom op: ``(dx, dweight)``; those not asked for are empty."""
-    return _backward(dy, x, weight, x_dtype, compute_dx, compute_dw, wrap=wrap_triton)
-
-
-def _save(ctx, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> None:
+weighted_sum = _doors.build(_doors.OpDescription(
+    name="weighted_sum",
+    inputs=(("x", Tensor), ("weight", Tensor), ("bias", Optional[Tensor])),
+    outputs=("y",),
+    residuals=(),
+    forward=_forward,
     # x is needed only for the weight's gradient: not kept alive otherwise.
-    ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weight)
-    ctx.x_dtype = x.dtype
-    ctx.bias_dtype = None if bias is None else bias.dtype
-
-
-def _grads(ctx, dy: Tensor, backward_fn) -> tuple:
-    x, weight = ctx.saved_tensors
-    need_dx, need_dw, need_db = ctx.needs_input_grad
-    dx = dweight = dbias = None
-    if need_dx or need_dw:
-        dx, dweight = backward_fn(dy, x, weight, ctx.x_dtype, need_dx, need_dw)
-    if need_db:
-        dbias = dy.sum(dtype=torch.float32).to(ctx.bias_dtype)
-    return (
-        dx if need_dx else None,
-        dweight.to(weight.dtype) if need_dw else None,
-        dbias,
-    )
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    _save(ctx, *inputs)
-
-
-weighted_sum_fwd.register_autograd(lambda ctx, dy: _grads(ctx, dy, weighted_sum_bwd), setup_context=_setup_context)
-
-
-class _WeightedSumFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        _save(ctx, x, weight, bias)
-        return _forward(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return _grads(ctx, dy, _backward)
-
-
-def weighted_sum(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
-    """Differentiable weighted sum of a 2-D ``x`` (last stride 1) through the kernels."""
-    if torch.compiler.is_compiling():
-        return weighted_sum_fwd(x, weight, bias)
-    return _WeightedSumFunction.apply(x, weight, bias)
+    saved=(("x", Optional[Tensor]), ("weight", Tensor), ("x_dtype", torch.dtype)),
+    save=lambda inputs, results, needs: (inputs["x"] if needs["weight"] else None, inputs["weight"],
+                                         inputs["x"].dtype),
+    backward=_backward,
+    differentiable=("x", "weight", "bias"),
+))
+"""Differentiable weighted sum of a 2-D ``x`` (last stride 1): ``weighted_sum(x, weight, bias)``."""
