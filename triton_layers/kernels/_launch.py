@@ -154,6 +154,8 @@ def use_config(config: LaunchConfig) -> Iterator[LaunchConfig]:
 
 
 # --- helpers the launchers share ----------------------------------------------------------
+# The shape heuristics are pure functions of hashable arguments (ints, frozen configs,
+# devices), cached: launchers call them on every eager call, where the host sets the pace.
 
 # Elements each warp holds in a tile (8 per thread).
 ELEMENTS_PER_WARP = 512
@@ -187,6 +189,7 @@ def num_sms(device: torch.device) -> int:
     return 4
 
 
+@functools.lru_cache(maxsize=4096)
 def row_block(n_cols: int, max_fused_cols: int, loop_block: int) -> tuple[int, bool]:
     """Return ``(BLOCK, single_pass)`` for rows of ``n_cols`` elements: whole rows up to
     ``max_fused_cols``, else ``loop_block``-wide chunks."""
@@ -195,6 +198,7 @@ def row_block(n_cols: int, max_fused_cols: int, loop_block: int) -> tuple[int, b
     return min(loop_block, max_fused_cols), False
 
 
+@functools.lru_cache(maxsize=4096)
 def row_tile(n_rows: int, n_cols: int, max_fused_cols: int, loop_block: int,
              tile_elements: int) -> tuple[int, int, bool]:
     """Return ``(BLOCK_M, BLOCK_N, single_pass)``: rows per program tile and columns per block."""
@@ -210,6 +214,7 @@ def ln_fwd_warps(block: int, elem_size: int) -> int:
     return num_warps(block, max_warps=32 if block * elem_size > 65536 else 16)
 
 
+@functools.lru_cache(maxsize=4096)
 def row_groups(n_rows: int, n_chunks: int, block_m: int, programs_per_sm: int, device: torch.device) -> int:
     """Row groups for a (column chunk x row group) grid: about ``programs_per_sm`` programs
     per SM, each group at least one tile high. Depends only on the shape and the device."""
@@ -217,6 +222,7 @@ def row_groups(n_rows: int, n_chunks: int, block_m: int, programs_per_sm: int, d
     return max(1, min(wanted, cdiv(n_rows, block_m)))
 
 
+@functools.lru_cache(maxsize=4096)
 def persistent_grid(n_rows: int, device: torch.device, programs_per_sm: int = 1) -> tuple[int, int]:
     """Grid size and rows per program for kernels that walk a contiguous range of rows.
 
@@ -230,6 +236,7 @@ def persistent_grid(n_rows: int, device: torch.device, programs_per_sm: int = 1)
     return programs, rows_per_program
 
 
+@functools.lru_cache(maxsize=4096)
 def tile_2d(n_rows: int, n_cols: int, elem_size: int, cfg: WeightedSumLaunch,
             aligned: bool = True) -> tuple[int, int, int]:
     """Return ``(BLOCK_M, BLOCK_D, num_warps)`` for tiles of a (n_rows x n_cols) matrix.
@@ -265,6 +272,7 @@ def split_range(n: int, block: int, parts: int) -> tuple[int, int]:
     return length, cdiv(n, length)
 
 
+@functools.lru_cache(maxsize=4096)
 def split_row(n_rows: int, n_cols: int, cfg: CoorDescentLaunch, device: torch.device) -> tuple[int, int]:
     """Return ``(BLOCK, chunks_per_row)`` for a grid of (rows, chunks) programs."""
     per_row = cdiv(num_sms(device) * cfg.split_programs_per_sm, max(n_rows, 1))
@@ -273,6 +281,7 @@ def split_row(n_rows: int, n_cols: int, cfg: CoorDescentLaunch, device: torch.de
     return block, cdiv(n_cols, block)
 
 
+@functools.lru_cache(maxsize=4096)
 def softmax_tile(n_rows: int, n_cols: int, cfg: SoftmaxLaunch) -> tuple[int, int, bool, int]:
     """Return ``(BLOCK_M, BLOCK_N, single_pass, num_warps)`` for a row-wise softmax.
 

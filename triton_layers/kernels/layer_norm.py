@@ -338,8 +338,9 @@ def _backward(launch, grads: tuple, needs: dict, x: Tensor, weight: Optional[Ten
             BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
             num_warps=_launch.num_warps(split_m * block_n), **flags,
         )
-    # One reduction for both parameters' partials.
-    param_grads = partials.sum(1) if n_partials else None
+    # One reduction for both parameters' partials (none when one program wrote them:
+    # small shapes, where the host sets the pace).
+    param_grads = (partials[:, 0] if partials.shape[1] == 1 else partials.sum(1)) if n_partials else None
     grads_out = {"x": dx}
     if compute_dw:
         grads_out["weight"] = param_grads[0]

@@ -168,7 +168,7 @@ def _backward(launch, grads: tuple, needs: dict, x: Optional[Tensor], weight: Te
     )
     out["x"] = dx
     if compute_dw:
-        out["weight"] = dw_partial.sum(0)
+        out["weight"] = dw_partial[0] if programs == 1 else dw_partial.sum(0)
     return out
 
 

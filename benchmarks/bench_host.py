@@ -1,0 +1,171 @@
+"""Host cost of one eager call at tiny shapes, ours against torch's own op (GPU only).
+
+At these shapes the GPU work is negligible, so an eager call is timed at the host's pace:
+Python, argument checks, autograd, the launcher. Each cell is the time per call of N
+calls followed by one sync, ours and torch's interleaved (ABAB...) over several rounds so
+that the host's drift hits both alike: the median, with the min-max of the rounds. Beside
+it, the same call replayed from a CUDA graph (what is left once the host is out of the way).
+
+    python -m benchmarks.bench_host --out DIR            # host.csv, and a table
+    python -m benchmarks.bench_host --out DIR --profile  # + host_profile.txt (cProfile of ours)
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import csv
+import io
+import os
+import pstats
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from triton_layers import functional as F
+
+CALLS = 300
+ROUNDS = 7
+
+
+def _cases(dev) -> dict[str, tuple[list, Callable, Callable]]:
+    """op -> (leaf inputs that need gradients, ours, torch's), each a function of the leaves."""
+    r = lambda *s: torch.randn(*s, device=dev, requires_grad=True)  # noqa: E731
+    ln = [r(8, 256), r(256), r(256)]
+    sm = [r(2, 4, 64, 64)]
+    causal_mask = torch.ones(64, 64, dtype=torch.bool, device=dev).triu(1)
+    ws = [r(8, 256), r(256)]
+    cd = [r(4, 1024)]
+    cases = {
+        "layer_norm 8x256": (ln, lambda x, w, b: F.layer_norm(x, w, b),
+                             lambda x, w, b: torch.nn.functional.layer_norm(x, (256,), w, b)),
+        "softmax 2x4x64x64": (sm, lambda x: F.softmax(x), lambda x: torch.softmax(x, -1)),
+        "causal softmax 2x4x64x64, scale": (sm, lambda x: F.softmax(x, causal=True, scale=0.125),
+                                            lambda x: torch.softmax((x * 0.125).masked_fill(causal_mask, -torch.inf), -1)),
+        "weighted_sum 8x256": (ws, lambda x, w: F.weighted_sum(x, w), lambda x, w: x @ w),
+    }
+    try:
+        from colt5_attention.triton_coor_descent import triton_coor_descent
+        peer = lambda s: triton_coor_descent(s, n_iters=20, k=64, eps=0.03, eps_init=4.0, eps_decay=0.7)  # noqa: E731
+    except ImportError:  # the torch definition stands in
+        from triton_layers import reference
+        peer = lambda s: reference.coor_descent(s, 20, 64.0, 0.03, 4.0, 0.7, None)  # noqa: E731
+    cases["coor_descent 4x1024, 20 iters"] = (
+        cd, lambda s: F.coor_descent(s, n_iters=20, k=64.0, eps=0.03, eps_init=4.0, eps_decay=0.7), peer)
+    return cases
+
+
+def _step(fn, leaves, backward: bool) -> Callable[[], None]:
+    if not backward:
+        return lambda: fn(*leaves)
+    dy = torch.randn_like(fn(*leaves))
+    return lambda: torch.autograd.grad(fn(*leaves), leaves, dy)
+
+
+def _host_us(step: Callable[[], None], calls: int = CALLS) -> float:
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / calls * 1e6
+
+
+def _graph_us(step: Callable[[], None], calls: int = 20) -> float:
+    """Per-call time of ``calls`` steps replayed from one CUDA graph (nan if not capturable)."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                step()
+    except Exception as e:  # noqa: BLE001 - report, don't stop the table
+        print(f"    not capturable: {type(e).__name__}: {str(e)[:120]}")
+        return float("nan")
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (10 * calls)
+
+
+def measure(dev) -> list[dict]:
+    rows = []
+    for op, (leaves, ours, theirs) in _cases(dev).items():
+        for backward in (False, True):
+            steps = {"triton_layers": _step(ours, leaves, backward), "torch": _step(theirs, leaves, backward)}
+            for step in steps.values():
+                _host_us(step, 30)  # warm-up: compiles, caches
+            times = {impl: [] for impl in steps}
+            for _ in range(ROUNDS):  # interleaved: A B A B ...
+                for impl, step in steps.items():
+                    times[impl].append(_host_us(step))
+            for impl, step in steps.items():
+                t = times[impl]
+                rows.append(dict(op=op, mode="fwd+bwd" if backward else "fwd", impl=impl,
+                                 host_us=round(statistics.median(t), 1), host_us_min=round(min(t), 1),
+                                 host_us_max=round(max(t), 1), graph_us=round(_graph_us(step), 2)))
+    return rows
+
+
+def profile(dev, out: str) -> None:
+    """cProfile of our fwd+bwd calls, op by op: where the host time goes."""
+    buf = io.StringIO()
+    for op, (leaves, ours, _) in _cases(dev).items():
+        step = _step(ours, leaves, True)
+        _host_us(step, 30)
+        prof = cProfile.Profile()
+        prof.enable()
+        _host_us(step, 500)
+        prof.disable()
+        buf.write(f"\n===== {op}: 500 fwd+bwd calls =====\n")
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(22)
+    with open(os.path.join(out, "host_profile.txt"), "w") as f:
+        f.write(buf.getvalue())
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"host time per eager call (median of {ROUNDS} interleaved rounds of {CALLS} calls, [min-max]); "
+          f"graph: the same call replayed from a CUDA graph")
+    by = {(r["op"], r["mode"], r["impl"]): r for r in rows}
+    print(f"{'op':34} {'mode':8} {'ours us':>18} {'torch us':>18} {'ratio':>6} {'graph ours':>10} {'graph torch':>11}")
+    for (op, mode, impl), r in by.items():
+        if impl != "triton_layers":
+            continue
+        t = by[(op, mode, "torch")]
+        print(f"{op:34} {mode:8} {r['host_us']:7.1f} [{r['host_us_min']:.0f}-{r['host_us_max']:.0f}]"
+              f"{t['host_us']:9.1f} [{t['host_us_min']:.0f}-{t['host_us_max']:.0f}] {r['host_us'] / t['host_us']:6.2f}"
+              f" {r['graph_us']:10.2f} {t['graph_us']:11.2f}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="bench-results")
+    parser.add_argument("--profile", action="store_true", help="also write host_profile.txt (cProfile)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_host needs a CUDA GPU")
+    dev = torch.device("cuda")
+    os.makedirs(args.out, exist_ok=True)
+    rows = measure(dev)
+    with open(os.path.join(args.out, "host.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print_table(rows)
+    if args.profile:
+        profile(dev, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Every op launches on its tensors' device and that device's current stream, whatever
+the current device is, and captures and replays in a CUDA graph in eager mode (forward
+and backward). GPU only: the non-current-device tests need two GPUs.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+import torch
+
+from triton_layers import CoordinateDescentRouter
+from triton_layers import functional as F
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+
+
+def _leaf(*shape, device, grad=True):
+    return torch.randn(shape, device=device).requires_grad_(grad)
+
+
+# name -> builder(device) of (leaves, fn(*leaves) -> output); fresh random inputs each call.
+def _layer_norm(dev):
+    return [_leaf(37, 300, device=dev), _leaf(300, device=dev), _leaf(300, device=dev)], F.layer_norm
+
+
+def _softmax(dev):
+    mask = torch.rand(2, 70, device=dev) > 0.8
+    return [_leaf(2, 3, 50, 70, device=dev)], lambda x: F.softmax(x, causal=True, scale=0.3, key_padding_mask=mask)
+
+
+def _weighted_sum(dev):
+    return [_leaf(33, 500, device=dev), _leaf(500, device=dev), _leaf(1, device=dev)], F.weighted_sum
+
+
+def _coor_descent(dev):
+    mask = torch.rand(5, 900, device=dev) > 0.2
+    k = (torch.rand(5, device=dev) * 40 + 2).requires_grad_()
+    return ([_leaf(5, 900, device=dev), k],
+            lambda s, k: F.coor_descent(s, n_iters=12, k=k, eps=0.05, eps_init=2.0, eps_decay=0.7, mask=mask))
+
+
+def _router(dev):
+    router = CoordinateDescentRouter(64, n_iters=8).to(dev)
+    mask = torch.rand(2, 40, device=dev) > 0.1
+
+    def fn(x):
+        out = router(x, num_tokens=10, mask=mask)
+        return out.routed_tokens * out.scores[..., None]
+
+    return [_leaf(2, 40, 64, device=dev)], fn
+
+
+CASES: dict[str, Callable] = dict(layer_norm=_layer_norm, softmax=_softmax, weighted_sum=_weighted_sum,
+                                  coor_descent=_coor_descent, router=_router)
+
+
+def _out_and_grads(leaves, fn, dy=None):
+    y = fn(*leaves)
+    if dy is None:
+        dy = torch.randn_like(y)
+    return [y, *torch.autograd.grad(y, leaves, dy)], dy
+
+
+@needs_two
+@pytest.mark.parametrize("name", list(CASES))
+def test_op_runs_on_a_device_that_is_not_current(name):
+    torch.manual_seed(0)
+    torch.cuda.set_device(0)
+    leaves0, fn0 = CASES[name]("cuda:0")
+    torch.manual_seed(0)
+    leaves1, fn1 = CASES[name]("cuda:1")
+    want, dy = _out_and_grads(leaves0, fn0)
+    got, _ = _out_and_grads(leaves1, fn1, dy.to("cuda:1"))
+    assert torch.cuda.current_device() == 0
+    for g, w in zip(got, want):
+        assert g.device == torch.device("cuda:1")
+        torch.testing.assert_close(g.cpu(), w.cpu(), rtol=0, atol=0)  # same GPU model: bitwise
+
+
+@needs_two
+def test_inputs_on_two_devices_name_both():
+    x = torch.randn(4, 16, device="cuda:0")
+    w = torch.randn(16, device="cuda:1")
+    with pytest.raises(ValueError, match=r"x on cuda:0.*weight on cuda:1"):
+        F.layer_norm(x, w)
+    with pytest.raises(ValueError, match=r"cuda:0.*cuda:1"):
+        F.weighted_sum(x, w)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(CASES))
+def test_op_runs_on_the_current_stream(name):
+    """On a side stream that is busy with earlier work, the op waits for it (stream order)."""
+    leaves, fn = CASES[name]("cuda")
+    want, dy = _out_and_grads(leaves, fn)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(2_000_000)  # ~1 ms of work ahead of the op on this stream
+        inputs = [t.detach().clone().requires_grad_(t.requires_grad) for t in leaves]
+        got, _ = _out_and_grads(inputs, fn, dy)
+    torch.cuda.current_stream().wait_stream(side)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(CASES))
+def test_op_captures_and_replays_in_a_cuda_graph(name):
+    leaves, fn = CASES[name]("cuda")
+    static = [t.detach().clone().requires_grad_(t.requires_grad) for t in leaves]
+    dy = torch.randn_like(fn(*static))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (compile) off the capturing stream
+        for _ in range(2):
+            _out_and_grads(static, fn, dy)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out, _ = _out_and_grads(static, fn, dy)
+    for _ in range(2):
+        with torch.no_grad():
+            for s in static:
+                s.copy_(torch.randn_like(s) if s.dim() > 1 else s * 0.9 + 0.1)
+        graph.replay()
+        torch.cuda.synchronize()
+        want, _ = _out_and_grads([s.detach().clone().requires_grad_() for s in static], fn, dy)
+        for g, w in zip(static_out, want):
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
