@@ -7,7 +7,8 @@ strictly. Differences (fixes): ``random_route=True`` works without a mask; any
 ``routed_tokens[b, r] = x[b, indices[b, r]]`` (colt5 gathers from the wrong batch
 element when the batch has more than one); with ``route_block_size`` the tokens are
 gathered at the returned (whole-sequence) indices, per-batch routing tokens are used
-for every block, and ``route_back`` accepts a routing-token dim.
+for every block, and ``route_back`` accepts a routing-token dim and the ``indices=None``
+the router returns for sequences no longer than ``num_tokens``.
 """
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ class RouterReturn(NamedTuple):
     """What :class:`CoordinateDescentRouter` returns (field names as colt5-attention's).
 
     indices: (b, [r,] num_tokens) positions chosen in the sequence, or None when the
-        sequence is not longer than ``num_tokens`` (then every token is routed).
+        sequence is not longer than ``num_tokens`` (then every token is routed, in order,
+        and ``routed_tokens`` is x itself: (b, [r,] n, d)). As in colt5-attention;
+        :meth:`CoordinateDescentRouter.route_back` accepts the None.
     scores: (b, [r,] num_tokens) their soft top-k scores (1 in value with straight-through).
     routed_tokens: (b, [r,] num_tokens, d) the chosen tokens, ``x[b, indices[b, ...]]``.
     routed_mask: (b, [r,] num_tokens) the mask at the chosen positions, or None.
@@ -135,8 +138,25 @@ class CoordinateDescentRouter(nn.Module):
             f"cosine_sim_routing={self.cosine_sim_routing}, route_block_size={self.route_block_size}"
         )
 
-    def route_back(self, src: Tensor, routed_tokens: Tensor, indices: Tensor) -> Tensor:
-        """Write ``routed_tokens`` back into ``src`` (b, n, d) at ``indices``, in place; returns ``src``."""
+    def route_back(self, src: Tensor, routed_tokens: Tensor, indices: Optional[Tensor]) -> Tensor:
+        """Write ``routed_tokens`` back into ``src`` (b, n, d) at ``indices``, in place; returns ``src``.
+
+        Takes what the router returned in every case: ``indices`` is None when the
+        sequence was not longer than ``num_tokens`` (every token routed, in order), and
+        then token j of each route goes back to position j, as with ``indices =
+        arange(n)``. (colt5-attention's ``route_back`` needs indices; its callers test
+        for None and skip it.) Where several routes chose one position (always so with
+        ``num_routing_tokens > 1`` and None), the position gets one of their tokens; which one is not
+        specified (indexed assignment with repeated indices).
+        """
+        if indices is None:
+            n = routed_tokens.shape[-2]
+            if routed_tokens.dim() < 3 or n != src.shape[1]:
+                raise ValueError(
+                    f"indices=None routes every token back in order: routed_tokens must be (b, [r,] n, d) "
+                    f"with n = {src.shape[1]} as src {tuple(src.shape)}, got {tuple(routed_tokens.shape)}"
+                )
+            indices = torch.arange(n, device=src.device).expand(routed_tokens.shape[:-1])
         src[_batch_index(indices), indices] = routed_tokens
         return src
 
