@@ -8,11 +8,13 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["triton_layers", "triton_layers.*"]),
     python_requires=">=3.9",
-    install_requires=["torch>=2.6", "triton>=3.2", "einops>=0.7", "packaging"],
+    # numpy: Triton's interpreter (TRITON_INTERPRET=1, how the kernels run on a CPU) imports
+    # it, and neither torch nor triton requires it.
+    install_requires=["torch>=2.6", "triton>=3.2", "einops>=0.7", "packaging", "numpy"],
     extras_require={
         # safetensors and transformers (with tokenizers, huggingface_hub: ~45 s of install on
         # CI's 2 cores) for tests/test_integrations.py, which skips their tests without them.
-        "test": ["pytest>=7", "hypothesis>=6", "numpy", "colt5-attention>=0.11", "safetensors>=0.4",
+        "test": ["pytest>=7", "hypothesis>=6", "colt5-attention>=0.11", "safetensors>=0.4",
                  "transformers>=4.40"],
         # matplotlib and tqdm: the plots and progress bar of python -m benchmarks.
         "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11", "matplotlib", "tqdm"],
