@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as F
+from ._config import check_flag, check_normalized_shape, check_number, check_use_triton
 
 
 class TritonLayerNorm(nn.Module):
@@ -42,15 +43,12 @@ class TritonLayerNorm(nn.Module):
         dtype: Optional[torch.dtype] = None,
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(int(d) for d in normalized_shape)
-        if any(d < 0 for d in self.normalized_shape):
-            raise ValueError(f"normalized_shape must be non-negative, got {self.normalized_shape}")
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.stable = stable
-        self.use_triton = use_triton
+        self.normalized_shape = check_normalized_shape(normalized_shape)
+        self.eps = check_number(eps, "eps", minimum=0)
+        self.elementwise_affine = check_flag(elementwise_affine, "elementwise_affine")
+        bias = check_flag(bias, "bias")
+        self.stable = check_flag(stable, "stable")
+        self.use_triton = check_use_triton(use_triton)
         factory = {"device": device, "dtype": dtype}
         if elementwise_affine:
             self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory))

@@ -6,6 +6,7 @@ from typing import Optional
 from torch import Tensor, nn
 
 from .. import functional as F
+from ._config import check_flag, check_number, check_use_triton
 
 
 class CausalSoftmax(nn.Module):
@@ -26,9 +27,9 @@ class CausalSoftmax(nn.Module):
 
     def __init__(self, causal: bool = True, scale: Optional[float] = None, use_triton: Optional[bool] = None) -> None:
         super().__init__()
-        self.causal = bool(causal)
-        self.scale = scale
-        self.use_triton = use_triton
+        self.causal = check_flag(causal, "causal")
+        self.scale = check_number(scale, "scale", allow_none=True)
+        self.use_triton = check_use_triton(use_triton)
 
     def forward(self, scores: Tensor, key_padding_mask: Optional[Tensor] = None) -> Tensor:
         """Probabilities over the last dim, same shape and dtype as ``scores``.
