@@ -6,13 +6,28 @@ setup(
     description="Transformer building blocks as nn.Modules running hand-written Triton kernels",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    author="triton_layers developers",
+    license="MIT",
+    license_files=["LICENSE"],
+    classifiers=[
+        "Development Status :: 3 - Alpha",
+        "Intended Audience :: Developers",
+        "Intended Audience :: Science/Research",
+        "Environment :: GPU :: NVIDIA CUDA",
+        "Operating System :: POSIX :: Linux",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     packages=find_packages(include=["triton_layers", "triton_layers.*"]),
     python_requires=">=3.9",
-    install_requires=["torch>=2.6", "triton>=3.2", "einops>=0.7", "packaging"],
+    # numpy: Triton's interpreter (TRITON_INTERPRET=1, how the kernels run on a CPU) imports
+    # it, and neither torch nor triton requires it.
+    install_requires=["torch>=2.6", "triton>=3.2", "einops>=0.7", "packaging", "numpy"],
     extras_require={
         # safetensors and transformers (with tokenizers, huggingface_hub: ~45 s of install on
         # CI's 2 cores) for tests/test_integrations.py, which skips their tests without them.
-        "test": ["pytest>=7", "hypothesis>=6", "numpy", "colt5-attention>=0.11", "safetensors>=0.4",
+        "test": ["pytest>=7", "hypothesis>=6", "colt5-attention>=0.11", "safetensors>=0.4",
                  "transformers>=4.40"],
         # matplotlib and tqdm: the plots and progress bar of python -m benchmarks.
         "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11", "matplotlib", "tqdm"],

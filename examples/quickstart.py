@@ -44,7 +44,7 @@ class TinyBlock(nn.Module):
         super().__init__()
         self.norm1 = TritonLayerNorm(dim)
         self.attn = TinyAttention(dim)
-        self.norm2 = TritonLayerNorm(dim, bias=True)
+        self.norm2 = TritonLayerNorm(dim)
         self.router = CoordinateDescentRouter(dim)
         self.heavy = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
         self.heavy_tokens = heavy_tokens
@@ -77,7 +77,8 @@ def main() -> None:
     print(f"output {tuple(scores.shape)} {scores.dtype}, loss {loss.item():.4f}, "
           f"|dx| {x.grad.norm().item():.4f}")
 
-    # State dicts round-trip; a torch nn.LayerNorm(bias=False) checkpoint loads too.
+    # State dicts round-trip; an nn.LayerNorm(dim) checkpoint loads into TritonLayerNorm(dim),
+    # and a bias-free one (nn.LayerNorm(dim, bias=False)) too, with a zero bias.
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     buffer.seek(0)
@@ -86,6 +87,7 @@ def main() -> None:
     with torch.no_grad():
         same = torch.equal(again(x), model(x))
     print(f"state_dict saved and reloaded: outputs identical = {same}")
+    TritonLayerNorm(dim).load_state_dict(nn.LayerNorm(dim).state_dict(), strict=True)
     TritonLayerNorm(dim).load_state_dict(nn.LayerNorm(dim, bias=False).state_dict(), strict=True)
 
     # Swap the LayerNorms of an existing torch model in place.

@@ -109,7 +109,7 @@ class Layers(NamedTuple):
 def triton_layers_factory(use_triton: Optional[bool] = None) -> Layers:
     """The triton_layers modules; ``use_triton`` (None = auto) goes to each."""
     return Layers(
-        norm=lambda dim: TritonLayerNorm(dim, use_triton=use_triton),
+        norm=lambda dim: TritonLayerNorm(dim, bias=False, use_triton=use_triton),
         causal_softmax=lambda scale: CausalSoftmax(causal=True, scale=scale, use_triton=use_triton),
         router=lambda dim, n_iters: CoordinateDescentRouter(dim, n_iters=n_iters, use_triton=use_triton),
         weighted_sum=lambda dim: WeightedSum(dim, bias=True, use_triton=use_triton),

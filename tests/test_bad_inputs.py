@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple, Union
 import pytest
 import torch
 
-from triton_layers import CoordinateDescentRouter, TritonLayerNorm, WeightedSum
+from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, WeightedSum
 from triton_layers import functional as F
 
 from .conftest import DEVICE
@@ -154,6 +154,17 @@ CASES = [
     Case("ln-empty-cols", lambda: with_x(F.layer_norm, x_(3, 0)), empty_result((3, 0))),
     Case("ln-noncontiguous", *ln_nc),
     Case("ln-module-shape", lambda: TritonLayerNorm(-1), (ValueError, r"normalized_shape must be non-negative")),
+    Case("ln-module-shape-float", lambda: TritonLayerNorm(8.0),
+         (TypeError, r"normalized_shape must be an int or a sequence of ints, got 8.0 \(float\)")),
+    Case("ln-module-shape-str", lambda: TritonLayerNorm("16"),
+         (TypeError, r"normalized_shape must be an int or a sequence of ints, got '16' \(str\)")),
+    Case("ln-module-shape-empty", lambda: TritonLayerNorm(()),
+         (ValueError, r"normalized_shape must have at least one dim, got \(\)")),
+    Case("ln-module-eps", lambda: TritonLayerNorm(8, eps=-1e-5), (ValueError, r"eps must be >= 0, got -1e-05")),
+    Case("ln-module-flag", lambda: TritonLayerNorm(8, bias="False"),
+         (TypeError, r"bias must be True or False, got 'False' \(str\)")),
+    Case("ln-module-use-triton", lambda: TritonLayerNorm(8, use_triton="yes"),
+         (TypeError, r"use_triton must be None, True or False, got 'yes' \(str\)")),
     # --- softmax / CausalSoftmax
     Case("sm-dtype-int", lambda: F.softmax(torch.ones(2, 5, dtype=torch.int64, device=DEVICE)),
          (TypeError, r"x has dtype torch.int64")),
@@ -177,6 +188,12 @@ CASES = [
     Case("sm-empty", lambda: with_x(lambda x: F.softmax(x, causal=True), x_(2, 0, 5)), empty_result((2, 0, 5))),
     Case("sm-noncontiguous", *sm_nc),
     Case("sm-all-padded", _all_padded_softmax, _check_all_padded),
+    Case("sm-module-scale", lambda: CausalSoftmax(scale="0.5"),
+         (TypeError, r"scale must be a number or None, got '0.5' \(str\)")),
+    Case("sm-module-scale-nonfinite", lambda: CausalSoftmax(scale=float("nan")),
+         (ValueError, r"scale must be finite, got nan")),
+    Case("sm-module-causal", lambda: CausalSoftmax(causal="no"),
+         (TypeError, r"causal must be True or False, got 'no' \(str\)")),
     # --- weighted_sum / WeightedSum
     Case("ws-dtype-int", lambda: F.weighted_sum(torch.ones(2, 8, dtype=torch.int64, device=DEVICE), w8()),
          (TypeError, r"x has dtype torch.int64")),
@@ -197,7 +214,10 @@ CASES = [
          lambda: F.weighted_sum(x_(3, 0), torch.ones(0, device=DEVICE), torch.tensor(0.5, device=DEVICE)),
          lambda y: torch.testing.assert_close(y, torch.full((3,), 0.5, device=DEVICE))),
     Case("ws-noncontiguous", *ws_nc),
-    Case("ws-module-dim", lambda: WeightedSum(-1), (ValueError, r"dim must be a non-negative int, got -1")),
+    Case("ws-module-dim", lambda: WeightedSum(-1), (ValueError, r"dim must be an int >= 0, got -1")),
+    Case("ws-module-dim-type", lambda: WeightedSum(8.0), (TypeError, r"dim must be an int, got 8.0 \(float\)")),
+    Case("ws-module-x-dim", lambda: WeightedSum(8, device=DEVICE)(x_(2, 7)),
+         (ValueError, r"x of shape \(2, 7\) must end with dim=8")),
     # --- coor_descent
     Case("cd-dtype-int", lambda: F.coor_descent(torch.ones(2, 5, dtype=torch.int64, device=DEVICE), n_iters=3, k=2.0),
          (TypeError, r"s has dtype torch.int64")),
@@ -225,6 +245,12 @@ CASES = [
     Case("cd-noncontiguous", *cd_nc),
     # --- CoordinateDescentRouter
     Case("rt-n-iters-0", lambda: CoordinateDescentRouter(8, n_iters=0), (ValueError, r"n_iters must be an int >= 1")),
+    Case("rt-module-dim", lambda: CoordinateDescentRouter(0), (ValueError, r"dim must be an int >= 1, got 0")),
+    Case("rt-module-dim-type", lambda: CoordinateDescentRouter(True),
+         (TypeError, r"dim must be an int, got True \(bool\)")),
+    Case("rt-module-eps", lambda: CoordinateDescentRouter(8, eps=0), (ValueError, r"eps must be positive, got 0")),
+    Case("rt-module-fetch-k-ratio", lambda: CoordinateDescentRouter(8, fetch_k_ratio=0.5),
+         (ValueError, r"fetch_k_ratio must be >= 1, got 0.5")),
     Case("rt-x-rank", lambda: _router()(x_(10, 8), num_tokens=2),
          (ValueError, r"x must be \(batch, seq, dim=8\), got shape \(10, 8\)")),
     Case("rt-x-dim", lambda: _router()(x_(2, 10, 7), num_tokens=2),
@@ -249,6 +275,54 @@ def test_bad_input(case: Case):
             case.call()
     else:
         case.expect(case.call())
+
+
+# Beyond the table: every module's constructor arguments, one bad value each.
+BAD_CONFIGS = [
+    (TritonLayerNorm, (True,), {}, TypeError, r"normalized_shape .* got True \(bool\)"),
+    (TritonLayerNorm, ((8, 2.0),), {}, TypeError, r"normalized_shape must be an int or a sequence of ints"),
+    (TritonLayerNorm, (8,), {"eps": "1e-5"}, TypeError, r"eps must be a number, got '1e-5' \(str\)"),
+    (TritonLayerNorm, (8,), {"eps": float("nan")}, ValueError, r"eps must be finite"),
+    (TritonLayerNorm, (8,), {"elementwise_affine": None}, TypeError, r"elementwise_affine must be True or False"),
+    (TritonLayerNorm, (8,), {"stable": 1}, TypeError, r"stable must be True or False, got 1 \(int\)"),
+    (CausalSoftmax, (), {"use_triton": 1}, TypeError, r"use_triton must be None, True or False, got 1"),
+    (CausalSoftmax, (), {"scale": True}, TypeError, r"scale must be a number or None, got True \(bool\)"),
+    (WeightedSum, (True,), {}, TypeError, r"dim must be an int, got True \(bool\)"),
+    (WeightedSum, ("8",), {}, TypeError, r"dim must be an int, got '8' \(str\)"),
+    (WeightedSum, (8,), {"bias": "yes"}, TypeError, r"bias must be True or False"),
+    (WeightedSum, (8,), {"use_triton": "auto"}, TypeError, r"use_triton must be None, True or False"),
+    (CoordinateDescentRouter, (8.0,), {}, TypeError, r"dim must be an int, got 8.0 \(float\)"),
+    (CoordinateDescentRouter, (8,), {"n_iters": 2.0}, TypeError, r"n_iters must be an int, got 2.0"),
+    (CoordinateDescentRouter, (8,), {"num_routing_tokens": 0}, ValueError, r"num_routing_tokens must be an int >= 1"),
+    (CoordinateDescentRouter, (8,), {"route_block_size": True}, TypeError, r"route_block_size must be an int"),
+    (CoordinateDescentRouter, (8,), {"eps_decay": -0.7}, ValueError, r"eps_decay must be positive, got -0.7"),
+    (CoordinateDescentRouter, (8,), {"eps_init": float("inf")}, ValueError, r"eps_init must be finite"),
+    (CoordinateDescentRouter, (8,), {"cosine_sim_scale": 0}, ValueError, r"cosine_sim_scale must be positive"),
+    (CoordinateDescentRouter, (8,), {"fetch_k_ratio": "9/8"}, TypeError, r"fetch_k_ratio must be a number"),
+    (CoordinateDescentRouter, (8,), {"straight_through": "True"}, TypeError, r"straight_through must be True or False"),
+    (CoordinateDescentRouter, (8,), {"learned_routing_tokens": 1}, TypeError, r"learned_routing_tokens must be True"),
+    (CoordinateDescentRouter, (8,), {"cosine_sim_routing": None}, TypeError, r"cosine_sim_routing must be True"),
+    (CoordinateDescentRouter, (8,), {"use_triton": "no"}, TypeError, r"use_triton must be None, True or False"),
+]
+
+
+@pytest.mark.parametrize("module,args,kwargs,exc,pattern", BAD_CONFIGS,
+                         ids=[f"{m.__name__}-{','.join(k) or a[0]!r}" for m, a, k, *_ in BAD_CONFIGS])
+def test_bad_module_config(module, args, kwargs, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        module(*args, **kwargs)
+
+
+def test_good_module_configs_still_build():
+    # Any int type (numpy's too), sequences of them, torch.Size; ints for float arguments.
+    np = pytest.importorskip("numpy")
+    assert TritonLayerNorm(np.int64(8)).normalized_shape == (8,)
+    assert TritonLayerNorm([2, 4]).normalized_shape == TritonLayerNorm(torch.Size([2, 4])).normalized_shape == (2, 4)
+    assert TritonLayerNorm(8, eps=0).eps == 0 and WeightedSum(0).weight.shape == (0,)
+    assert CausalSoftmax(scale=1).scale == 1 and CausalSoftmax(scale=None).scale is None
+    router = CoordinateDescentRouter(np.int32(8), n_iters=np.int64(3), eps_init=None, route_block_size=16)
+    assert (router.dim, router.n_iters, router.eps_init, router.route_block_size) == (8, 3, None, 16)
+    assert type(router.dim) is int and type(router.n_iters) is int
 
 
 def test_readme_table_lists_exactly_these_cases():

@@ -236,14 +236,16 @@ def test_backward_is_bitwise_deterministic(device):
 
 
 def test_module_parameters_and_repr():
-    ln = TritonLayerNorm(32)
-    assert [n for n, _ in ln.named_parameters()] == ["weight"]
-    assert ln.bias is None and not list(ln.buffers())
-    assert torch.equal(ln.weight, torch.ones(32))
-    ln_b = TritonLayerNorm(32, bias=True, dtype=torch.float16)
-    assert [n for n, _ in ln_b.named_parameters()] == ["weight", "bias"] and ln_b.weight.dtype == torch.float16
+    ln = TritonLayerNorm(32)  # defaults as nn.LayerNorm(32): weight ones, bias zeros
+    torch_ln = nn.LayerNorm(32)
+    assert [n for n, _ in ln.named_parameters()] == [n for n, _ in torch_ln.named_parameters()] == ["weight", "bias"]
+    assert torch.equal(ln.weight, torch.ones(32)) and torch.equal(ln.bias, torch.zeros(32))
+    assert ln.eps == torch_ln.eps and ln.elementwise_affine == torch_ln.elementwise_affine
+    ln_nb = TritonLayerNorm(32, bias=False, dtype=torch.float16)
+    assert [n for n, _ in ln_nb.named_parameters()] == ["weight"] and ln_nb.weight.dtype == torch.float16
+    assert ln_nb.bias is None and not list(ln_nb.buffers())
     assert not list(TritonLayerNorm(32, elementwise_affine=False).parameters())
-    assert "stable=False" in repr(ln) and "(32,)" in repr(ln)
+    assert "stable=False" in repr(ln) and "(32,)" in repr(ln) and "bias=True" in repr(ln)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -253,7 +255,8 @@ def test_state_dict_interop_with_torch(bias, device):
         torch_ln.weight.normal_()
         if bias:
             torch_ln.bias.normal_()
-    ours = TritonLayerNorm(48, bias=bias, device=device)
+    # nn.LayerNorm(48)'s state_dict loads into TritonLayerNorm(48) as it is, defaults and all.
+    ours = TritonLayerNorm(48, device=device) if bias else TritonLayerNorm(48, bias=False, device=device)
     ours.load_state_dict(torch_ln.state_dict(), strict=True)
     x = torch.randn(5, 48, device=device)
     torch.testing.assert_close(ours(x), torch_ln(x), rtol=1e-5, atol=1e-5)
@@ -262,17 +265,51 @@ def test_state_dict_interop_with_torch(bias, device):
     torch.testing.assert_close(back(x), torch_ln(x))
 
 
+def _bias_free_checkpoint(kind, n, device):
+    """A state dict without a bias: nn.LayerNorm(n, bias=False)'s, this layer's with
+    bias=False (the default before it was True), or the seed layer's (key ``gamma``)."""
+    if kind == "legacy-gamma":
+        return {"gamma": torch.randn(n, device=device)}
+    layer = nn.LayerNorm if kind == "torch-bias-false" else TritonLayerNorm
+    ln = layer(n, bias=False, device=device)
+    with torch.no_grad():
+        ln.weight.normal_()
+    return ln.state_dict()
+
+
+@pytest.mark.parametrize("kind", ["torch-bias-false", "ours-bias-false", "legacy-gamma"])
+def test_bias_free_checkpoints_load_into_the_default_layer(kind, device):
+    state = _bias_free_checkpoint(kind, 16, device)
+    (weight,) = state.values()
+    model = nn.Sequential(nn.Identity(), TritonLayerNorm(16, device=device))
+    with torch.no_grad():
+        model[1].bias.fill_(3.0)  # a load must overwrite it with zeros
+    model.load_state_dict({f"1.{k}": v for k, v in state.items()}, strict=True)
+    assert torch.equal(model[1].weight.detach(), weight)
+    assert torch.equal(model[1].bias.detach(), torch.zeros(16, device=device))
+    x = torch.randn(4, 16, device=device)
+    torch.testing.assert_close(model(x), F.layer_norm(x, (16,), weight), rtol=1e-5, atol=1e-5)
+
+
+def test_missing_weight_is_still_reported():
+    # Only a weight without a bias is a bias-free checkpoint; an empty one is still incomplete.
+    result = TritonLayerNorm(16).load_state_dict({}, strict=False)
+    assert sorted(result.missing_keys) == ["bias", "weight"]
+    with pytest.raises(RuntimeError, match="Unexpected key.*bias"):
+        TritonLayerNorm(16, bias=False).load_state_dict(nn.LayerNorm(16).state_dict(), strict=True)
+
+
 def test_legacy_gamma_key_and_save_load_roundtrip(device):
     ours = TritonLayerNorm(16, device=device)
-    gamma = torch.randn(16, device=device)
-    ours.load_state_dict({"gamma": gamma}, strict=True)
-    assert torch.equal(ours.weight.detach(), gamma)
+    gamma, beta = torch.randn(16, device=device), torch.randn(16, device=device)
+    ours.load_state_dict({"gamma": gamma, "bias": beta}, strict=True)
+    assert torch.equal(ours.weight.detach(), gamma) and torch.equal(ours.bias.detach(), beta)
     buf = io.BytesIO()
     torch.save(ours.state_dict(), buf)
     buf.seek(0)
     again = TritonLayerNorm(16, device=device)
     again.load_state_dict(torch.load(buf), strict=True)
-    assert torch.equal(again.weight, ours.weight)
+    assert torch.equal(again.weight, ours.weight) and torch.equal(again.bias, ours.bias)
 
 
 def test_convert_swaps_every_layer_norm(device):
@@ -298,7 +335,7 @@ def test_convert_swaps_every_layer_norm(device):
 
 
 def test_module_trains(device):
-    ln = TritonLayerNorm(40, bias=True, device=device)
+    ln = TritonLayerNorm(40, device=device)
     opt = torch.optim.SGD(ln.parameters(), lr=0.1)
     x, target = torch.randn(16, 40, device=device), torch.randn(16, 40, device=device)
     losses = []

@@ -198,6 +198,32 @@ def test_route_back(device, num_routing_tokens):
         assert torch.equal(theirs.route_back(torch.zeros_like(x), out.routed_tokens * 2, out.indices), back)
 
 
+@pytest.mark.parametrize("num_routing_tokens,keep", [(1, False), (1, True), (3, False)])
+@pytest.mark.parametrize("n", [5, 8, 9])
+def test_route_back_takes_what_the_router_returns(device, num_routing_tokens, keep, n):
+    # The README's pattern, route_back(src, f(out.routed_tokens), out.indices), for sequences
+    # shorter than, as long as and longer than num_tokens: indices is None for the first two.
+    router = CoordinateDescentRouter(DIM, num_routing_tokens=num_routing_tokens, n_iters=5, device=device)
+    x, _ = _inputs(2, n, device)
+    out = router(x, num_tokens=8, keep_one_route_dim=keep)
+    back = router.route_back(torch.zeros_like(x), out.routed_tokens * 2, out.indices)
+    assert (out.indices is None) == (n <= 8)
+    indices = out.indices
+    if indices is None:
+        assert torch.equal(back, 2 * x)  # every token routed, back in place
+        indices = torch.arange(n, device=device).expand(out.routed_tokens.shape[:-1])
+    expected = torch.zeros_like(x)
+    for b in range(2):
+        expected[b][indices[b]] = 2 * x[b][indices[b]]
+    assert torch.equal(back, expected)
+
+
+def test_route_back_none_needs_the_whole_sequence(device):
+    router = CoordinateDescentRouter(DIM, device=device)
+    with pytest.raises(ValueError, match=r"indices=None routes every token back in order"):
+        router.route_back(torch.zeros(2, 6, DIM, device=device), torch.ones(2, 5, DIM, device=device), None)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision(device, dtype):
     router = CoordinateDescentRouter(DIM, device=device, dtype=dtype)

@@ -296,6 +296,17 @@ def test_module(device):
     assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
+def test_hugging_face_attention_mask_is_the_opposite(device):
+    # HF's attention_mask has 1 at tokens to attend to; our key_padding_mask has True at
+    # padding: the docstrings tell users to pass attention_mask == 0.
+    attention_mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], device=device)
+    scores = torch.randn(2, 4, 5, device=device)
+    y = CausalSoftmax(causal=False)(scores, key_padding_mask=attention_mask == 0)
+    want = torch.softmax(scores.masked_fill(attention_mask[:, None] == 0, -math.inf), -1)
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
+    assert (y[0, :, 3:] == 0).all()
+
+
 def test_reference_path_compiles_fullgraph():
     fn = torch.compile(
         lambda x, m: F.softmax(x, causal=True, scale=0.5, key_padding_mask=m, use_triton=False), fullgraph=True

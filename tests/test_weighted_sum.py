@@ -318,7 +318,8 @@ def test_bad_inputs_raise(device):
         F.weighted_sum(torch.tensor(1.0, device=device), torch.randn(1, device=device))
     with pytest.raises(ValueError, match="one device"):
         F.weighted_sum(x, torch.randn(8, device="meta"))
-    with pytest.raises(ValueError, match=r"weight must have shape \(10,\)"):
+    # The module names x's last dim, not the weight, when they disagree.
+    with pytest.raises(ValueError, match=r"x of shape \(3, 10\) must end with dim=8"):
         WeightedSum(8).to(device)(torch.randn(3, 10, device=device))
 
 
@@ -344,7 +345,7 @@ def test_module_options_and_repr():
     assert module.weight.dtype == torch.bfloat16
     assert repr(module) == "WeightedSum(dim=7, bias=False)"
     assert WeightedSum(0).weight.shape == (0,)
-    with pytest.raises(ValueError, match="dim must be a non-negative int"):
+    with pytest.raises(ValueError, match="dim must be an int >= 0, got -1"):
         WeightedSum(-1)
     assert triton_layers.WeightedSum is WeightedSum
 

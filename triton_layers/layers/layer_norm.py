@@ -7,20 +7,26 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as F
+from ._config import check_flag, check_normalized_shape, check_number, check_use_triton
 
 
 class TritonLayerNorm(nn.Module):
     """Layer normalization over the trailing ``normalized_shape`` dims.
 
-    Parameters are named as in ``nn.LayerNorm`` (``weight``, the learnable gamma, ones at
-    init; ``bias``, zeros, present only with ``bias=True``), so state_dicts load both
-    ways; the legacy key ``gamma`` is accepted for ``weight``.
+    A drop-in for ``nn.LayerNorm``: same arguments and defaults (``bias=True``) and the
+    same parameter names (``weight``, the learnable gamma, ones at init; ``bias``, zeros,
+    present unless ``bias=False``), so state_dicts load both ways. Bias-free checkpoints
+    also load strictly into a layer with a bias, which gets a zero bias (what they
+    computed): ``nn.LayerNorm(d, bias=False)``'s, this layer's from before ``bias=True``
+    became the default, and those of the seed layer with the legacy key ``gamma`` (read
+    as ``weight``).
 
     Args:
         normalized_shape: int or tuple, the trailing dims normalized together.
         eps: added to the variance, as in ``nn.LayerNorm`` (default 1e-5).
-        elementwise_affine: learn ``weight`` (and ``bias`` if ``bias=True``).
-        bias: learn an additive bias; no parameter or buffer at all when False.
+        elementwise_affine: learn ``weight`` (and ``bias`` unless ``bias=False``).
+        bias: learn an additive bias (default True, as ``nn.LayerNorm``); no parameter
+            or buffer at all when False.
         stable: divide each row by its max |x| (a constant for autograd) first.
         use_triton: ``None`` auto, ``True``/``False`` force the kernels / the reference.
     """
@@ -30,22 +36,19 @@ class TritonLayerNorm(nn.Module):
         normalized_shape: Union[int, Sequence[int]],
         eps: float = 1e-5,
         elementwise_affine: bool = True,
-        bias: bool = False,
+        bias: bool = True,
         stable: bool = False,
         use_triton: Optional[bool] = None,
         device: Optional[Union[torch.device, str]] = None,
         dtype: Optional[torch.dtype] = None,
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(int(d) for d in normalized_shape)
-        if any(d < 0 for d in self.normalized_shape):
-            raise ValueError(f"normalized_shape must be non-negative, got {self.normalized_shape}")
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.stable = stable
-        self.use_triton = use_triton
+        self.normalized_shape = check_normalized_shape(normalized_shape)
+        self.eps = check_number(eps, "eps", minimum=0)
+        self.elementwise_affine = check_flag(elementwise_affine, "elementwise_affine")
+        bias = check_flag(bias, "bias")
+        self.stable = check_flag(stable, "stable")
+        self.use_triton = check_use_triton(use_triton)
         factory = {"device": device, "dtype": dtype}
         if elementwise_affine:
             self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory))
@@ -79,6 +82,10 @@ class TritonLayerNorm(nn.Module):
         legacy = prefix + "gamma"
         if legacy in state_dict and prefix + "weight" not in state_dict:
             state_dict[prefix + "weight"] = state_dict.pop(legacy)
+        # A bias-free checkpoint (a weight, no bias) computed what a zero bias computes.
+        weight = state_dict.get(prefix + "weight")
+        if self.bias is not None and prefix + "bias" not in state_dict and isinstance(weight, Tensor):
+            state_dict[prefix + "bias"] = weight.new_zeros(self.normalized_shape)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod

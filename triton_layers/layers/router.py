@@ -7,7 +7,8 @@ strictly. Differences (fixes): ``random_route=True`` works without a mask; any
 ``routed_tokens[b, r] = x[b, indices[b, r]]`` (colt5 gathers from the wrong batch
 element when the batch has more than one); with ``route_block_size`` the tokens are
 gathered at the returned (whole-sequence) indices, per-batch routing tokens are used
-for every block, and ``route_back`` accepts a routing-token dim.
+for every block, and ``route_back`` accepts a routing-token dim and the ``indices=None``
+the router returns for sequences no longer than ``num_tokens``.
 """
 from __future__ import annotations
 
@@ -20,13 +21,16 @@ from torch import Tensor, nn
 
 from .. import functional as F
 from .._checks import FLOAT_DTYPES, check_tensor
+from ._config import check_flag, check_int, check_number, check_use_triton
 
 
 class RouterReturn(NamedTuple):
     """What :class:`CoordinateDescentRouter` returns (field names as colt5-attention's).
 
     indices: (b, [r,] num_tokens) positions chosen in the sequence, or None when the
-        sequence is not longer than ``num_tokens`` (then every token is routed).
+        sequence is not longer than ``num_tokens`` (then every token is routed, in order,
+        and ``routed_tokens`` is x itself: (b, [r,] n, d)). As in colt5-attention;
+        :meth:`CoordinateDescentRouter.route_back` accepts the None.
     scores: (b, [r,] num_tokens) their soft top-k scores (1 in value with straight-through).
     routed_tokens: (b, [r,] num_tokens, d) the chosen tokens, ``x[b, indices[b, ...]]``.
     routed_mask: (b, [r,] num_tokens) the mask at the chosen positions, or None.
@@ -91,34 +95,28 @@ class CoordinateDescentRouter(nn.Module):
         dtype: Optional[torch.dtype] = None,
     ) -> None:
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be a positive int, got {dim!r}")
-        if isinstance(n_iters, bool) or not isinstance(n_iters, int) or n_iters < 1:
-            raise ValueError(f"n_iters must be an int >= 1, got {n_iters!r}")
-        if not fetch_k_ratio >= 1:
-            raise ValueError(f"fetch_k_ratio must be >= 1, got {fetch_k_ratio!r}")
-        if isinstance(num_routing_tokens, bool) or not isinstance(num_routing_tokens, int) or num_routing_tokens < 1:
-            raise ValueError(f"num_routing_tokens must be an int >= 1, got {num_routing_tokens!r}")
-        if route_block_size is not None and (not isinstance(route_block_size, int) or route_block_size < 1):
-            raise ValueError(f"route_block_size must be None or an int >= 1, got {route_block_size!r}")
-        self.dim = dim
-        self.straight_through = straight_through
-        self.n_iters = n_iters
-        self.fetch_k_ratio = fetch_k_ratio
-        self.eps = eps
-        self.eps_decay = eps_decay
-        self.eps_init = eps_init
-        self.num_routing_tokens = num_routing_tokens
-        self.is_one_routing_token = num_routing_tokens == 1
-        self.use_triton = use_triton
-        self.cosine_sim_routing = cosine_sim_routing
-        self.cosine_sim_scale = cosine_sim_scale
-        self.route_block_size = route_block_size
+        self.dim = check_int(dim, "dim", minimum=1)
+        self.straight_through = check_flag(straight_through, "straight_through")
+        self.n_iters = check_int(n_iters, "n_iters", minimum=1)
+        self.fetch_k_ratio = check_number(fetch_k_ratio, "fetch_k_ratio", minimum=1)
+        self.eps = check_number(eps, "eps", positive=True)
+        self.eps_decay = check_number(eps_decay, "eps_decay", positive=True)
+        self.eps_init = check_number(eps_init, "eps_init", positive=True, allow_none=True)
+        self.num_routing_tokens = check_int(num_routing_tokens, "num_routing_tokens", minimum=1)
+        self.is_one_routing_token = self.num_routing_tokens == 1
+        learned_routing_tokens = check_flag(learned_routing_tokens, "learned_routing_tokens")
+        self.use_triton = check_use_triton(use_triton)
+        self.cosine_sim_routing = check_flag(cosine_sim_routing, "cosine_sim_routing")
+        self.cosine_sim_scale = check_number(cosine_sim_scale, "cosine_sim_scale", positive=True)
+        self.route_block_size = None if route_block_size is None else check_int(
+            route_block_size, "route_block_size", minimum=1
+        )
         self.triton_checkpoint_segments = triton_checkpoint_segments
         if learned_routing_tokens:
             self.register_parameter("routing_token", None)
         else:
-            self.routing_token = nn.Parameter(torch.empty(num_routing_tokens, dim, device=device, dtype=dtype))
+            shape = (self.num_routing_tokens, self.dim)
+            self.routing_token = nn.Parameter(torch.empty(shape, device=device, dtype=dtype))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -135,8 +133,25 @@ class CoordinateDescentRouter(nn.Module):
             f"cosine_sim_routing={self.cosine_sim_routing}, route_block_size={self.route_block_size}"
         )
 
-    def route_back(self, src: Tensor, routed_tokens: Tensor, indices: Tensor) -> Tensor:
-        """Write ``routed_tokens`` back into ``src`` (b, n, d) at ``indices``, in place; returns ``src``."""
+    def route_back(self, src: Tensor, routed_tokens: Tensor, indices: Optional[Tensor]) -> Tensor:
+        """Write ``routed_tokens`` back into ``src`` (b, n, d) at ``indices``, in place; returns ``src``.
+
+        Takes what the router returned in every case: ``indices`` is None when the
+        sequence was not longer than ``num_tokens`` (every token routed, in order), and
+        then token j of each route goes back to position j, as with ``indices =
+        arange(n)``. (colt5-attention's ``route_back`` needs indices; its callers test
+        for None and skip it.) Where several routes chose one position (always so with
+        ``num_routing_tokens > 1`` and None), the position gets one of their tokens; which one is not
+        specified (indexed assignment with repeated indices).
+        """
+        if indices is None:
+            n = routed_tokens.shape[-2]
+            if routed_tokens.dim() < 3 or n != src.shape[1]:
+                raise ValueError(
+                    f"indices=None routes every token back in order: routed_tokens must be (b, [r,] n, d) "
+                    f"with n = {src.shape[1]} as src {tuple(src.shape)}, got {tuple(routed_tokens.shape)}"
+                )
+            indices = torch.arange(n, device=src.device).expand(routed_tokens.shape[:-1])
         src[_batch_index(indices), indices] = routed_tokens
         return src
 

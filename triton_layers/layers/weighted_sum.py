@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as F
+from ._config import check_flag, check_int, check_use_triton
 
 
 class WeightedSum(nn.Module):
@@ -43,12 +44,11 @@ class WeightedSum(nn.Module):
         dtype: Optional[torch.dtype] = None,
     ) -> None:
         super().__init__()
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
-            raise ValueError(f"dim must be a non-negative int, got {dim!r}")
-        self.dim = dim
-        self.use_triton = use_triton
+        self.dim = check_int(dim, "dim", minimum=0)
+        bias = check_flag(bias, "bias")
+        self.use_triton = check_use_triton(use_triton)
         factory = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(dim, **factory))
+        self.weight = nn.Parameter(torch.empty(self.dim, **factory))
         if bias:
             self.bias = nn.Parameter(torch.empty(1, **factory))
         else:
@@ -67,6 +67,12 @@ class WeightedSum(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Weighted sum of ``x`` (..., dim) over its last dim; shape (...), x's dtype."""
+        # Name x's last dim, not the weight's shape, when they disagree; the other checks
+        # (not a tensor, 0-dim, dtype, device) are the functional op's.
+        if isinstance(x, Tensor) and x.dim() and x.shape[-1] != self.dim:
+            raise ValueError(
+                f"x of shape {tuple(x.shape)} must end with dim={self.dim} (the last dim summed over)"
+            )
         return F.weighted_sum(x, self.weight, self.bias, self.use_triton)
 
     def extra_repr(self) -> str:
