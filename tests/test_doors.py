@@ -26,8 +26,8 @@ CASES = {
     "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
                             5, 15, True, 0.6),
     "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
-    "coor_descent": lambda dev: (_r(4, 700, device=dev), torch.rand(4, 700, device=dev) > 0.2,
-                                 (torch.rand(4, device=dev) * 50 + 2).requires_grad_(), 0.0, 20, 0.03, 4.0, 0.7),
+    "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
+                                 (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), 0.0, 8, 0.03, 4.0, 0.7),
 }
 
 
