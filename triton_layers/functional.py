@@ -119,10 +119,12 @@ def weighted_sum(
     # Empty inputs take the reference: no launch, and autograd still gives (zero) grads.
     if x.numel() == 0 or not kernels:
         return reference.weighted_sum(x, weight, b)
-    x2 = as_rows(x, n_cols)
+    # Contiguous inputs go as they are (the kernels view them as rows, outside autograd's
+    # graph); others as a matrix of rows, copied only where no view has last stride 1.
+    x2 = x if x.is_contiguous() else as_rows(x, n_cols)
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
     y = _kernels.weighted_sum(x2, w, b)
-    return y.reshape(x.shape[:-1])
+    return y if x2 is x else y.reshape(x.shape[:-1])
 
 
 def coor_descent(
@@ -185,14 +187,15 @@ def coor_descent(
     if not kernels:
         return reference.coor_descent(s, n_iters, k if k_rows is None else k_rows, float(eps),
                                       eps_init, float(eps_decay), mask)
-    s2 = as_rows(s, n_cols)
-    m2 = as_rows(mask, n_cols) if mask is not None else None
+    as_is = s.is_contiguous() and (mask is None or mask.is_contiguous())
+    s2 = s if as_is else as_rows(s, n_cols)
+    m2 = mask if as_is or mask is None else as_rows(mask, n_cols)
     k2 = k_rows.reshape(-1) if k_rows is not None else None
     y = _kernels.coor_descent(
         s2, m2, k2, 0.0 if k2 is not None else float(k), n_iters, float(eps),
         float(eps if eps_init is None else eps_init), float(eps_decay),
     )
-    return y.reshape(s.shape)
+    return y if as_is else y.reshape(s.shape)
 
 
 def softmax(
@@ -244,8 +247,8 @@ def softmax(
     if not kernels or x.numel() == 0:
         return reference.softmax(x, causal, scale, key_padding_mask)
     n_cols = x.shape[-1] if x.dim() else 1
-    x2 = as_rows(x, n_cols)
-    rows_per_batch = x2.shape[0] // x.shape[0] if key_padding_mask is not None else 1
+    x2 = x if x.is_contiguous() else as_rows(x, n_cols)
+    rows_per_batch = x.numel() // n_cols // x.shape[0] if key_padding_mask is not None else 1
     n_q = x.shape[-2] if causal else 1
     y = _kernels.softmax(x2, key_padding_mask, n_q, rows_per_batch, causal, scale)
-    return y.reshape(x.shape)
+    return y if x2 is x else y.reshape(x.shape)

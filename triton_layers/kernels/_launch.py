@@ -166,6 +166,14 @@ def num_warps(block: int, max_warps: int = 16) -> int:
     return max(1, min(max_warps, block // ELEMENTS_PER_WARP))
 
 
+def matrix(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as (rows, its last dim), a view where possible. Launchers call it inside the
+    autograd Function, where it is not recorded: functional hands them N-D tensors as they
+    are, so that no view node joins the autograd graph (each costs host time on every
+    call, forward and backward)."""
+    return t if t.dim() == 2 else t.reshape(-1, t.shape[-1] if t.dim() else 1)
+
+
 def cdiv(a: int, b: int) -> int:
     """Ceiling division for host code (``triton.cdiv`` costs microseconds per call there)."""
     return -(-a // b)

@@ -237,18 +237,20 @@ def _forward(
     launch, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
     n_iters: int, eps: float, eps_init: float, eps_decay: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(y, stats, eps_schedule)`` for ``s`` (rows, n) with last stride 1, ``mask`` bool of the
-    same shape or None, ``k`` one value per row (1-D) or None to use ``k_value``. stats
+    """``(y, stats, eps_schedule)`` for ``s`` (..., n) whose rows are a matrix (contiguous, or
+    2-D with last stride 1), ``mask`` bool of the same shape and layout or None, ``k`` one value per row (1-D) or None to use ``k_value``. stats
     (rows, 2, n_iters) fp32 holds a_t and L_t; eps_schedule (n_iters + 1,) fp32 holds e_0..e_T."""
     cfg = _launch.current().coor_descent
+    y = torch.empty(s.shape, dtype=s.dtype, device=s.device)
+    s, y2 = _launch.matrix(s), _launch.matrix(y)
+    mask = None if mask is None else _launch.matrix(mask)
     n_rows, n_cols = s.shape
-    y = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
     stats = torch.empty((n_rows, 2, n_iters), dtype=torch.float32, device=s.device)
     eps_schedule = torch.empty(n_iters + 1, dtype=torch.float32, device=s.device)
     block, single_pass = _launch.row_block(n_cols, cfg.max_fused_cols, cfg.loop_block)
     launch(_coor_descent_fwd_kernel)[(n_rows,)](
-        s, _doors.mask_bytes(mask, launch), k, y, stats, eps_schedule,
-        s.stride(0), 0 if mask is None else mask.stride(0), 0 if k is None else k.stride(0), y.stride(0),
+        s, _doors.mask_bytes(mask, launch), k, y2, stats, eps_schedule,
+        s.stride(0), 0 if mask is None else mask.stride(0), 0 if k is None else k.stride(0), y2.stride(0),
         n_cols, n_iters, k_value, eps, eps_init, eps_decay,
         HAS_MASK=mask is not None, K_PER_ROW=k is not None,
         BLOCK_N=block, SINGLE_PASS=single_pass, num_warps=_launch.num_warps(block),
@@ -261,13 +263,16 @@ def _backward(
     stats: Tensor, eps_schedule: Tensor,
 ) -> dict:
     """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
-    dy = grads[0] if grads[0].stride(-1) == 1 else grads[0].contiguous()
     compute_dk = needs["k"]
+    ds = torch.empty(s.shape, dtype=s.dtype, device=s.device)
+    dy, s, ds2 = _launch.matrix(grads[0]), _launch.matrix(s), _launch.matrix(ds)
+    mask = None if mask is None else _launch.matrix(mask)
+    if dy.stride(-1) != 1:
+        dy = dy.contiguous()
     n_rows, n_cols = s.shape
     n_iters = stats.shape[-1]
     block, n_chunks = _launch.split_row(n_rows, n_cols, _launch.current().coor_descent, s.device)
     partial = torch.empty((n_rows, n_iters, n_chunks), dtype=torch.float32, device=s.device)
-    ds = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
     dk = torch.empty(n_rows if compute_dk else 0, dtype=torch.float32, device=s.device)
     flags = _doors.mask_bytes(mask, launch)
     stride_m = 0 if mask is None else mask.stride(0)
@@ -278,8 +283,8 @@ def _backward(
         HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps,
     )
     launch(_coor_descent_bwd_kernel)[(n_rows, n_chunks)](
-        s, flags, dy, k, stats, eps_schedule, partial, ds, dk,
-        s.stride(0), stride_m, dy.stride(0), 0 if k is None else k.stride(0), ds.stride(0),
+        s, flags, dy, k, stats, eps_schedule, partial, ds2, dk,
+        s.stride(0), stride_m, dy.stride(0), 0 if k is None else k.stride(0), ds2.stride(0),
         n_cols, n_iters, n_chunks, k_value,
         HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=compute_dk,
         BLOCK_N=block, CHUNKS_BLOCK=max(_launch.next_power_of_2(n_chunks), 2), num_warps=warps,

@@ -184,16 +184,17 @@ def _forward(
     launch: Callable, x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int,
     causal: bool, scale: float,
 ) -> tuple[Tensor]:
-    """``(y,)`` for a 2-D ``x`` (last stride 1). ``key_padding_mask`` is bool (B, Nk), True =
+    """``(y,)`` for ``x`` (..., Nk) whose rows are a matrix (contiguous, or 2-D with last stride 1). ``key_padding_mask`` is bool (B, Nk), True =
     padding; row ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the number of queries
     per score matrix (rows ``r % n_q``), used when ``causal``."""
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    x, y2 = _launch.matrix(x), _launch.matrix(y)
     n_rows, n_cols = x.shape
     pad_mask = _doors.mask_bytes(key_padding_mask, launch)
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax)
     launch(_softmax_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
-        x, y, pad_mask,
-        x.stride(0), y.stride(0), pad_mask.stride(0) if pad_mask is not None else 0,
+        x, y2, pad_mask,
+        x.stride(0), y2.stride(0), pad_mask.stride(0) if pad_mask is not None else 0,
         n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E,
         CAUSAL=causal, HAS_MASK=pad_mask is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, num_warps=warps,
@@ -204,13 +205,15 @@ def _forward(
 def _backward(launch: Callable, grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool,
               scale: float) -> dict:
     """``dx`` from the saved output ``y`` and ``dy``."""
-    dy = grads[0] if grads[0].stride(-1) == 1 else grads[0].contiguous()
+    dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    dy, y, dx2 = _launch.matrix(grads[0]), _launch.matrix(y), _launch.matrix(dx)
+    if dy.stride(-1) != 1:
+        dy = dy.contiguous()
     n_rows, n_cols = y.shape
-    dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
     block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax)
     launch(_softmax_bwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
-        dy, y, dx,
-        dy.stride(0), y.stride(0), dx.stride(0),
+        dy, y, dx2,
+        dy.stride(0), y.stride(0), dx2.stride(0),
         n_rows, n_cols, n_q, scale,
         CAUSAL=causal,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, num_warps=warps,

@@ -113,16 +113,18 @@ def _weighted_sum_bwd_kernel(
 
 
 def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor]:
-    """Forward launcher: ``x`` (M, D) with last stride 1, ``weight`` (D,) contiguous,
-    ``bias`` 0-dim or None. Returns ``(y,)``, y of shape (M,) in x's dtype."""
+    """Forward launcher: ``x`` (..., D) whose rows are a matrix (contiguous, or 2-D with last
+    stride 1), ``weight`` (D,) contiguous, ``bias`` 0-dim or None. Returns ``(y,)``, y of
+    shape x.shape[:-1] (contiguous) in x's dtype."""
     cfg = _launch.current().weighted_sum
+    y = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)
+    x = _launch.matrix(x)
     n_rows, n_cols = x.shape
     aligned = _launch.rows_aligned(x, n_cols)
     block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), cfg, aligned)
     row_blocks = _launch.cdiv(n_rows, block_m)
     wanted = _launch.cdiv(_launch.num_sms(x.device) * cfg.fwd_programs_per_sm, row_blocks)
     cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
-    y = torch.empty(n_rows, dtype=x.dtype, device=x.device)
     partial = torch.empty((splits if splits > 1 else 0, n_rows), dtype=torch.float32, device=x.device)
     launch(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
         x, weight, bias, y, partial,
@@ -141,8 +143,8 @@ def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple
 
 def _backward(launch, grads: tuple, needs: dict, x: Optional[Tensor], weight: Tensor,
               x_dtype: torch.dtype) -> dict:
-    """Gradients of x, weight (fp32) and bias (fp32), those in ``needs``. ``x`` (M, D) with
-    last stride 1 is None when the weight needs no gradient."""
+    """Gradients of x, weight (fp32) and bias (fp32), those in ``needs``. ``x`` as the forward
+    took it, or None when the weight needs no gradient; dx comes out contiguous."""
     cfg = _launch.current().weighted_sum
     dy = grads[0]
     compute_dx, compute_dw = needs["x"], needs["weight"]
@@ -151,6 +153,10 @@ def _backward(launch, grads: tuple, needs: dict, x: Optional[Tensor], weight: Te
         out["bias"] = dy.sum(dtype=torch.float32)
     if not (compute_dx or compute_dw):
         return out
+    dx_shape = (*dy.shape, weight.shape[0])
+    dy = dy.reshape(-1)
+    if x is not None:
+        x = _launch.matrix(x)
     n_rows, n_cols = dy.shape[0], weight.shape[0]
     elem_size = torch.finfo(x_dtype).bits // 8
     aligned = _launch.rows_aligned(x if compute_dw else None, n_cols)
@@ -158,11 +164,11 @@ def _backward(launch, grads: tuple, needs: dict, x: Optional[Tensor], weight: Te
     col_blocks = _launch.cdiv(n_cols, block_d)
     wanted = _launch.cdiv(_launch.num_sms(dy.device) * cfg.bwd_programs_per_sm, col_blocks)
     rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
-    dx = torch.empty((n_rows if compute_dx else 0, n_cols), dtype=x_dtype, device=dy.device)
+    dx = torch.empty(dx_shape if compute_dx else (0, n_cols), dtype=x_dtype, device=dy.device)
     dw_partial = torch.empty((programs if compute_dw else 0, n_cols), dtype=torch.float32, device=dy.device)
     launch(_weighted_sum_bwd_kernel)[(col_blocks, programs)](
         dy, x, weight, dx, dw_partial,
-        dy.stride(0), x.stride(0) if compute_dw else 0, dx.stride(0), n_rows, n_cols, rows_per_program,
+        dy.stride(0), x.stride(0) if compute_dw else 0, n_cols, n_rows, n_cols, rows_per_program,
         COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw,
         BLOCK_M=block_m, BLOCK_D=block_d, num_warps=warps,
     )
