@@ -1,6 +1,6 @@
 """End-to-end training step of the example CoLT5 LM: forward + backward + AdamW step.
 
-The model is ``examples/train_colt5_lm.py``'s (``build_model``, ``lm_loss``) at a GPU-sized
+The model is the example's (``examples.colt5_lm``: ``build_model``, ``lm_loss``) at a GPU-sized
 config (CONFIG, batch BATCH, bf16 autocast on CUDA), built four ways from one state_dict:
 ``triton_layers`` (our layers, eager), ``torch`` (the plain torch layers, eager),
 ``torch-compile`` (``torch.compile(dynamic=False)`` of the plain torch model) and, in the
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
-import os
 import statistics
 import sys
 import time
@@ -27,8 +25,7 @@ from typing import Callable
 import torch
 
 from benchmarks import harness, report
-
-EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "train_colt5_lm.py")
+from examples import colt5_lm
 CONFIG = dict(seq_len=1024, dim=512, heads=8, depth=4, heavy_tokens=256)
 BATCH = 16
 STEPS = {False: (5, 20), True: (3, 5)}  # quick -> (warm-up steps, timed steps)
@@ -47,17 +44,6 @@ class StepResult:
     tokens_per_s: float
     peak_mib: float
     loss: float  # first step's loss (same weights and batch for every variant)
-
-
-def load_example(path: str = EXAMPLE) -> ModuleType:
-    """Import examples/train_colt5_lm.py from its path (examples/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("train_colt5_lm", path)
-    if spec is None or not os.path.exists(path):
-        raise FileNotFoundError(f"the example model is missing: {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def cases(opts: argparse.Namespace) -> list[str]:
@@ -125,7 +111,7 @@ def run(opts: argparse.Namespace, copy_gbps: float = float("nan"),
 
     A variant that fails (e.g. out of memory, or a compile error) gets a row of nans and a
     message on stderr, so one failure does not lose the others."""
-    example = load_example()
+    example = colt5_lm
     device = harness.device()
     config = example.LMConfig(**CONFIG)
     label = (f"B{BATCH} T{config.seq_len} d{config.dim} h{config.heads} L{config.depth} "

@@ -19,7 +19,7 @@ from benchmarks.bench_train_step import StepResult
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 COPY = 1000.0  # GB/s of the fake runs
-EXAMPLE = os.path.join(ROOT, "examples", "train_colt5_lm.py")
+EXAMPLE = os.path.join(ROOT, "examples", "colt5_lm.py")
 
 
 def test_help_needs_no_gpu():

@@ -1,25 +1,26 @@
-"""examples/train_colt5_lm.py: the two model impls agree, and a short training run learns,
-checkpoints, reloads to identical outputs, samples and plots (the README's first command)."""
-import importlib.util
+"""examples/colt5_lm.py and examples/train_colt5_lm.py: the two model impls agree, and a
+short training run learns, checkpoints, reloads to identical outputs, samples and plots (the
+README's first command, which also runs here as a script)."""
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
+from examples import colt5_lm as lm
+from examples import train_colt5_lm as script
 from triton_layers._checks import use_kernels
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "train_colt5_lm.py")
-_spec = importlib.util.spec_from_file_location("train_colt5_lm", EXAMPLE)
-lm = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(lm)
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 # Odd sizes: 3 sequences of 23 tokens, 5 of them routed; two heads of width 12.
 SMALL = lm.LMConfig(seq_len=23, dim=24, heads=2, depth=2, heavy_tokens=5, light_mult=1, heavy_mult=2)
 
 
 def _batch(config, batch_size, device, seed=1):
-    data = lm.load_corpus()
-    return lm.get_batch(data, batch_size, config.seq_len, device, torch.Generator().manual_seed(seed))
+    data = script.load_corpus()
+    return script.get_batch(data, batch_size, config.seq_len, device, torch.Generator().manual_seed(seed))
 
 
 def _randomize(model):
@@ -81,12 +82,12 @@ def test_torch_impl_compiles_fullgraph():
 
 
 def test_batches_and_split():
-    data = lm.load_corpus()
+    data = script.load_corpus()
     assert data.dtype == torch.uint8 and len(data) == 1_115_394
-    train, held_out = lm.split_corpus(data)
+    train, held_out = script.split_corpus(data)
     assert len(held_out) == len(data) - int(len(data) * 0.9) and torch.equal(held_out, data[-len(held_out):])
-    x, y = lm.get_batch(train, 5, 17, "cpu", torch.Generator().manual_seed(3))
-    again, _ = lm.get_batch(train, 5, 17, "cpu", torch.Generator().manual_seed(3))
+    x, y = script.get_batch(train, 5, 17, "cpu", torch.Generator().manual_seed(3))
+    again, _ = script.get_batch(train, 5, 17, "cpu", torch.Generator().manual_seed(3))
     assert x.shape == y.shape == (5, 17) and x.dtype == torch.long and torch.equal(x, again)
     assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the next bytes
 
@@ -106,8 +107,8 @@ def test_bad_inputs():
 def test_training_run(tmp_path, monkeypatch, capsys):
     """main(): the loss falls, the checkpoint reloads to identical outputs, --compare runs both."""
     tiny = lm.LMConfig(seq_len=32, dim=32, heads=2, depth=1, heavy_tokens=8)
-    monkeypatch.setitem(lm.SIZES, "tiny", (tiny, {"batch_size": 8, "steps": 40, "lr": 3e-3}))
-    summary = lm.main(["--device", "cpu", "--use-triton", "false", "--size", "tiny", "--compare",
+    monkeypatch.setitem(script.SIZES, "tiny", (tiny, {"batch_size": 8, "steps": 40, "lr": 3e-3}))
+    summary = script.main(["--device", "cpu", "--use-triton", "false", "--size", "tiny", "--compare",
                        "--out", str(tmp_path), "--sample-len", "20", "--seed", "3"])
     out = capsys.readouterr().out
     losses = summary["losses"]
@@ -127,3 +128,13 @@ def test_training_run(tmp_path, monkeypatch, capsys):
     both = summary["compare"]
     assert set(both) == {"triton_layers", "plain torch"} and "plain torch" in out
     assert abs(both["triton_layers"]["train_loss"] - both["plain torch"]["train_loss"]) < 0.05
+
+
+def test_script_runs_from_the_repo_root():
+    """``python examples/train_colt5_lm.py`` (the README's command) imports the model module."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "examples/train_colt5_lm.py", "--help"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--use-triton" in out.stdout
+
