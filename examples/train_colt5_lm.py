@@ -11,6 +11,10 @@ tokens of a heavy feed-forward gated by a WeightedSum) and its plain-torch twin 
 examples/colt5_lm.py; this script is the data (tiny Shakespeare, bytes), the training
 loop, the checkpoint round trip, sampling, the loss plot and the command line.
 
+``--use-triton auto`` (the default) runs the kernels on CUDA and the pure-torch reference
+on the CPU, also when TRITON_INTERPRET=1 is exported; ``--use-triton true`` on the CPU runs
+the kernels through the Triton interpreter (about 35 s a step: a warning says so first).
+
 The router picks its tokens from the whole sequence, so in one pass whether token t is
 routed depends on later tokens (see examples/colt5_lm.py). ``main()`` measures how much
 the one-pass loss could owe to that look-ahead: it prints the held-out loss of a few
@@ -245,8 +249,9 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: per size)")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per size)")
     parser.add_argument("--use-triton", choices=["auto", "true", "false"], default="auto",
-                        help="auto: kernels on CUDA (and on CPU under TRITON_INTERPRET=1), else the "
-                             "torch reference; true/false force the kernels / the reference")
+                        help="auto: the kernels on CUDA, the torch reference on the CPU (also under "
+                             "TRITON_INTERPRET=1); true/false force the kernels (on the CPU: the Triton "
+                             "interpreter, ~35 s a step) / the reference")
     parser.add_argument("--compare", action="store_true",
                         help="also train the plain-torch model from the same weights and batches")
     parser.add_argument("--seed", type=int, default=0)
@@ -258,10 +263,12 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0: greedy)")
     parser.add_argument("--prompt", default="ROMEO:\n", help="text the sample starts from")
     args = parser.parse_args(argv)
-    args.use_triton = {"auto": None, "true": True, "false": False}[args.use_triton]
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
+    # auto is decided here, not by the layers: their own auto (use_triton=None) would take the
+    # Triton interpreter on the CPU whenever TRITON_INTERPRET=1 is exported (~35 s a step).
+    args.use_triton = {"auto": device.type == "cuda", "true": True, "false": False}[args.use_triton]
     try:  # a clear message now rather than a ValueError from the first layer
         use_kernels(torch.empty(0, device=device), args.use_triton)
     except ValueError as err:
@@ -280,6 +287,26 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
+# Seconds per training step of the kernels in the Triton interpreter (CPU): the default
+# 'tiny' model at batch 16 on a 2-core machine (issue 17); evaluation and sampling add more.
+INTERPRETER_S_PER_STEP = 35
+
+
+def interpreter_warning(args: argparse.Namespace) -> Optional[str]:
+    """A warning for a run of the kernels in the Triton interpreter longer than a minute, else None."""
+    if not (args.use_triton and torch.device(args.device).type == "cpu"):
+        return None
+    seconds = args.steps * INTERPRETER_S_PER_STEP
+    if seconds <= 60:
+        return None
+    hours, minutes = divmod(round(seconds / 60), 60)
+    took = f"{hours} h {minutes} min" if hours else f"{minutes} min"
+    return (f"warning: --use-triton true on the CPU runs every kernel in the Triton interpreter, about "
+            f"{INTERPRETER_S_PER_STEP} s a step: {args.steps} steps take about {took}, and evaluation and "
+            "sampling more. For a quick run drop --use-triton (auto: the torch reference on the CPU) "
+            "or pass a few --steps.")
+
+
 def _path_name(device: torch.device, use_triton: Optional[bool]) -> str:
     if not use_kernels(torch.empty(0, device=device), use_triton):
         return "pure-torch reference"
@@ -293,6 +320,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     For its duration it sets torch's CPU thread count (``--threads``) and, on CUDA, TF32
     matmuls (both impls alike); both are restored on return."""
     args = _parse(argv)
+    warning = interpreter_warning(args)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     threads, tf32 = torch.get_num_threads(), torch.backends.cuda.matmul.allow_tf32
     torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = args.device.startswith("cuda") or tf32

@@ -10,6 +10,7 @@ import torch
 
 from examples import colt5_lm as lm
 from examples import train_colt5_lm as script
+from triton_layers import _checks
 from triton_layers._checks import use_kernels
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -136,5 +137,24 @@ def test_script_runs_from_the_repo_root():
     out = subprocess.run([sys.executable, "examples/train_colt5_lm.py", "--help"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "--use-triton" in out.stdout
+    assert "--use-triton" in out.stdout and "Triton interpreter" in out.stdout
 
+
+def test_auto_is_the_reference_on_cpu_even_under_interpret(monkeypatch, capsys):
+    """--use-triton auto: the reference on the CPU although TRITON_INTERPRET=1 would let the layers'
+    own auto take the interpreter; forcing the interpreter warns how long it takes first."""
+    monkeypatch.setattr(_checks, "TRITON_INTERPRET", True)
+    assert use_kernels(torch.empty(0), None)  # what the layers' auto would pick
+    args = script._parse(["--device", "cpu"])
+    assert args.use_triton is False and script._path_name(torch.device("cpu"), args.use_triton) == \
+        "pure-torch reference"
+    assert script.interpreter_warning(args) is None
+    forced = script._parse(["--device", "cpu", "--use-triton", "true"])
+    assert forced.use_triton is True and forced.steps == 600
+    warning = script.interpreter_warning(forced)
+    assert "35 s a step" in warning and "600 steps take about 5 h 50 min" in warning
+    assert script.interpreter_warning(script._parse(["--device", "cpu", "--use-triton", "true", "--steps", "1"])) \
+        is None
+    monkeypatch.setattr(script, "_run", lambda args: {"use_triton": args.use_triton})
+    assert script.main(["--device", "cpu", "--use-triton", "true"]) == {"use_triton": True}
+    assert "warning: --use-triton true on the CPU" in capsys.readouterr().err
