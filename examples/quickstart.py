@@ -42,7 +42,7 @@ class TinyBlock(nn.Module):
 
     def __init__(self, dim: int, heavy_tokens: int) -> None:
         super().__init__()
-        self.norm1 = TritonLayerNorm(dim)
+        self.norm1 = TritonLayerNorm(dim, bias=False)
         self.attn = TinyAttention(dim)
         self.norm2 = TritonLayerNorm(dim, bias=True)
         self.router = CoordinateDescentRouter(dim)
@@ -63,7 +63,7 @@ def main() -> None:
     dim, seq, batch = 64, 32, 4
     model = nn.Sequential(
         TinyBlock(dim, heavy_tokens=8),
-        TritonLayerNorm(dim),
+        TritonLayerNorm(dim, bias=False),
         WeightedSum(dim, bias=True),  # one score per token: an attention-pooling head
     ).to(device)
 
@@ -81,12 +81,12 @@ def main() -> None:
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     buffer.seek(0)
-    again = nn.Sequential(TinyBlock(dim, heavy_tokens=8), TritonLayerNorm(dim), WeightedSum(dim, bias=True))
+    again = nn.Sequential(TinyBlock(dim, heavy_tokens=8), TritonLayerNorm(dim, bias=False), WeightedSum(dim, bias=True))
     again.to(device).load_state_dict(torch.load(buffer), strict=True)
     with torch.no_grad():
         same = torch.equal(again(x), model(x))
     print(f"state_dict saved and reloaded: outputs identical = {same}")
-    TritonLayerNorm(dim).load_state_dict(nn.LayerNorm(dim, bias=False).state_dict(), strict=True)
+    TritonLayerNorm(dim, bias=False).load_state_dict(nn.LayerNorm(dim, bias=False).state_dict(), strict=True)
 
     # Swap the LayerNorms of an existing torch model in place.
     torch_model = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim)).to(device)
