@@ -1,4 +1,17 @@
-"""Common benchmark harness: timing, the copy-bandwidth ceiling, tables and CSV.
+"""Common benchmark harness: a bench file declares its cases, ``run_cases`` measures them.
+
+A bench file (``bench_layernorm.py``, ...) is a module with
+
+- ``OP``: its name (the CSV is ``<OP>.csv``);
+- ``cases(opts)``: the case keys of a run, in order (``dtype_shape_cases``: dtype x shape);
+- ``implementations(opts)``: ours and the peers, name -> callable;
+- ``build(key, device) -> Case``: allocates one case's inputs and says what to time: its
+  ``Direction`` s (``fwd_bwd`` makes the usual forward + backward pair), each a bytes model
+  and a ``make(impl)`` that returns the call to time.
+
+``run_cases`` is the one loop: for every case, every implementation and every direction
+it times the call, then frees the case. It plays the role of ``triton.testing.perf_report``
+(x values = cases, lines = implementations) and of Liger's ``run_benchmarks``.
 
 Every figure is the op's minimal bytes (its bytes model: each input read once, each
 output written once) over the median time from ``triton.testing.do_bench``, and the
@@ -12,10 +25,13 @@ import csv
 import dataclasses
 import os
 import sys
+from types import ModuleType
 from typing import Callable, Iterable, Optional
 
 import torch
 import triton
+
+NAN = float("nan")
 
 
 @dataclasses.dataclass
@@ -31,6 +47,29 @@ class Result:
     gbps: float  # bytes model / time
     pct_copy: float  # gbps / copy bandwidth of this run
     peak_mib: float = float("nan")  # peak extra memory, where measured
+
+
+@dataclasses.dataclass
+class Direction:
+    """One thing to time at a case: ``make(impl)`` returns the call (run after a fresh make)."""
+
+    name: str  # the CSV's direction: fwd, bwd, fwd+bwd
+    nbytes: int  # the bytes model: minimal bytes read and written
+    make: Callable[[Callable], Callable[[], object]]
+    grad_to_none: list = dataclasses.field(default_factory=list)  # gradients reset before each call
+    memory: bool = False  # also record the call's peak extra memory
+
+
+@dataclasses.dataclass
+class Case:
+    """One shape and dtype of a bench: its inputs live in the ``directions``' closures."""
+
+    shape: str  # as in the CSV, e.g. 32768x1024
+    dtype: torch.dtype
+    directions: list[Direction]
+    # Called as check(impl, output of the first direction's call, run under no_grad): warns on a
+    # wrong answer (the timing goes on).
+    check: Optional[Callable[[str, object], None]] = None
 
 
 # Called with a label when a benchmark case starts (run_all draws a progress bar with it).
@@ -65,23 +104,14 @@ def dtype_shape_cases(opts: argparse.Namespace, shapes: list, quick_shapes: list
     return [(dtype, shape) for dtype in dtypes(opts) for shape in (quick_shapes if opts.quick else shapes)]
 
 
-def run_alone(op: str, description: str, run: Callable[..., list],
-              after: Optional[Callable[[argparse.Namespace, list], object]] = None) -> None:
-    """``main()`` of a single benchmark script: measure the copy bandwidth, ``run``, print
-    the table (and ``after(opts, results)``'s extra tables), write ``<out>/<op>.csv``."""
-    opts = parse_args(description)
-    copy = copy_bandwidth_gbps(require_cuda())
-    results = run(opts, copy)
-    impls = list(dict.fromkeys(r.impl for r in results))
-    print_table(results, impls, f"{op} on {torch.cuda.get_device_name()}", copy)
-    if after is not None:
-        after(opts, results)
-    write_csv(results, f"{opts.out}/{op}.csv")
-
-
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16`` -> ``"bfloat16"``, as in the CSVs."""
     return str(dtype).replace("torch.", "")
+
+
+def element_size(dtype: torch.dtype) -> int:
+    """Bytes per element of a floating dtype (the s of the bytes models)."""
+    return torch.finfo(dtype).bits // 8
 
 
 def device() -> torch.device:
@@ -91,12 +121,103 @@ def device() -> torch.device:
 
 def require_cuda() -> torch.device:
     if not torch.cuda.is_available():
-        sys.exit("benchmarks need a CUDA GPU")
+        sys.exit("benchmarks need a CUDA GPU (none is visible to torch here)")
     return torch.device("cuda")
 
 
+def device_name() -> str:
+    """The CUDA device's name for table titles ("cpu" on the CPU dry run)."""
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else str(device())
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def backward_call(y: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
+    """The backward of an output ``y`` with ``dy`` (graph kept for the next call)."""
+    return lambda: y.backward(dy, retain_graph=True)
+
+
+def fwd_bwd(call: Callable[[Callable], torch.Tensor], dy: torch.Tensor, inputs: list,
+            fwd_bytes: int, bwd_bytes: int) -> list[Direction]:
+    """The forward ``call(impl)`` and the backward of its output with ``dy`` (the gradients
+    of ``inputs`` reset before each backward); the backward's make runs the forward once."""
+    return [
+        Direction("fwd", fwd_bytes, lambda impl: (lambda: call(impl))),
+        Direction("bwd", bwd_bytes, lambda impl: backward_call(call(impl), dy), grad_to_none=inputs),
+    ]
+
+
+def _reset(grads: Optional[list]) -> None:
+    for t in grads or ():
+        t.grad = None
+
+
+def run_cases(bench: ModuleType, opts: argparse.Namespace, copy_gbps: float,
+              progress: Progress = no_progress) -> list[Result]:
+    """Time every implementation of ``bench`` at every case and direction; returns the Results.
+
+    A peer that fails a direction (e.g. an unsupported shape) gets a nan row there and for
+    its later directions of that case (a backward cannot run without its forward)."""
+    impls = bench.implementations(opts)
+    results: list[Result] = []
+    for key in bench.cases(opts):
+        case = bench.build(key, device())
+        progress(f"{bench.OP} {case.shape} {dtype_name(case.dtype)}")
+        for name, impl in impls.items():
+            failed = False
+            for k, direction in enumerate(case.directions):
+                check = case.check if k == 0 else None
+                res = measure(bench.OP, case, direction, name, lambda: direction.make(impl), copy_gbps,
+                              opts.quick, skip=failed, check=check)
+                failed = failed or res.us != res.us
+                results.append(res)
+            for direction in case.directions:
+                _reset(direction.grad_to_none)
+        del case
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return results
+
+
+def measure(op: str, case: Case, direction: Direction, impl: str, make: Callable[[], Callable[[], object]],
+            copy_gbps: float, quick: bool = False, skip: bool = False,
+            check: Optional[Callable[[str, object], None]] = None) -> Result:
+    """One Result: the time of ``make()``'s call and, if asked, its peak memory."""
+    fn = None if skip else try_peer(make)
+    if fn is None:
+        return Result(op, case.shape, dtype_name(case.dtype), direction.name, impl, NAN, NAN, NAN)
+    if check is not None:
+        with torch.no_grad():
+            check(impl, fn())
+    us = time_us(fn, direction.grad_to_none, quick)
+    gbps = direction.nbytes / us / 1e3
+    res = Result(op, case.shape, dtype_name(case.dtype), direction.name, impl, us, gbps, 100 * gbps / copy_gbps)
+    if direction.memory:
+        _reset(direction.grad_to_none)
+        res.peak_mib = peak_memory_mib(fn)
+    return res
+
+
+def try_peer(make: Callable[[], Callable[[], object]]) -> Optional[Callable[[], object]]:
+    """Build a peer's callable and run it once; None if it fails (e.g. unsupported shape)."""
+    try:
+        fn = make()
+        fn()
+        torch.cuda.synchronize()
+        return fn
+    except Exception as exc:  # a peer refusing a shape is a result, not a crash
+        print(f"    peer failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}",
+              file=sys.stderr)
+        torch.cuda.synchronize()
+        return None
+
+
+# --------------------------------------------------------------------------- timing
+
+
 def time_us(fn: Callable[[], object], grad_to_none: Optional[list] = None, quick: bool = False) -> float:
-    """Median time of ``fn`` in microseconds (CUDA events via do_bench)."""
+    """Median time of ``fn`` in microseconds (CUDA events via do_bench, L2 flushed before each call)."""
     ms = triton.testing.do_bench(
         fn, warmup=10 if quick else 25, rep=30 if quick else 100,
         grad_to_none=grad_to_none, return_mode="median",
@@ -113,49 +234,6 @@ def copy_bandwidth_gbps(device: torch.device, nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / us / 1e3
 
 
-def try_peer(make: Callable[[], Callable[[], object]]) -> Optional[Callable[[], object]]:
-    """Build a peer's callable and run it once; None if it fails (e.g. unsupported shape)."""
-    try:
-        fn = make()
-        fn()
-        torch.cuda.synchronize()
-        return fn
-    except Exception as exc:  # a peer refusing a shape is a result, not a crash
-        print(f"    peer failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}", file=sys.stderr)
-        torch.cuda.synchronize()
-        return None
-
-
-def measure(
-    results: list, op: str, shape: str, dtype: torch.dtype, direction: str, impl: str,
-    fn: Optional[Callable[[], object]], nbytes: int, copy_gbps: float,
-    grad_to_none: Optional[list] = None, quick: bool = False,
-) -> Result:
-    """Time ``fn`` (or record a failure) and append a Result."""
-    us = time_us(fn, grad_to_none, quick) if fn is not None else float("nan")
-    gbps = nbytes / us / 1e3 if fn is not None else float("nan")
-    res = Result(op, shape, dtype_name(dtype), direction, impl, us, gbps, 100 * gbps / copy_gbps)
-    results.append(res)
-    return res
-
-
-def measure_fwd_bwd(
-    results: list, op: str, shape: str, dtype: torch.dtype, impl: str,
-    forward: Callable[[], torch.Tensor], dy: torch.Tensor, inputs: list,
-    fwd_bytes: int, bwd_bytes: int, copy_gbps: float, quick: bool = False,
-) -> None:
-    """Time ``forward()`` and the backward of its output with ``dy`` (gradients of ``inputs``
-    reset each time); a peer whose forward fails gets empty cells for both."""
-    fwd = try_peer(lambda: forward)
-    measure(results, op, shape, dtype, "fwd", impl, fwd, fwd_bytes, copy_gbps, quick=quick)
-    if fwd is None:
-        measure(results, op, shape, dtype, "bwd", impl, None, 0, copy_gbps)
-        return
-    y = forward()
-    bwd = try_peer(lambda: (lambda: y.backward(dy, retain_graph=True)))
-    measure(results, op, shape, dtype, "bwd", impl, bwd, bwd_bytes, copy_gbps, grad_to_none=inputs, quick=quick)
-
-
 def peak_memory_mib(fn: Callable[[], object]) -> float:
     """Peak memory allocated while ``fn`` runs, above what was allocated before, in MiB."""
     torch.cuda.synchronize()
@@ -164,6 +242,9 @@ def peak_memory_mib(fn: Callable[[], object]) -> float:
     fn()
     torch.cuda.synchronize()
     return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+# --------------------------------------------------------------------------- output
 
 
 def print_table(results: Iterable[Result], impls: list[str], title: str, copy_gbps: float) -> str:
@@ -198,7 +279,7 @@ def emit(lines: list[str]) -> str:
     return text
 
 
-def write_csv(results: Iterable[Result], path: str) -> None:
+def write_csv(results: Iterable, path: str) -> None:
     """Write dataclass rows (Results) as CSV under a header of their field names (makes the folder)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     results = list(results)
@@ -208,6 +289,20 @@ def write_csv(results: Iterable[Result], path: str) -> None:
         writer.writerow([field.name for field in dataclasses.fields(row_type)])
         for r in results:
             writer.writerow(dataclasses.astuple(r))
+
+
+def run_alone(bench: ModuleType, after: Optional[Callable[[argparse.Namespace, list], object]] = None,
+              argv: Optional[list[str]] = None) -> None:
+    """``main()`` of a single bench file: measure the copy bandwidth, run its cases, print the
+    table (and ``after(opts, results)``'s extra tables), write ``<out>/<OP>.csv``."""
+    opts = parse_args(bench.__doc__, argv)
+    copy = copy_bandwidth_gbps(require_cuda())
+    results = run_cases(bench, opts, copy)
+    impls = list(dict.fromkeys(r.impl for r in results))
+    print_table(results, impls, f"{bench.OP} on {device_name()}", copy)
+    if after is not None:
+        after(opts, results)
+    write_csv(results, os.path.join(opts.out, f"{bench.OP}.csv"))
 
 
 def compiled(fn: Callable) -> Callable:

@@ -205,3 +205,26 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
         assert all(math.isfinite(r["step_ms"]) for r in rows)
         assert rows[0]["loss"] == pytest.approx(rows[1]["loss"], rel=1e-2)
     assert "## Where we are below" in open(tmp_path / "summary.md").read()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
+    """A bench file run alone (its tables on stdout), and the weighted-sum launch sweep through the
+    same loop, restoring the launch settings."""
+    from benchmarks import bench_softmax, bench_weighted_sum
+    from triton_layers.kernels import _launch
+
+    _dry_run(monkeypatch)
+    harness.run_alone(bench_softmax, bench_softmax._targets, argv=["--quick", "--no-compile", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "## softmax on cpu" in out and "| 2x33x33 | bfloat16 | fwd | 100 us, " in out
+    assert "## softmax targets" in out and "| 2x33x33 | float32 | bwd |" in out
+    rows = report.read_csv(str(tmp_path / "softmax.csv"))
+    assert len(rows) == 2 * 2 * len({r["impl"] for r in rows}) >= 2 * 2 * 4  # dtypes x dirs x impls
+
+    monkeypatch.setattr(bench_weighted_sum, "SWEEP", [(8192, 16, 8, 4), (32768, 32, 8, 16)])
+    before = {knob: getattr(_launch, knob) for knob in bench_weighted_sum.SWEEP_KNOBS}
+    harness.run_alone(bench_weighted_sum.Sweep, argv=["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
+    rows = report.read_csv(str(tmp_path / "weighted_sum_sweep.csv"))
+    assert [r["shape"] for r in rows[::2]] == ["5x70 tile=8192 ept=16 bwd/sm=4", "5x70 tile=32768 ept=32 bwd/sm=16"]
+    assert {knob: getattr(_launch, knob) for knob in bench_weighted_sum.SWEEP_KNOBS} == before
