@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import sys
 import time
@@ -142,7 +143,7 @@ def main() -> None:
     harness.require_cuda()
     results = run(opts)
     harness.emit(["## training step", ""] + report.train_table([dataclasses.asdict(r) for r in results]))
-    harness.write_csv(results, f"{opts.out}/train_step.csv")
+    harness.write_csv(results, os.path.join(harness.results_dir(opts), "train_step.csv"))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """PNG plots from a results folder's CSVs: ``python -m benchmarks.plots DIR``.
 
 Writes into DIR, for each CSV found:
-- ``layernorm.png``, ``softmax.png``, ``weighted_sum.png``: GB/s against the row length,
-  one panel per dtype (rows) and direction (columns; softmax: plain and causal), ours and
-  every peer, with the copy bandwidth of the same run as a dashed ceiling;
+- ``layernorm.png``, ``softmax.png``, ``weighted_sum.png``: GB/s (from the GPU time; from the
+  eager time in CSVs from before gpu_us) against the row length, one panel per dtype (rows)
+  and direction (columns; softmax: plain and causal), ours and every peer, with the copy
+  bandwidth of the same run as a dashed ceiling;
 - ``coor_descent.png``: forward and forward+backward time, and peak memory, per shape;
 - ``train_step.png``: tokens/s of each training-step variant;
 - ``headline.png``: a 2x2 grid of the most telling panels (bf16 LayerNorm and WeightedSum

@@ -4,7 +4,11 @@
 
 Runs the op benchmarks (layernorm, softmax, weighted_sum, coor_descent: ours against
 torch, torch.compile, Liger and colt5-attention where installed) and the end-to-end
-training step of examples/train_colt5_lm.py, with one progress bar. Writes into DIR:
+training step of the example model (examples/colt5_lm.py), with one progress bar. Each op
+cell has two times: the eager call (``us``: host-bound for kernels under ~150 us) and the
+GPU time of the same call (``gpu_us``: CUDA-graph replay, or the profiler's kernel sum
+where the call cannot be captured); GB/s, % of copy and peer ratios come from ``gpu_us``.
+Writes into DIR (default benchmarks/results/<gpu>: h100, h200, ... from the device name):
 one CSV per part as soon as it finishes, env.json (GPU, versions, date, copy bandwidth,
 wall time per part), the PNG plots (benchmarks/plots.py) and summary.md
 (benchmarks/report.py). To redraw or retable from the CSVs alone:
@@ -137,6 +141,7 @@ def run_parts(opts: argparse.Namespace, env: dict) -> None:
 
     modules = {op: importlib.import_module(f"benchmarks.bench_{op}") for op in opts.ops}
     counts = {op: len(module.cases(opts)) for op, module in modules.items()}
+    out = harness.results_dir(opts)
     bar = ProgressBar(sum(counts.values()))
     finished = 0
     try:
@@ -145,14 +150,14 @@ def run_parts(opts: argparse.Namespace, env: dict) -> None:
             try:
                 # an op's bench declares its cases (harness.run_cases); the training step runs its own
                 run = getattr(module, "run", None) or (lambda *args: harness.run_cases(module, *args))
-                harness.write_csv(run(opts, env["copy_gbps"], bar), os.path.join(opts.out, f"{op}.csv"))
+                harness.write_csv(run(opts, env["copy_gbps"], bar), os.path.join(out, f"{op}.csv"))
             except Exception as exc:  # keep the other parts: the GPU session is short
                 traceback.print_exc()
                 env["errors"][op] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
             env["wall_s"][op] = round(time.time() - start, 1)
             finished += counts[op]
             bar.reach(finished)
-            with open(os.path.join(opts.out, "env.json"), "w") as f:
+            with open(os.path.join(out, "env.json"), "w") as f:
                 json.dump(env, f, indent=1)
             torch._dynamo.reset()  # the compiled peers of this part are not used again
             if torch.cuda.is_available():
@@ -168,21 +173,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     from benchmarks import harness, report
 
     harness.require_cuda()
-    os.makedirs(opts.out, exist_ok=True)
+    out = harness.results_dir(opts)
+    os.makedirs(out, exist_ok=True)
     start = time.time()
     env = environment(opts, argv, harness.copy_bandwidth_gbps(harness.device()))
-    merge_previous(env, opts.out, opts.ops)
+    merge_previous(env, out, opts.ops)
     print(f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, copy {env['copy_gbps']:.0f} GB/s; "
-          f"writing to {opts.out}", flush=True)
+          f"writing to {out}", flush=True)
     run_parts(opts, env)
     if not opts.no_plots:
         try:
             from benchmarks import plots
 
-            plots.plot_all(opts.out)
+            plots.plot_all(out)
         except ImportError as exc:
-            print(f"plots skipped ({exc}); draw them later with python -m benchmarks.plots {opts.out}")
-    summary = report.write_summary(opts.out)
+            print(f"plots skipped ({exc}); draw them later with python -m benchmarks.plots {out}")
+    summary = report.write_summary(out)
     print(f"done in {time.time() - start:.0f} s: {summary}")
     for op, message in env["errors"].items():
         print(f"FAILED {op}: {message}", file=sys.stderr)
