@@ -204,22 +204,86 @@ def memory_table(rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def train_table(rows: list[dict]) -> list[str]:
-    """The training-step variants: step time, tokens/s (and relative to ours), peak memory."""
-    ours = next((r["tokens_per_s"] for r in rows if r["impl"] == OURS), math.nan)
-    config = rows[0]["config"] if rows else ""
-    lines = [f"Config: {config} (B batch, T sequence length, d width, h heads, L layers, heavy: tokens "
-             "routed to the heavy branch per sequence).", "",
-             "| impl | step | tokens/s | vs triton_layers | peak memory | first loss |", "|---|---|---|---|---|---|"]
+TRAIN_MODES = ("eager", "compile", "cudagraphs")
+OLD_TRAIN_METHOD = ("**Old method**: each variant timed alone (median of 20 steps, no rounds, so no min-max and "
+                    "no ties), `compile` was `torch.compile(dynamic=False)`, no profile (GPU busy, kernels).")
+
+
+def train_rows(rows: list[dict]) -> list[dict]:
+    """train_step.csv rows with a ``mode``, by config, mode, then torch before ours: older CSVs named
+    the variant in ``impl`` (torch-compile = torch.compile(dynamic=False) of the torch model)."""
+    out = []
     for r in rows:
-        if not finite(r["step_ms"]):
-            lines.append(f"| {r['impl']} | failed | | | | |")
-            continue
-        rel = f"{r['tokens_per_s'] / ours:.2f}x" if finite(ours) else ""
-        mem = f"{r['peak_mib']:,.0f} MiB" if finite(r["peak_mib"]) else ""
-        lines.append(f"| {r['impl']} | {r['step_ms']:.1f} ms | {r['tokens_per_s']:,.0f} | {rel} | {mem} | "
-                     f"{r['loss']:.4f} |")
-    return lines + [""]
+        if "mode" not in r:
+            compiled = r["impl"].endswith("-compile")
+            r = dict(r, mode="compile" if compiled else "eager", impl=r["impl"].removesuffix("-compile"))
+        out.append(r)
+    configs = list(dict.fromkeys(r["config"] for r in out))
+    rank = lambda r: (configs.index(r["config"]),  # noqa: E731
+                      TRAIN_MODES.index(r["mode"]) if r["mode"] in TRAIN_MODES else len(TRAIN_MODES), is_ours(r["impl"]))
+    return sorted(out, key=rank)
+
+
+def step_ratio(theirs: dict, ours: dict) -> tuple[float, float, float]:
+    """(their median step / ours, its low, its high end from the min-max of both; nan where unknown)."""
+    mid = theirs["step_ms"] / ours["step_ms"]
+    low = theirs.get("step_ms_min", math.nan) / ours.get("step_ms_max", math.nan)
+    high = theirs.get("step_ms_max", math.nan) / ours.get("step_ms_min", math.nan)
+    return mid, low, high
+
+
+def ratio_text(mid: float, low: float, high: float) -> str:
+    """'2.24x', or 'tie (0.97-1.05x)' where the min-max spread of the ratio crosses 1.0."""
+    if not finite(mid):
+        return ""
+    if finite(low) and finite(high) and low <= 1.0 <= high:
+        return f"tie ({low:.2f}-{high:.2f}x)"
+    return f"{mid:.2f}x"
+
+
+def _opt(r: dict, key: str, fmt: str) -> str:
+    value = r.get(key, math.nan)
+    return fmt.format(value) if finite(value) else DASH
+
+
+def train_table(rows: list[dict]) -> list[str]:
+    """Per config: every (mode, impl) with its step time (median, min-max), tokens/s, torch's step
+    over ours in the same mode, peak memory, GPU-busy %, kernels and launch calls per step."""
+    rows = train_rows(rows)
+    lines: list[str] = []
+    for config in dict.fromkeys(r["config"] for r in rows):
+        mine = [r for r in rows if r["config"] == config]
+        lines += [f"Config: {config} (B batch, T sequence length, d width, h heads, L layers, heavy: tokens "
+                  "routed to the heavy branch per sequence).", ""]
+        first = mine[0]
+        if "rounds" not in first:
+            lines += [OLD_TRAIN_METHOD, ""]
+        elif finite(first.get("rounds")):
+            steps = f"{first['steps_per_round']:.0f} step" + ("s" if first["steps_per_round"] != 1 else "")
+            lines += [f"Step time: median over {first['rounds']:.0f} rounds (min-max), each round timing "
+                      f"{steps} of every variant in turn; torch / ours: torch's "
+                      "step time over ours in the same mode, a tie where the min-max spread of that ratio "
+                      "crosses 1. GPU busy: kernel time (torch.profiler) over the step time; kernels: kernel "
+                      "events per step (a CUDA graph's kernels each count); launch calls: host calls that "
+                      "launch a kernel or a graph.", ""]
+        lines += ["| mode | impl | step | tokens/s | torch / ours | peak memory | GPU busy | kernels / step | "
+                  "launch calls / step | first loss |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in mine:
+            if not finite(r["step_ms"]):
+                lines.append(f"| {r['mode']} | {r['impl']} | failed | | | | | | | |")
+                continue
+            spread = (f" ({r['step_ms_min']:.1f}-{r['step_ms_max']:.1f})"
+                      if finite(r.get("step_ms_min")) and finite(r.get("step_ms_max")) else "")
+            torch_row = next((t for t in mine if t["mode"] == r["mode"] and t["impl"] == "torch"
+                              and finite(t["step_ms"])), None)
+            ratio = ratio_text(*step_ratio(torch_row, r)) if is_ours(r["impl"]) and torch_row else ""
+            cells = [r["mode"], r["impl"], f"{r['step_ms']:.1f} ms{spread}", f"{r['tokens_per_s']:,.0f}", ratio,
+                     _opt(r, "peak_mib", "{:,.0f} MiB"), _opt(r, "gpu_busy_pct", "{:.0f}%"),
+                     _opt(r, "launches_per_step", "{:,.0f}"), _opt(r, "launch_calls_per_step", "{:,.0f}"),
+                     _opt(r, "loss", "{:.4f}")]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
 
 
 def below(data: dict[str, list[dict]]) -> list[str]:

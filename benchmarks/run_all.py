@@ -49,6 +49,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--ops", default=",".join(PARTS),
                         help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
     parser.add_argument("--no-plots", action="store_true", help="CSVs and summary only (no matplotlib)")
+    parser.add_argument("--train-configs", default=None,
+                        help="train_step configs to run (default: all of benchmarks/bench_train_step.py's)")
     opts = parser.parse_args(argv)
     opts.ops = [op.strip() for op in opts.ops.split(",") if op.strip()]
     unknown = [op for op in opts.ops if op not in PARTS]

@@ -25,7 +25,7 @@ def test_help_needs_no_gpu():
     out = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    for option in ("--quick", "--out", "--ops", "--no-compile"):
+    for option in ("--quick", "--out", "--ops", "--no-compile", "--train-configs"):
         assert option in out.stdout
 
 
@@ -55,6 +55,15 @@ def _result(op, shape, dtype, direction, impl, gpu_us, nbytes, peak=math.nan, me
                           100 * gbps / COPY, peak)
 
 
+def _steps(config="B2 T16"):
+    """Train-step rows: eager ours 2x torch's speed, compile a tie, cudagraphs torch failed."""
+    row = lambda mode, impl, ms, low, high: StepResult(  # noqa: E731
+        config, mode, impl, 2, 16, 5, 3, ms, low, high, 32 / (ms / 1e3), 500.0, 80.0, 900.0, 900.0, 5.5)
+    return [row("eager", "torch", 20.0, 19.0, 21.0), row("eager", "triton_layers", 10.0, 9.5, 10.5),
+            row("compile", "torch", 8.0, 7.8, 8.4), row("compile", "triton_layers", 8.1, 7.9, 8.3),
+            row("cudagraphs", "torch", math.nan, math.nan, math.nan), row("cudagraphs", "triton_layers", 5.0, 4.9, 5.1)]
+
+
 def _fake_results(folder, gpu="Fake GPU 9000"):
     """CSVs where the answers are known: see the comments on each row."""
     mb = 100_000_000  # bytes: 100 us -> 1000 GB/s = 100% of COPY
@@ -81,10 +90,7 @@ def _fake_results(folder, gpu="Fake GPU 9000"):
     harness.write_csv(layernorm, os.path.join(folder, "layernorm.csv"))
     harness.write_csv(softmax, os.path.join(folder, "softmax.csv"))
     harness.write_csv(coor, os.path.join(folder, "coor_descent.csv"))
-    steps = [StepResult("B2 T16", "triton_layers", 2, 16, 10.0, 3200.0, 500.0, 5.5),
-             StepResult("B2 T16", "torch", 2, 16, 20.0, 1600.0, 700.0, 5.5),
-             StepResult("B2 T16", "torch-compile", 2, 16, math.nan, math.nan, math.nan, math.nan)]
-    harness.write_csv(steps, os.path.join(folder, "train_step.csv"))
+    harness.write_csv(_steps(), os.path.join(folder, "train_step.csv"))
     with open(os.path.join(folder, "env.json"), "w") as f:
         json.dump({"gpu": gpu, "torch": "9.9", "triton": "9.9", "date": "2099-01-01",
                    "peers": {"liger-kernel": "1.0"}}, f)
@@ -119,19 +125,38 @@ def test_report_lists_exactly_the_rows_below_a_peer_or_90_percent(tmp_path):
     assert "| 64x1024 | bfloat16 | fwd | 105 us (95%) / 145 us | 200 us (50%) / 240 us |  | 1.90x |" in text
     assert "| 4x16384 | bfloat16 | fwd | 250 us (40%) / 290 us |  | 300* us (33%) / 340 us | 1.20x |" in text
     assert "| 8x256 | fwd+bwd | 0.5 | 9.0 |" in text  # coor_descent peak memory
-    assert "| torch-compile | failed |" in text and "| torch | 20.0 ms | 1,600 | 0.50x | 700 MiB |" in text
+    # training step: ours against torch in the same mode; a spread across 1.0 is a tie
+    assert "| eager | triton_layers | 10.0 ms (9.5-10.5) | 3,200 | 2.00x | 500 MiB | 80% | 900 | 900 | 5.5000 |" in text
+    assert "| compile | triton_layers | 8.1 ms (7.9-8.3) | 3,951 | tie (0.94-1.06x) |" in text
+    assert "| cudagraphs | torch | failed |" in text and "| cudagraphs | triton_layers | 5.0 ms (4.9-5.1) | 6,400 |  |" in text
+
+
+def test_step_ratio_tie():
+    ours = dict(step_ms=10.0, step_ms_min=9.0, step_ms_max=11.0)
+    assert report.ratio_text(*report.step_ratio(dict(step_ms=20.0, step_ms_min=19.0, step_ms_max=21.0), ours)) == \
+        "2.00x"
+    assert report.ratio_text(*report.step_ratio(dict(step_ms=10.5, step_ms_min=10.0, step_ms_max=12.0), ours)) == \
+        "tie (0.91-1.33x)"
+    assert report.ratio_text(*report.step_ratio(dict(step_ms=20.0), dict(step_ms=10.0))) == "2.00x"  # no spread
 
 
 def test_old_csvs_render_a_dash_and_say_so(tmp_path):
-    """Results from before gpu_us (eager times only) still render."""
+    """Results from before gpu_us (eager times only, the train step without modes) still render."""
     with open(tmp_path / "layernorm.csv", "w") as f:
         f.write("op,shape,dtype,direction,impl,us,gbps,pct_copy,peak_mib\n"
                 "layernorm,64x1024,bfloat16,fwd,triton_layers,50.0,2000.0,200.0,nan\n"
                 "layernorm,64x1024,bfloat16,fwd,torch,40.0,2500.0,250.0,nan\n")
+    with open(tmp_path / "train_step.csv", "w") as f:
+        f.write("config,impl,batch,seq_len,step_ms,tokens_per_s,peak_mib,loss\n"
+                "B2 T16,triton_layers,2,16,10.0,3200.0,500.0,5.5\n"
+                "B2 T16,torch,2,16,20.0,1600.0,700.0,5.5\n"
+                "B2 T16,torch-compile,2,16,8.0,4000.0,600.0,5.5\n")
     text = report.render(str(tmp_path), str(tmp_path))
     assert "Old method" in text and "compared by eager times (old method) for layernorm" in text
     assert "| 64x1024 | bfloat16 | fwd | — / 50 us (200%) | — / 40 us (250%) | 0.80x |" in text
     assert "| layernorm | 64x1024 | bfloat16 | fwd | — / 50 us | 200% | torch 40 us | 0.80x |" in text
+    assert "| eager | triton_layers | 10.0 ms | 3,200 | 2.00x | 500 MiB | — | — | — | 5.5000 |" in text
+    assert "| compile | torch | 8.0 ms | 4,000 |  | 600 MiB |" in text
 
 
 @pytest.mark.parametrize("name, folder", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
@@ -250,7 +275,7 @@ def test_gpu_time_takes_the_profiler_where_the_graph_capture_fails(monkeypatch, 
 
 def _dry_run(monkeypatch):
     """Make harness and the benchmarks run on CPU at tiny shapes: fake timers, a fake CUDA-graph
-    time (the profiler's is a fallback of it), compile peers eager."""
+    time (the profiler's is a fallback of it), compile peers eager, a tiny training step."""
     from benchmarks import bench_coor_descent, bench_layernorm, bench_softmax, bench_train_step, bench_weighted_sum
 
     monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
@@ -266,9 +291,18 @@ def _dry_run(monkeypatch):
     monkeypatch.setattr(bench_softmax, "QUICK_SHAPES", [(2, 33)])
     monkeypatch.setattr(bench_weighted_sum, "QUICK_SHAPES", [(5, 70)])
     monkeypatch.setattr(bench_coor_descent, "QUICK_SHAPES", [(3, 50)])
-    monkeypatch.setattr(bench_train_step, "CONFIG", dict(seq_len=16, dim=32, heads=2, depth=1, heavy_tokens=4))
-    monkeypatch.setattr(bench_train_step, "BATCH", 2)
-    monkeypatch.setattr(bench_train_step, "STEPS", {True: (1, 1), False: (1, 1)})
+    tiny = bench_train_step.TrainConfig(2, dict(seq_len=16, dim=32, heads=2, depth=1, heavy_tokens=4), 1)
+    monkeypatch.setattr(bench_train_step, "CONFIGS", {"small": tiny, "large": tiny})
+    monkeypatch.setattr(bench_train_step, "compile_model", lambda model, mode: model)
+    # the model's kernel path is tested in test_train_example (the interpreter takes ~0.5 s a step):
+    # here our layers take the reference path, and fewer rounds and warm-up steps
+    monkeypatch.setattr(bench_train_step, "USE_TRITON", False)
+    monkeypatch.setattr(bench_train_step, "ROUNDS", {True: 2, False: 2})
+    monkeypatch.setattr(bench_train_step, "WARMUP", dict.fromkeys(bench_train_step.MODES, 1))
+
+
+TRAIN_COLUMNS = ["config", "mode", "impl", "step_ms", "step_ms_min", "step_ms_max", "tokens_per_s", "peak_mib",
+                 "gpu_busy_pct", "launches_per_step"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run; on a GPU run python -m benchmarks")
@@ -295,12 +329,17 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
         nbytes = {"fwd": 2, "bwd": 3}[r["direction"]] * 3 * 40 * {"bfloat16": 2, "float32": 4}[r["dtype"]]
         assert r["gbps"] == pytest.approx(nbytes / 50.0 / 1e3) and r["pct_copy"] == pytest.approx(100 * r["gbps"] / COPY)
     rows = report.read_csv(str(tmp_path / "train_step.csv"))
-    assert [r["impl"] for r in rows] == ["triton_layers", "torch", "torch-compile"]
+    assert list(rows[0])[:3] == TRAIN_COLUMNS[:3] and set(TRAIN_COLUMNS) <= set(rows[0])
+    assert [(r["mode"], r["impl"]) for r in rows] == [
+        (mode, impl) for mode in ("eager", "compile", "cudagraphs") for impl in ("torch", "triton_layers")]
+    assert all(r["rounds"] == 2 and math.isfinite(r["step_ms"]) and r["step_ms_min"] <= r["step_ms"] <= r["step_ms_max"]
+               for r in rows)
+    # no GPU: no memory or profile figures, and nothing pretends otherwise
+    assert all(math.isnan(r["peak_mib"]) and math.isnan(r["gpu_busy_pct"]) for r in rows)
     # the same weights and batch: every variant starts from the same loss
-    assert all(math.isfinite(r["step_ms"]) for r in rows)
     assert all(r["loss"] == pytest.approx(rows[0]["loss"], rel=1e-2) for r in rows)
     summary = open(tmp_path / "summary.md").read()
-    assert "### Where we are below" in summary
+    assert "### Where we are below" in summary and "| cudagraphs | triton_layers |" in summary
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
