@@ -1,4 +1,4 @@
-"""Every benchmark in one process, then the plots and a summary.
+"""Every benchmark in one process, then the plots and a summary. Needs a CUDA GPU.
 
     python -m benchmarks [--quick] [--out DIR] [--ops layernorm,softmax,...] [--no-compile]
 
@@ -14,12 +14,15 @@ wall time per part), the PNG plots (benchmarks/plots.py) and summary.md
 (benchmarks/report.py). To redraw or retable from the CSVs alone:
 ``python -m benchmarks.plots DIR`` and ``python -m benchmarks.report DIR [--update BENCHMARKS.md]``.
 
-Time: estimated (before a GPU run of this script) at 5-8 minutes for the full pass and
-2-3 for ``--quick`` on one H200, most of it torch.compile compiling the peers (one compile
-per shape and direction) and the training-step models; env.json and summary.md record the
-wall time of each part. A run can be split over several commands into one --out folder
-(e.g. ``--ops layernorm,softmax,weighted_sum`` then ``--ops coor_descent,train_step``):
-the CSVs add up and env.json keeps the earlier parts' times and errors.
+Needs: a CUDA GPU (exits at once without one). Time, estimated for one H100 or H200 before a
+GPU run of this version (the last full pass, before gpu_us, took 5.5 min for the four ops on
+an H200; env.json and summary.md record each part's wall time): about 10-12 minutes for a
+full pass: layernorm ~1.5, softmax ~2, weighted_sum ~1, coor_descent ~2 and train_step ~4
+minutes, most of it torch.compile compiling the peers (one compile per shape and direction)
+and the 8 compiled training-step variants; ``--quick`` about 4-5 minutes. A run can be split
+over several commands into one --out folder (e.g. ``--ops layernorm,softmax``, then
+``--ops weighted_sum,coor_descent``, then ``--ops train_step``): the CSVs add up and
+env.json keeps the earlier parts' times and errors.
 """
 from __future__ import annotations
 

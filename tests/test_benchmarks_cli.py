@@ -27,6 +27,9 @@ def test_help_needs_no_gpu():
     assert out.returncode == 0, out.stderr
     for option in ("--quick", "--out", "--ops", "--no-compile", "--train-configs"):
         assert option in out.stdout
+    # what it needs and how long it takes, before anyone starts it
+    text = " ".join(out.stdout.split())
+    assert "Needs: a CUDA GPU" in text and "10-12 minutes for a full pass" in text
 
 
 def test_unknown_op_is_a_usage_error(capsys):
