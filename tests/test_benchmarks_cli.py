@@ -313,7 +313,7 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     _dry_run(monkeypatch)
     parts = ["layernorm", "softmax", "weighted_sum", "coor_descent", "train_step"]
     # split over two commands into one folder, as a short GPU session may need
-    options = ["--quick", "--no-plots", "--out", str(tmp_path), "--ops"]
+    options = ["--quick", "--dtypes", "float32", "--no-plots", "--out", str(tmp_path), "--ops"]
     assert run_all.main(options + ["layernorm"]) == 0
     rc = run_all.main(options + [",".join(parts[1:])])
     env = json.load(open(tmp_path / "env.json"))
