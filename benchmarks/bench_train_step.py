@@ -251,11 +251,27 @@ def run_config(name: str, opts: argparse.Namespace, progress: harness.Progress) 
     return rows
 
 
+INT_COLUMNS = ("batch", "seq_len", "rounds", "steps_per_round")
+
+
+def earlier_rows(path: str, now: set[str]) -> list[StepResult]:
+    """The rows of an existing train_step.csv at ``path`` whose config is not in ``now``: a run
+    split over commands (--train-configs small, then large) keeps the configs of both."""
+    if not os.path.exists(path):
+        return []
+    names = [field.name for field in dataclasses.fields(StepResult)]
+    rows = [r for r in report.read_csv(path) if set(names) <= set(r) and r["config"] not in now]
+    return [StepResult(**{n: int(r[n]) if n in INT_COLUMNS else r[n] for n in names}) for r in rows]
+
+
 def run(opts: argparse.Namespace, copy_gbps: float = float("nan"),
         progress: harness.Progress = harness.no_progress) -> list[StepResult]:
-    """Every config's rows (``copy_gbps`` unused); the compiled graphs and memory of one config are
-    released before the next."""
-    results = []
+    """The rows of every config run now, after those of other configs already in the results
+    folder's train_step.csv (``copy_gbps`` unused). The compiled graphs and memory of one config
+    are released before the next."""
+    cuda = harness.device().type == "cuda"
+    now = {_label(CONFIGS[name], cuda) for name in configs(opts)}
+    results = earlier_rows(os.path.join(harness.results_dir(opts), "train_step.csv"), now)
     for name in configs(opts):
         results += run_config(name, opts, progress)
         torch._dynamo.reset()  # drop the compiled graphs and the CUDA-graph pools they hold

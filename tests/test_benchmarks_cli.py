@@ -143,6 +143,15 @@ def test_step_ratio_tie():
     assert report.ratio_text(*report.step_ratio(dict(step_ms=20.0), dict(step_ms=10.0))) == "2.00x"  # no spread
 
 
+def test_train_step_split_over_commands_keeps_both_configs(tmp_path):
+    from benchmarks import bench_train_step
+
+    harness.write_csv(_steps("B2 T16") + _steps("B4 T32"), str(tmp_path / "train_step.csv"))
+    kept = bench_train_step.earlier_rows(str(tmp_path / "train_step.csv"), {"B2 T16"})
+    assert list(map(repr, kept)) == list(map(repr, _steps("B4 T32")))  # (nan != nan: compared as text)
+    assert bench_train_step.earlier_rows(str(tmp_path / "none.csv"), {"B2 T16"}) == []
+
+
 def test_old_csvs_render_a_dash_and_say_so(tmp_path):
     """Results from before gpu_us (eager times only, the train step without modes) still render."""
     with open(tmp_path / "layernorm.csv", "w") as f:
