@@ -19,6 +19,7 @@ import torch
 from benchmarks import harness
 from triton_layers import functional as TF
 
+OP = "coor_descent"
 SHAPES = [(8, 8192), (64, 4096), (16, 32768), (256, 1024)]
 QUICK_SHAPES = [(8, 8192), (256, 1024)]
 SETTINGS = dict(n_iters=20, eps=0.03, eps_init=4.0, eps_decay=0.7)
@@ -44,66 +45,48 @@ def _peers(no_compile: bool) -> dict:
     return peers
 
 
-def _memory_table(results: list, impls: list, title: str) -> str:
-    lines = [f"## {title}: peak memory (MiB)", "", "| shape | dir | " + " | ".join(impls) + " |",
-             "|---|---|" + "---|" * len(impls)]
-    keys = []
-    for r in results:
-        if (r.shape, r.direction) not in keys:
-            keys.append((r.shape, r.direction))
-    for shape, direction in keys:
-        cells = []
-        for impl in impls:
-            match = [r for r in results if (r.shape, r.direction, r.impl) == (shape, direction, impl)]
-            ok = match and match[0].peak_mib == match[0].peak_mib
-            cells.append(f"{match[0].peak_mib:.1f}" if ok else "")
-        lines.append(f"| {shape} | {direction} | " + " | ".join(cells) + " |")
+def _memory_table(opts: argparse.Namespace, results: list) -> str:
+    impls = list(dict.fromkeys(r.impl for r in results))
+    lines = [f"## coor_descent on {harness.device_name()}: peak memory (MiB)", "",
+             "| shape | dir | " + " | ".join(impls) + " |", "|---|---|" + "---|" * len(impls)]
+    index = {(r.shape, r.direction, r.impl): r.peak_mib for r in results}
+    for shape, direction in dict.fromkeys((r.shape, r.direction) for r in results):
+        cells = [index.get((shape, direction, impl), float("nan")) for impl in impls]
+        lines.append(f"| {shape} | {direction} | " + " | ".join(f"{c:.1f}" if c == c else "" for c in cells) + " |")
     return harness.emit(lines)
 
 
-def cases(opts: argparse.Namespace) -> list[tuple[int, int]]:
-    """The (rows, n) shapes a run measures, in order (float32 only)."""
-    return QUICK_SHAPES if opts.quick else SHAPES
+def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
+    """The (float32, (rows, n)) cases a run measures, in order."""
+    return [(torch.float32, shape) for shape in (QUICK_SHAPES if opts.quick else SHAPES)]
 
 
-def run(opts: argparse.Namespace, copy_gbps: float, progress: harness.Progress = harness.no_progress) -> list:
-    """Time and measure the peak memory of every implementation at every case; returns the Results."""
-    device = harness.device()
-    impls = {"triton_layers": TF.coor_descent, **_peers(opts.no_compile)}
-    dtype = torch.float32
-    results: list = []
-    for m, n in cases(opts):
-        shape = f"{m}x{n}"
-        progress(f"coor_descent {shape}")
-        kw = dict(k=n / 8 * 9 / 8, **SETTINGS)
-        s = torch.randn(m, n, device=device, dtype=dtype)
-        s_grad = s.clone().requires_grad_()
-        dy = torch.randn_like(s)
-        exact = TF.coor_descent(s.double(), **kw)
-        for name, op in impls.items():
-            fwd = harness.try_peer(lambda: (lambda: op(s, **kw)))
-            if fwd is not None:
-                err = (fwd().double() - exact).abs().max().item()
-                print(f"{shape} {name}: max abs error vs float64 {err:.2e}", file=sys.stderr)
-            res = harness.measure(results, "coor_descent", shape, dtype, "fwd", name, fwd, 2 * m * n * 4, copy_gbps,
-                                  quick=opts.quick)
-            if fwd is not None:
-                res.peak_mib = harness.peak_memory_mib(fwd)
-            both = harness.try_peer(lambda: (lambda: op(s_grad, **kw).backward(dy)))
-            res = harness.measure(results, "coor_descent", shape, dtype, "fwd+bwd", name, both, 5 * m * n * 4,
-                                  copy_gbps, grad_to_none=[s_grad], quick=opts.quick)
-            if both is not None:
-                s_grad.grad = None
-                res.peak_mib = harness.peak_memory_mib(both)
-        del s, s_grad, dy, exact
-        torch.cuda.empty_cache()
-    return results
+def implementations(opts: argparse.Namespace) -> dict:
+    """Ours and colt5-attention's, name -> f(s, k=..., n_iters=..., ...)."""
+    return {"triton_layers": TF.coor_descent, **_peers(opts.no_compile)}
 
 
-def main() -> None:
-    harness.run_alone("coor_descent", __doc__, run, lambda opts, results: _memory_table(
-        results, list(dict.fromkeys(r.impl for r in results)), f"coor_descent on {torch.cuda.get_device_name()}"))
+def build(key: tuple[torch.dtype, tuple[int, int]], device: torch.device) -> harness.Case:
+    """Scores s (M, N); the inference forward and forward+backward, with their peak memory;
+    every implementation's forward is compared with a float64 run (printed on stderr)."""
+    dtype, (m, n) = key
+    kw = dict(k=n / 8 * 9 / 8, **SETTINGS)
+    s = torch.randn(m, n, device=device, dtype=dtype)
+    s_grad = s.clone().requires_grad_()
+    dy = torch.randn_like(s)
+    exact = TF.coor_descent(s.double(), **kw)
+    shape = f"{m}x{n}"
+
+    def check(impl: str, y: torch.Tensor) -> None:
+        print(f"{shape} {impl}: max abs error vs float64 {(y.double() - exact).abs().max().item():.2e}",
+              file=sys.stderr)
+
+    return harness.Case(shape, dtype, [
+        harness.Direction("fwd", 2 * m * n * 4, lambda op: (lambda: op(s, **kw)), memory=True),
+        harness.Direction("fwd+bwd", 5 * m * n * 4, lambda op: (lambda: op(s_grad, **kw).backward(dy)),
+                          grad_to_none=[s_grad], memory=True),
+    ], check)
 
 
 if __name__ == "__main__":
-    main()
+    harness.run_alone(sys.modules[__name__], _memory_table)

@@ -6,6 +6,7 @@ dx (3*M*D*s); the D-sized parameters are left out. Run: python -m benchmarks.ben
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from benchmarks import harness
 from triton_layers import functional as TF
 
+OP = "layernorm"
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 32768), (1024, 131072), (512, 262144)]
 QUICK_SHAPES = [(16384, 4096), (4096, 32768)]
 EPS = 1e-5
@@ -45,29 +47,17 @@ def implementations(opts: argparse.Namespace) -> dict:
     return impls
 
 
-def run(opts: argparse.Namespace, copy_gbps: float, progress: harness.Progress = harness.no_progress) -> list:
-    """Time every implementation at every case; returns the Results."""
-    device = harness.device()
-    impls = implementations(opts)
-    results: list = []
-    for dtype, (m, d) in cases(opts):
-        shape, s = f"{m}x{d}", torch.finfo(dtype).bits // 8
-        progress(f"layernorm {shape} {harness.dtype_name(dtype)}")
-        x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
-        w = (1 + 0.1 * torch.randn(d, device=device)).to(dtype).requires_grad_()
-        b = (0.1 * torch.randn(d, device=device)).to(dtype).requires_grad_()
-        dy = torch.randn_like(x)
-        for name, op in impls.items():
-            harness.measure_fwd_bwd(results, "layernorm", shape, dtype, name, lambda: op(x, w, b), dy,
-                                    [x, w, b], 2 * m * d * s, 3 * m * d * s, copy_gbps, opts.quick)
-        del x, w, b, dy
-        torch.cuda.empty_cache()
-    return results
-
-
-def main() -> None:
-    harness.run_alone("layernorm", __doc__, run)
+def build(key: tuple[torch.dtype, tuple[int, int]], device: torch.device) -> harness.Case:
+    """x (M, D), weight and bias (D,) away from 1 and 0, dy; forward and backward."""
+    dtype, (m, d) = key
+    x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
+    w = (1 + 0.1 * torch.randn(d, device=device)).to(dtype).requires_grad_()
+    b = (0.1 * torch.randn(d, device=device)).to(dtype).requires_grad_()
+    dy = torch.randn_like(x)
+    nbytes = m * d * harness.element_size(dtype)
+    return harness.Case(f"{m}x{d}", dtype, harness.fwd_bwd(lambda op: op(x, w, b), dy, [x, w, b],
+                                                           2 * nbytes, 3 * nbytes))
 
 
 if __name__ == "__main__":
-    main()
+    harness.run_alone(sys.modules[__name__])

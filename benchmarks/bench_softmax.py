@@ -10,12 +10,14 @@ Run: python -m benchmarks.bench_softmax [--quick] [--out DIR]
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
 from benchmarks import harness
 from triton_layers import functional as TF
 
+OP = "softmax"
 # (B*H, N): B*H*N*N fixed at 2**28 up to N = 8192, as in the peers files.
 SHAPES = [(256, 1024), (64, 2048), (16, 4096), (4, 8192), (1, 32768)]
 QUICK_SHAPES = [(256, 1024), (16, 4096)]
@@ -34,11 +36,11 @@ def _torch_causal(x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     return x.masked_fill(hidden, float("-inf")).softmax(-1)
 
 
-def _targets(results: list, shapes: list, dtypes: list) -> str:
-    """The issue's targets, one line per (shape, dtype, direction)."""
+def _targets(opts: argparse.Namespace, results: list) -> str:
+    """The issue's targets, one line per (shape, dtype, direction), from the GPU times."""
     by = {(r.shape, r.dtype, r.direction, r.impl): r for r in results}
     lines = [
-        "## softmax targets",
+        "## softmax targets (GPU time)",
         "",
         "plain >= 90% of copy; causal/plain time <= 0.8 (fwd) / 0.75 (bwd) at N >= 2048; "
         "compile-causal/causal time >= 1.5",
@@ -46,18 +48,14 @@ def _targets(results: list, shapes: list, dtypes: list) -> str:
         "| shape | dtype | dir | plain % copy | causal/plain | compile-causal/causal |",
         "|---|---|---|---|---|---|",
     ]
-    for bh, n in shapes:
-        for dtype in dtypes:
-            for direction in ("fwd", "bwd"):
-                key = (f"{bh}x{n}x{n}", str(dtype).replace("torch.", ""), direction)
-                plain, causal = by.get(key + (OURS,)), by.get(key + (OURS_CAUSAL,))
-                peer = by.get(key + ("compile-causal",))
-                cells = [
-                    f"{plain.pct_copy:.0f}%" if plain else "",
-                    f"{causal.us / plain.us:.2f}" if plain and causal else "",
-                    f"{peer.us / causal.us:.2f}" if peer and causal and peer.us == peer.us else "",
-                ]
-                lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
+    for key in dict.fromkeys((r.shape, r.dtype, r.direction) for r in results):
+        plain, causal, peer = (by.get(key + (impl,)) for impl in (OURS, OURS_CAUSAL, "compile-causal"))
+        cells = [
+            f"{plain.pct_copy:.0f}%" if plain else "",
+            f"{causal.gpu_us / plain.gpu_us:.2f}" if plain and causal else "",
+            f"{peer.gpu_us / causal.gpu_us:.2f}" if peer and causal and peer.gpu_us == peer.gpu_us else "",
+        ]
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
     return harness.emit(lines)
 
 
@@ -84,31 +82,16 @@ def implementations(opts: argparse.Namespace) -> dict:
     return impls
 
 
-def run(opts: argparse.Namespace, copy_gbps: float, progress: harness.Progress = harness.no_progress) -> list:
-    """Time every implementation at every case; returns the Results."""
-    device = harness.device()
-    impls = implementations(opts)
-    results: list = []
-    for dtype, (bh, n) in cases(opts):
-        shape, s = f"{bh}x{n}x{n}", torch.finfo(dtype).bits // 8
-        progress(f"softmax {shape} {harness.dtype_name(dtype)}")
-        nbytes = bh * n * n * s
-        x = torch.randn(bh, n, n, device=device, dtype=dtype).requires_grad_()
-        dy = torch.randn_like(x)
-        hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
-        for name, op in impls.items():
-            harness.measure_fwd_bwd(results, "softmax", shape, dtype, name, lambda: op(x, hidden), dy,
-                                    [x], 2 * nbytes, 3 * nbytes, copy_gbps, opts.quick)
-            x.grad = None
-        del x, dy, hidden
-        torch.cuda.empty_cache()
-    return results
-
-
-def main() -> None:
-    harness.run_alone("softmax", __doc__, run, lambda opts, results: _targets(
-        results, QUICK_SHAPES if opts.quick else SHAPES, harness.dtypes(opts)))
+def build(key: tuple[torch.dtype, tuple[int, int]], device: torch.device) -> harness.Case:
+    """Scores x (B*H, N, N), dy and the causal mask (True above the diagonal); forward and backward."""
+    dtype, (bh, n) = key
+    x = torch.randn(bh, n, n, device=device, dtype=dtype).requires_grad_()
+    dy = torch.randn_like(x)
+    hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
+    nbytes = bh * n * n * harness.element_size(dtype)
+    return harness.Case(f"{bh}x{n}x{n}", dtype, harness.fwd_bwd(lambda op: op(x, hidden), dy, [x],
+                                                                2 * nbytes, 3 * nbytes))
 
 
 if __name__ == "__main__":
-    main()
+    harness.run_alone(sys.modules[__name__], _targets)

@@ -22,9 +22,11 @@ from benchmarks import harness
 from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 
+OP = "weighted_sum"
 # The issue's four target shapes, then few rows of the longest D (the column-split path).
 SHAPES = [(262144, 1024), (65536, 4096), (16384, 16384), (2048, 131072), (32, 262144)]
 QUICK_SHAPES = [(65536, 4096), (2048, 131072)]
+OURS = "triton_layers"
 
 
 def _mul_sum(x, w):
@@ -39,40 +41,6 @@ def _check(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, label: str) -> Non
         print(f"    WARNING {label}: relative error {err:.2e} against x.float() @ w.float()", file=sys.stderr)
 
 
-# Fields of _launch.WeightedSumLaunch tried by --sweep, and their values.
-SWEEP_KNOBS = ("tile_bytes", "elems_per_thread", "fwd_programs_per_sm", "bwd_programs_per_sm")
-SWEEP = list(itertools.product([8192, 16384, 32768], [16, 32], [8], [4, 8, 16]))
-
-
-def sweep(args, device: torch.device, copy: float) -> None:
-    """Our kernels only, over the SWEEP launch settings; one table row per setting."""
-    results: list = []
-    for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
-        for m, d in QUICK_SHAPES if args.quick else SHAPES:
-            s = torch.finfo(dtype).bits // 8
-            x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
-            w = (torch.randn(d, device=device) / d**0.5 + 0.01).to(dtype).requires_grad_()
-            dy = torch.randn(m, device=device, dtype=dtype)
-            for setting in SWEEP:
-                knobs = dataclasses.replace(_launch.DEFAULT.weighted_sum, **dict(zip(SWEEP_KNOBS, setting)))
-                config = dataclasses.replace(_launch.DEFAULT, weighted_sum=knobs)
-                label = f"{m}x{d} tile={setting[0]} ept={setting[1]} bwd/sm={setting[3]}"
-                with _launch.use_config(config):
-                    fwd = lambda: TF.weighted_sum(x, w)  # noqa: E731
-                    harness.measure(results, "weighted_sum", label, dtype, "fwd", "triton_layers", fwd,
-                                    m * d * s, copy, quick=True)
-                    y = fwd()
-                    harness.measure(results, "weighted_sum", label, dtype, "bwd", "triton_layers",
-                                    lambda: y.backward(dy, retain_graph=True), 2 * m * d * s, copy,
-                                    grad_to_none=[x, w], quick=True)
-                    del y
-            del x, w, dy
-            torch.cuda.empty_cache()
-    harness.print_table(results, ["triton_layers"], f"weighted_sum launch sweep on {torch.cuda.get_device_name()}",
-                        copy)
-    harness.write_csv(results, f"{args.out}/weighted_sum_sweep.csv")
-
-
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
     """The (dtype, (rows, dim)) pairs a run measures, in order."""
     return harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)
@@ -81,7 +49,7 @@ def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]
 def implementations(opts: argparse.Namespace) -> dict:
     """Ours and the peers, name -> f(x, w)."""
     impls = {
-        "triton_layers": lambda x, w: TF.weighted_sum(x, w),
+        OURS: lambda x, w: TF.weighted_sum(x, w),
         "matmul": lambda x, w: x @ w,
         "mul-sum": _mul_sum,
     }
@@ -90,36 +58,69 @@ def implementations(opts: argparse.Namespace) -> dict:
     return impls
 
 
-def run(opts: argparse.Namespace, copy_gbps: float, progress: harness.Progress = harness.no_progress) -> list:
-    """Time every implementation at every case; returns the Results."""
-    device = harness.device()
-    impls = implementations(opts)
-    results: list = []
-    for dtype, (m, d) in cases(opts):
-        shape, s = f"{m}x{d}", torch.finfo(dtype).bits // 8
-        progress(f"weighted_sum {shape} {harness.dtype_name(dtype)}")
-        x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
-        w = (torch.randn(d, device=device) / d**0.5 + 0.01).to(dtype).requires_grad_()
-        dy = torch.randn(m, device=device, dtype=dtype)
-        with torch.no_grad():
-            _check(TF.weighted_sum(x, w), x, w, f"{shape} {dtype}")
-        for name, op in impls.items():
-            harness.measure_fwd_bwd(results, "weighted_sum", shape, dtype, name, lambda: op(x, w), dy,
-                                    [x, w], m * d * s, 2 * m * d * s, copy_gbps, opts.quick)
-        del x, w, dy
-        torch.cuda.empty_cache()
-    return results
+def build(key: tuple[torch.dtype, tuple[int, int]], device: torch.device) -> harness.Case:
+    """x (M, D), w (D,) in x's dtype, dy (M,); forward and backward; our forward is checked."""
+    dtype, (m, d) = key
+    x = torch.randn(m, d, device=device, dtype=dtype).requires_grad_()
+    w = (torch.randn(d, device=device) / d**0.5 + 0.01).to(dtype).requires_grad_()
+    dy = torch.randn(m, device=device, dtype=dtype)
+    nbytes = m * d * harness.element_size(dtype)
+    shape = f"{m}x{d}"
+
+    def check(impl: str, y: torch.Tensor) -> None:
+        if impl == OURS:
+            _check(y, x, w, f"{shape} {dtype}")
+
+    return harness.Case(shape, dtype, harness.fwd_bwd(lambda op: op(x, w), dy, [x, w], nbytes, 2 * nbytes), check)
 
 
-def main() -> None:
-    if "--sweep" not in sys.argv:
-        harness.run_alone("weighted_sum", __doc__, run)
-        return
-    # --sweep is this script's own option: taken out of argv before the harness parses the rest.
-    opts = harness.parse_args(__doc__, [a for a in sys.argv[1:] if a != "--sweep"])
-    device = harness.require_cuda()
-    sweep(opts, device, harness.copy_bandwidth_gbps(device))
+# Fields of _launch.WeightedSumLaunch tried by --sweep, and their values.
+SWEEP_KNOBS = ("tile_bytes", "elems_per_thread", "fwd_programs_per_sm", "bwd_programs_per_sm")
+SWEEP = list(itertools.product([8192, 16384, 32768], [16, 32], [8], [4, 8, 16]))
+
+
+def _with_knobs(knobs: dict, make):
+    """``make`` whose call (and a backward's forward) runs under the launch config with the
+    weighted-sum ``knobs`` (``_launch.use_config`` for the duration of each)."""
+    config = dataclasses.replace(
+        _launch.DEFAULT, weighted_sum=dataclasses.replace(_launch.DEFAULT.weighted_sum, **knobs))
+
+    def made(impl):
+        with _launch.use_config(config):
+            fn = make(impl)
+
+        def call():
+            with _launch.use_config(config):
+                return fn()
+        return call
+    return made
+
+
+class Sweep:
+    """--sweep: our kernels only, at every case, under each SWEEP launch setting (a bench of its own)."""
+
+    OP = "weighted_sum_sweep"
+
+    @staticmethod
+    def cases(opts: argparse.Namespace) -> list:
+        return [(dtype, shape, setting) for dtype, shape in cases(opts) for setting in SWEEP]
+
+    @staticmethod
+    def implementations(opts: argparse.Namespace) -> dict:
+        return {OURS: implementations(opts)[OURS]}
+
+    @staticmethod
+    def build(key: tuple, device: torch.device) -> harness.Case:
+        dtype, shape, setting = key
+        knobs = dict(zip(SWEEP_KNOBS, setting))
+        case = build((dtype, shape), device)
+        directions = [dataclasses.replace(d, make=_with_knobs(knobs, d.make)) for d in case.directions]
+        label = f"{case.shape} tile={setting[0]} ept={setting[1]} bwd/sm={setting[3]}"
+        return dataclasses.replace(case, shape=label, directions=directions)
 
 
 if __name__ == "__main__":
-    main()
+    if "--sweep" in sys.argv:  # this script's own option, taken out before the harness parses the rest
+        harness.run_alone(Sweep, argv=[a for a in sys.argv[1:] if a != "--sweep"])
+    else:
+        harness.run_alone(sys.modules[__name__])

@@ -1,21 +1,44 @@
-"""Common benchmark harness: timing, the copy-bandwidth ceiling, tables and CSV.
+"""Common benchmark harness: a bench file declares its cases, ``run_cases`` measures them.
 
-Every figure is the op's minimal bytes (its bytes model: each input read once, each
-output written once) over the median time from ``triton.testing.do_bench``, and the
-same as a percentage of a device-to-device copy measured in the same run. Peers run in
-the same process on the same inputs. GPU only.
+A bench file (``bench_layernorm.py``, ...) is a module with
+
+- ``OP``: its name (the CSV is ``<OP>.csv``);
+- ``cases(opts)``: the case keys of a run, in order (``dtype_shape_cases``: dtype x shape);
+- ``implementations(opts)``: ours and the peers, name -> callable;
+- ``build(key, device) -> Case``: allocates one case's inputs and says what to time: its
+  ``Direction`` s (``fwd_bwd`` makes the usual forward + backward pair), each a bytes model
+  and a ``make(impl)`` that returns the call to time.
+
+``run_cases`` is the one loop: for every case, every implementation and every direction
+it times the eager call and the GPU time of the same call, then frees the case. It plays
+the role of ``triton.testing.perf_report`` (x values = cases, lines = implementations) and
+of Liger's ``run_benchmarks``.
+
+Each measurement has two times (see ``Result``): ``us``, the eager call as the host issues
+it (``do_bench`` median: host-bound when the kernels take less than ~150 us), and
+``gpu_us``, the GPU time of the same call: a CUDA graph of the call replayed under the same
+``do_bench`` protocol, or, where the call cannot be captured (a peer that syncs), the sum of
+its kernel times from ``torch.profiler``; ``gpu_method`` says which. The bytes model over
+``gpu_us`` gives GB/s and the % of a device-to-device copy measured in the same run.
+GPU only; the CPU dry run of the tests patches the timers.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import os
 import sys
+from types import ModuleType
 from typing import Callable, Iterable, Optional
 
 import torch
 import triton
+
+NAN = float("nan")
+L2_FLUSH_BYTES = 256 * 2**20  # as do_bench's cache flush
+FLUSH_LABEL = "harness:l2-flush"
 
 
 @dataclasses.dataclass
@@ -27,10 +50,35 @@ class Result:
     dtype: str
     direction: str
     impl: str
-    us: float  # median microseconds; nan if the peer failed
-    gbps: float  # bytes model / time
+    us: float  # eager call, median microseconds (do_bench); nan if the peer failed
+    gpu_us: float  # GPU time of the same call (see gpu_method); nan if not measured
+    gpu_method: str  # "graph" (CUDA-graph replay), "profiler" (kernel-time sum) or "" (none)
+    gbps: float  # bytes model / gpu_us
     pct_copy: float  # gbps / copy bandwidth of this run
-    peak_mib: float = float("nan")  # peak extra memory, where measured
+    peak_mib: float = NAN  # peak extra memory, where measured
+
+
+@dataclasses.dataclass
+class Direction:
+    """One thing to time at a case: ``make(impl)`` returns the call (run after a fresh make)."""
+
+    name: str  # the CSV's direction: fwd, bwd, fwd+bwd
+    nbytes: int  # the bytes model: minimal bytes read and written
+    make: Callable[[Callable], Callable[[], object]]
+    grad_to_none: list = dataclasses.field(default_factory=list)  # gradients reset before each call
+    memory: bool = False  # also record the call's peak extra memory
+
+
+@dataclasses.dataclass
+class Case:
+    """One shape and dtype of a bench: its inputs live in the ``directions``' closures."""
+
+    shape: str  # as in the CSV, e.g. 32768x1024
+    dtype: torch.dtype
+    directions: list[Direction]
+    # Called as check(impl, output of the first direction's call, run under no_grad): warns on a
+    # wrong answer (the timing goes on).
+    check: Optional[Callable[[str, object], None]] = None
 
 
 # Called with a label when a benchmark case starts (run_all draws a progress bar with it).
@@ -45,14 +93,26 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options every benchmark takes (the single scripts and ``python -m benchmarks``)."""
     parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
     parser.add_argument("--dtypes", default="bfloat16,float32")
-    parser.add_argument("--out", default=os.environ.get("OUT", "bench-results"), help="CSV folder")
+    parser.add_argument("--out", default=None,
+                        help="folder for the CSVs (default: benchmarks/results/<gpu>, e.g. h100, h200, "
+                             "from the device name)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile peers")
     return parser
 
 
 def parse_args(description: str, argv: Optional[list[str]] = None) -> argparse.Namespace:
     """A single benchmark script's options."""
-    return add_common_args(argparse.ArgumentParser(description=description)).parse_args(argv)
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return add_common_args(parser).parse_args(argv)
+
+
+def results_dir(opts: argparse.Namespace) -> str:
+    """``--out``, else benchmarks/results/<gpu> (h100, h200, ... from the CUDA device name)."""
+    if opts.out:
+        return opts.out
+    from benchmarks.report import gpu_folder
+
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", gpu_folder(device_name()))
 
 
 def dtypes(opts: argparse.Namespace) -> list[torch.dtype]:
@@ -65,23 +125,14 @@ def dtype_shape_cases(opts: argparse.Namespace, shapes: list, quick_shapes: list
     return [(dtype, shape) for dtype in dtypes(opts) for shape in (quick_shapes if opts.quick else shapes)]
 
 
-def run_alone(op: str, description: str, run: Callable[..., list],
-              after: Optional[Callable[[argparse.Namespace, list], object]] = None) -> None:
-    """``main()`` of a single benchmark script: measure the copy bandwidth, ``run``, print
-    the table (and ``after(opts, results)``'s extra tables), write ``<out>/<op>.csv``."""
-    opts = parse_args(description)
-    copy = copy_bandwidth_gbps(require_cuda())
-    results = run(opts, copy)
-    impls = list(dict.fromkeys(r.impl for r in results))
-    print_table(results, impls, f"{op} on {torch.cuda.get_device_name()}", copy)
-    if after is not None:
-        after(opts, results)
-    write_csv(results, f"{opts.out}/{op}.csv")
-
-
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16`` -> ``"bfloat16"``, as in the CSVs."""
     return str(dtype).replace("torch.", "")
+
+
+def element_size(dtype: torch.dtype) -> int:
+    """Bytes per element of a floating dtype (the s of the bytes models)."""
+    return torch.finfo(dtype).bits // 8
 
 
 def device() -> torch.device:
@@ -91,26 +142,91 @@ def device() -> torch.device:
 
 def require_cuda() -> torch.device:
     if not torch.cuda.is_available():
-        sys.exit("benchmarks need a CUDA GPU")
+        sys.exit("benchmarks need a CUDA GPU (none is visible to torch here)")
     return torch.device("cuda")
 
 
-def time_us(fn: Callable[[], object], grad_to_none: Optional[list] = None, quick: bool = False) -> float:
-    """Median time of ``fn`` in microseconds (CUDA events via do_bench)."""
-    ms = triton.testing.do_bench(
-        fn, warmup=10 if quick else 25, rep=30 if quick else 100,
-        grad_to_none=grad_to_none, return_mode="median",
-    )
-    return ms * 1e3
+def device_name() -> str:
+    """The CUDA device's name for table titles ("cpu" on the CPU dry run)."""
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else str(device())
 
 
-def copy_bandwidth_gbps(device: torch.device, nbytes: int = 1 << 30) -> float:
-    """Device-to-device copy: bytes read + written per second, in GB/s."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
-    dst = torch.empty_like(src)
-    us = time_us(lambda: dst.copy_(src))
-    del src, dst
-    return 2 * nbytes / us / 1e3
+def gpu_timeline() -> bool:
+    """Whether there is a GPU timeline to measure (gpu_us); False on the CPU dry run."""
+    return device().type == "cuda"
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def backward_call(y: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
+    """The backward of an output ``y`` with ``dy`` (graph kept for the next call)."""
+    return lambda: y.backward(dy, retain_graph=True)
+
+
+def fwd_bwd(call: Callable[[Callable], torch.Tensor], dy: torch.Tensor, inputs: list,
+            fwd_bytes: int, bwd_bytes: int) -> list[Direction]:
+    """The forward ``call(impl)`` and the backward of its output with ``dy`` (the gradients
+    of ``inputs`` reset before each backward); the backward's make runs the forward once."""
+    return [
+        Direction("fwd", fwd_bytes, lambda impl: (lambda: call(impl))),
+        Direction("bwd", bwd_bytes, lambda impl: backward_call(call(impl), dy), grad_to_none=inputs),
+    ]
+
+
+def _reset(grads: Optional[list]) -> None:
+    for t in grads or ():
+        t.grad = None
+
+
+def run_cases(bench: ModuleType, opts: argparse.Namespace, copy_gbps: float,
+              progress: Progress = no_progress) -> list[Result]:
+    """Time every implementation of ``bench`` at every case and direction; returns the Results.
+
+    A peer that fails a direction (e.g. an unsupported shape) gets a nan row there and for
+    its later directions of that case (a backward cannot run without its forward)."""
+    impls = bench.implementations(opts)
+    results: list[Result] = []
+    for key in bench.cases(opts):
+        case = bench.build(key, device())
+        progress(f"{bench.OP} {case.shape} {dtype_name(case.dtype)}")
+        for name, impl in impls.items():
+            failed = False
+            for k, direction in enumerate(case.directions):
+                check = case.check if k == 0 else None
+                res = measure(bench.OP, case, direction, name, lambda: direction.make(impl), copy_gbps,
+                              opts.quick, skip=failed, check=check)
+                failed = failed or res.us != res.us
+                results.append(res)
+            for direction in case.directions:
+                _reset(direction.grad_to_none)
+        del case
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return results
+
+
+def measure(op: str, case: Case, direction: Direction, impl: str, make: Callable[[], Callable[[], object]],
+            copy_gbps: float, quick: bool = False, skip: bool = False,
+            check: Optional[Callable[[str, object], None]] = None) -> Result:
+    """One Result: the eager time of ``make()``'s call, its GPU time and, if asked, its peak memory."""
+    fn = None if skip else try_peer(make)
+    if fn is None:
+        return Result(op, case.shape, dtype_name(case.dtype), direction.name, impl, NAN, NAN, "", NAN, NAN)
+    if check is not None:
+        with torch.no_grad():
+            check(impl, fn())
+    us = time_us(fn, direction.grad_to_none, quick)
+    peak = NAN
+    if direction.memory:
+        _reset(direction.grad_to_none)
+        peak = peak_memory_mib(fn)
+    del fn  # the GPU timing makes its own call (a backward: its own forward output)
+    _reset(direction.grad_to_none)
+    gpu_us, method = gpu_time_us(make, direction.grad_to_none, quick)
+    gbps = direction.nbytes / gpu_us / 1e3 if gpu_us > 0 else NAN
+    return Result(op, case.shape, dtype_name(case.dtype), direction.name, impl, us, gpu_us, method, gbps,
+                  100 * gbps / copy_gbps, peak)
 
 
 def try_peer(make: Callable[[], Callable[[], object]]) -> Optional[Callable[[], object]]:
@@ -121,39 +237,187 @@ def try_peer(make: Callable[[], Callable[[], object]]) -> Optional[Callable[[], 
         torch.cuda.synchronize()
         return fn
     except Exception as exc:  # a peer refusing a shape is a result, not a crash
-        print(f"    peer failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}", file=sys.stderr)
+        print(f"    peer failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}",
+              file=sys.stderr)
         torch.cuda.synchronize()
         return None
 
 
-def measure(
-    results: list, op: str, shape: str, dtype: torch.dtype, direction: str, impl: str,
-    fn: Optional[Callable[[], object]], nbytes: int, copy_gbps: float,
-    grad_to_none: Optional[list] = None, quick: bool = False,
-) -> Result:
-    """Time ``fn`` (or record a failure) and append a Result."""
-    us = time_us(fn, grad_to_none, quick) if fn is not None else float("nan")
-    gbps = nbytes / us / 1e3 if fn is not None else float("nan")
-    res = Result(op, shape, dtype_name(dtype), direction, impl, us, gbps, 100 * gbps / copy_gbps)
-    results.append(res)
-    return res
+# --------------------------------------------------------------------------- timing
 
 
-def measure_fwd_bwd(
-    results: list, op: str, shape: str, dtype: torch.dtype, impl: str,
-    forward: Callable[[], torch.Tensor], dy: torch.Tensor, inputs: list,
-    fwd_bytes: int, bwd_bytes: int, copy_gbps: float, quick: bool = False,
-) -> None:
-    """Time ``forward()`` and the backward of its output with ``dy`` (gradients of ``inputs``
-    reset each time); a peer whose forward fails gets empty cells for both."""
-    fwd = try_peer(lambda: forward)
-    measure(results, op, shape, dtype, "fwd", impl, fwd, fwd_bytes, copy_gbps, quick=quick)
-    if fwd is None:
-        measure(results, op, shape, dtype, "bwd", impl, None, 0, copy_gbps)
-        return
-    y = forward()
-    bwd = try_peer(lambda: (lambda: y.backward(dy, retain_graph=True)))
-    measure(results, op, shape, dtype, "bwd", impl, bwd, bwd_bytes, copy_gbps, grad_to_none=inputs, quick=quick)
+def time_us(fn: Callable[[], object], grad_to_none: Optional[list] = None, quick: bool = False) -> float:
+    """Median time of ``fn`` in microseconds (CUDA events via do_bench, L2 flushed before each call)."""
+    ms = triton.testing.do_bench(
+        fn, warmup=10 if quick else 25, rep=30 if quick else 100,
+        grad_to_none=grad_to_none, return_mode="median",
+    )
+    return ms * 1e3
+
+
+def gpu_time_us(make: Callable[[], Callable[[], object]], grad_to_none: Optional[list] = None,
+                quick: bool = False) -> tuple[float, str]:
+    """(GPU microseconds, method) of the call ``make()`` returns: "graph" (``graph_replay_us``),
+    else "profiler" (``profiled_kernel_us``) when the call cannot be captured, else (nan, "")."""
+    if not gpu_timeline():
+        return NAN, ""
+    if _capture.usable:
+        try:
+            return graph_replay_us(make, grad_to_none, quick), "graph"
+        except Exception as exc:  # e.g. a peer that syncs inside the call
+            print(f"    not capturable in a CUDA graph ({type(exc).__name__}: {str(exc).splitlines()[0][:100]}): "
+                  "profiler kernel time instead", file=sys.stderr)
+            with contextlib.suppress(Exception):
+                torch.cuda.synchronize()
+    try:
+        return profiled_kernel_us(make, grad_to_none, quick), "profiler"
+    except Exception as exc:
+        print(f"    profiler failed too ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+        return NAN, ""
+
+
+class _capture:
+    """Whether CUDA-graph captures are still safe in this process (see ``_end_failed_capture``)."""
+
+    usable = True
+
+
+def _end_failed_capture(pool) -> None:
+    """The allocator's side of a capture whose ``capture_end`` failed: torch leaves the capture
+    listed as underway (the next ``empty_cache`` then fails an internal assert) and its pool
+    held. End allocating to the pool and release it (private torch calls, where they exist);
+    if the allocator is still unhealthy, take no more captures in this process."""
+    device = torch.cuda.current_device()
+    end = getattr(torch._C, "_cuda_endAllocateToPool", None)
+    release = getattr(torch._C, "_cuda_releasePool", None)
+    with contextlib.suppress(Exception):
+        end(device, pool)
+    with contextlib.suppress(Exception):
+        release(device, pool)
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    except Exception as exc:
+        _capture.usable = False
+        print(f"    the allocator did not recover from a failed capture ({type(exc).__name__}); "
+              "profiler kernel times from here on", file=sys.stderr)
+
+
+def graph_replay_us(make: Callable[[], Callable[[], object]], grad_to_none: Optional[list] = None,
+                    quick: bool = False) -> float:
+    """The call captured in a CUDA graph, its replay timed as ``time_us`` times the eager call.
+
+    The call is made, warmed up and captured on a side stream (so a backward's forward ran on
+    the capture stream and its backward is captured there too); gradients are reset before
+    the capture, so a replay allocates-and-writes them as the timed eager call does. A call
+    that synchronizes with the host raises before any capture begins (the first warm-up call
+    runs under the sync debug mode "error"); one that fails during the capture is cleaned up
+    after (``_end_failed_capture``)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn = make()
+        _reset(grad_to_none)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        for _ in range(2):
+            _reset(grad_to_none)
+            fn()
+        _reset(grad_to_none)
+        torch.cuda.synchronize()
+        graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
+        graph.capture_begin(pool=pool)
+        try:
+            fn()
+        finally:
+            try:
+                graph.capture_end()
+            except Exception:
+                _end_failed_capture(pool)
+                raise
+    torch.cuda.current_stream().wait_stream(stream)
+    try:
+        return time_us(graph.replay, quick=quick)
+    finally:
+        _reset(grad_to_none)
+        del graph, fn
+
+
+def profiled_kernel_us(make: Callable[[], Callable[[], object]], grad_to_none: Optional[list] = None,
+                       quick: bool = False) -> float:
+    """Mean GPU time per call of the call ``make()`` returns: the summed durations of its
+    kernels (and memcpy/memset) in ``torch.profiler`` over several calls, each after an L2
+    flush as in ``time_us`` (the flush's own kernels are left out); host gaps do not count."""
+    fn = make()
+    calls = 5 if quick else 20
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device())
+    for _ in range(2):
+        _reset(grad_to_none)
+        fn()
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(calls):
+            with torch.profiler.record_function(FLUSH_LABEL):
+                flush.zero_()
+            _reset(grad_to_none)
+            fn()
+        torch.cuda.synchronize()
+    _reset(grad_to_none)
+    return device_activity(prof.events(), exclude=FLUSH_LABEL)[0] / calls
+
+
+# Activity types of GPU work in a profile (torch >= 2.12 names them; older: all but annotations).
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+# Host calls that launch GPU work (a kernel or a whole CUDA graph).
+LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                "cudaLaunchCooperativeKernel", "cudaGraphLaunch")
+
+
+def _is_gpu_work(event) -> bool:
+    if event.device_type == torch.autograd.DeviceType.CPU or getattr(event, "is_user_annotation", False):
+        return False
+    kind = getattr(event, "activity_type", None)
+    return kind in GPU_WORK if kind else True
+
+
+def _is_kernel(event) -> bool:
+    kind = getattr(event, "activity_type", None)
+    return kind == "kernel" if kind else not event.name.startswith(("Memcpy", "Memset"))
+
+
+def device_activity(events: Iterable, exclude: str = "") -> tuple[float, int, int]:
+    """(GPU microseconds, kernels, host launch calls) in a profile's ``events`` (``prof.events()``).
+
+    GPU microseconds sum the kernels, memcpys and memsets (not annotations); the work launched
+    inside ``record_function(exclude)`` ranges is subtracted from that time. Kernels counts
+    kernel events (a CUDA graph's kernels each count); host launch calls count the runtime calls
+    that launch a kernel or a graph (a graph replay is one)."""
+    us, kernels, launches, excluded = 0.0, 0, 0, 0.0
+    for event in events:
+        if event.device_type == torch.autograd.DeviceType.CPU:
+            if exclude and event.name == exclude:
+                excluded += event.device_time_total
+            elif event.name in LAUNCH_CALLS:
+                launches += 1
+        elif _is_gpu_work(event):
+            us += event.time_range.elapsed_us()
+            kernels += _is_kernel(event)
+    return us - excluded, kernels, launches
+
+
+def copy_bandwidth_gbps(device: torch.device, nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy: bytes read + written per second, in GB/s."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    us = time_us(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * nbytes / us / 1e3
 
 
 def peak_memory_mib(fn: Callable[[], object]) -> float:
@@ -166,27 +430,27 @@ def peak_memory_mib(fn: Callable[[], object]) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
+# --------------------------------------------------------------------------- output
+
+
+def _cell(r: Result) -> str:
+    if r.gpu_us == r.gpu_us:
+        star = "*" if r.gpu_method == "profiler" else ""
+        eager = f"; eager {r.us:.0f}" if r.us == r.us else ""
+        return f"{r.gpu_us:.0f}{star} us, {r.gbps:.0f} ({r.pct_copy:.0f}%){eager}"
+    return f"eager {r.us:.0f} us" if r.us == r.us else ""
+
+
 def print_table(results: Iterable[Result], impls: list[str], title: str, copy_gbps: float) -> str:
     """Markdown table: one line per (shape, dtype, direction), one column per impl."""
     results = list(results)
-    lines = [f"## {title}", "", f"copy bandwidth measured in this run: {copy_gbps:.0f} GB/s", ""]
+    lines = [f"## {title}", "", f"copy bandwidth measured in this run: {copy_gbps:.0f} GB/s; each cell: GPU time "
+             "(CUDA-graph replay; * = profiler kernel sum), GB/s (% of copy); eager call time", ""]
     lines.append("| shape | dtype | dir | " + " | ".join(impls) + " |")
     lines.append("|---|---|---|" + "---|" * len(impls))
-    keys = []
-    for r in results:
-        key = (r.shape, r.dtype, r.direction)
-        if key not in keys:
-            keys.append(key)
-    for key in keys:
-        cells = []
-        for impl in impls:
-            match = [r for r in results if (r.shape, r.dtype, r.direction) == key and r.impl == impl]
-            if not match or match[0].us != match[0].us:
-                cells.append("")
-            elif match[0].gbps == match[0].gbps:
-                cells.append(f"{match[0].us:.0f} us, {match[0].gbps:.0f} ({match[0].pct_copy:.0f}%)")
-            else:
-                cells.append(f"{match[0].us:.0f} us")
+    index = {(r.shape, r.dtype, r.direction, r.impl): r for r in results}
+    for key in dict.fromkeys((r.shape, r.dtype, r.direction) for r in results):
+        cells = [_cell(index[key + (impl,)]) if key + (impl,) in index else "" for impl in impls]
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
     return emit(lines)
 
@@ -198,7 +462,7 @@ def emit(lines: list[str]) -> str:
     return text
 
 
-def write_csv(results: Iterable[Result], path: str) -> None:
+def write_csv(results: Iterable, path: str) -> None:
     """Write dataclass rows (Results) as CSV under a header of their field names (makes the folder)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     results = list(results)
@@ -210,12 +474,23 @@ def write_csv(results: Iterable[Result], path: str) -> None:
             writer.writerow(dataclasses.astuple(r))
 
 
-def compiled(fn: Callable) -> Callable:
-    """``torch.compile(fn, dynamic=False)``, the compile peer everywhere.
+def run_alone(bench: ModuleType, after: Optional[Callable[[argparse.Namespace, list], object]] = None,
+              argv: Optional[list[str]] = None) -> None:
+    """``main()`` of a single bench file: measure the copy bandwidth, run its cases, print the
+    table (and ``after(opts, results)``'s extra tables), write ``<out>/<OP>.csv``."""
+    opts = parse_args(bench.__doc__, argv)
+    copy = copy_bandwidth_gbps(require_cuda())
+    results = run_cases(bench, opts, copy)
+    impls = list(dict.fromkeys(r.impl for r in results))
+    print_table(results, impls, f"{bench.OP} on {device_name()}", copy)
+    if after is not None:
+        after(opts, results)
+    write_csv(results, os.path.join(results_dir(opts), f"{bench.OP}.csv"))
 
-    Each benchmarked shape is a recompile; the limit is raised so that the peer stays
-    compiled across a whole sweep instead of silently falling back to eager after 8.
-    """
+
+def raise_recompile_limits() -> None:
+    """Let dynamo recompile one function many times (every shape of a sweep, every variant of a
+    training step) instead of silently falling back to eager after 8."""
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = 256
@@ -223,4 +498,10 @@ def compiled(fn: Callable) -> Callable:
         torch._dynamo.config.recompile_limit = 256
     if hasattr(torch._dynamo.config, "accumulated_recompile_limit"):
         torch._dynamo.config.accumulated_recompile_limit = 4096
+
+
+def compiled(fn: Callable) -> Callable:
+    """``torch.compile(fn, dynamic=False)``, the compile peer everywhere (each benchmarked shape
+    is a recompile)."""
+    raise_recompile_limits()
     return torch.compile(fn, dynamic=False)

@@ -1,11 +1,12 @@
 """PNG plots from a results folder's CSVs: ``python -m benchmarks.plots DIR``.
 
 Writes into DIR, for each CSV found:
-- ``layernorm.png``, ``softmax.png``, ``weighted_sum.png``: GB/s against the row length,
-  one panel per dtype (rows) and direction (columns; softmax: plain and causal), ours and
-  every peer, with the copy bandwidth of the same run as a dashed ceiling;
+- ``layernorm.png``, ``softmax.png``, ``weighted_sum.png``: GB/s (from the GPU time; from the
+  eager time in CSVs from before gpu_us) against the row length, one panel per dtype (rows)
+  and direction (columns; softmax: plain and causal), ours and every peer, with the copy
+  bandwidth of the same run as a dashed ceiling;
 - ``coor_descent.png``: forward and forward+backward time, and peak memory, per shape;
-- ``train_step.png``: tokens/s of each training-step variant;
+- ``train_step.png``: tokens/s of each training-step mode and implementation, one panel per config;
 - ``headline.png``: a 2x2 grid of the most telling panels (bf16 LayerNorm and WeightedSum
   forward, causal softmax forward, and the training step or else coor_descent).
 Needs matplotlib (Agg backend), not torch or a GPU.
@@ -16,14 +17,14 @@ import argparse
 import os
 from typing import Optional
 
-from benchmarks.report import copy_gbps, finite, impl_order, is_ours, load, variant
+from benchmarks.report import copy_gbps, finite, impl_order, is_ours, load, train_rows, variant
 
 BANDWIDTH_OPS = ("layernorm", "softmax", "weighted_sum")
 # One colour per implementation family, the same in every panel (ours stands out in red).
 COLORS = {
     "triton_layers": "tab:red", "torch": "tab:blue", "compile": "tab:orange", "liger": "tab:green",
     "matmul": "tab:purple", "mul-sum": "tab:brown", "colt5-torch": "tab:blue", "colt5-compile": "tab:orange",
-    "colt5-triton": "tab:green", "torch-compile": "tab:orange", "triton_layers-compile": "tab:pink",
+    "colt5-triton": "tab:green",
 }
 DPI = 80  # keeps each PNG well under 100 KB
 
@@ -137,22 +138,44 @@ def coor_descent_figure(plt, rows: list[dict], path: str) -> None:
 
 
 def train_panel(ax, rows: list[dict]) -> bool:
-    """Horizontal bars of tokens/s per variant, labelled with step time and peak memory."""
-    rows = [r for r in rows if finite(r["tokens_per_s"])]
+    """Horizontal bars of tokens/s per (mode, impl) of one config, the min-max of the step time as
+    error bars, labelled with the median step time and peak memory."""
+    rows = [r for r in train_rows(rows) if finite(r["tokens_per_s"])]
     if not rows:
         return False
-    names = [r["impl"] for r in rows]
-    ax.barh(names, [r["tokens_per_s"] for r in rows], color=[_color(n) for n in names])
+    names = [f"{r['mode']} {r['impl']}" for r in rows]
+    tokens = [r["tokens_per_s"] for r in rows]
+    ax.barh(names, tokens, color=[_color(r["impl"]) for r in rows])
     for k, r in enumerate(rows):
-        mem = f", {r['peak_mib'] / 1024:.1f} GiB" if finite(r["peak_mib"]) else ""
-        ax.text(r["tokens_per_s"], k, f" {r['step_ms']:.1f} ms{mem}", va="center", fontsize=7)
+        low, high = r.get("step_ms_min", float("nan")), r.get("step_ms_max", float("nan"))
+        end = tokens[k]
+        if finite(low) and finite(high):  # tokens/s at the slowest and fastest round
+            end = tokens[k] * r["step_ms"] / low
+            ax.errorbar(tokens[k], k, xerr=[[tokens[k] - tokens[k] * r["step_ms"] / high], [end - tokens[k]]],
+                        color="black", capsize=2, linewidth=0.8)
+        mem = f", {r['peak_mib'] / 1024:.1f} GiB" if finite(r.get("peak_mib")) else ""
+        ax.text(end, k, f"  {r['step_ms']:.1f} ms{mem}", va="center", fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlim(right=max(r["tokens_per_s"] for r in rows) * 1.35)
+    ax.set_xlim(right=max(tokens) * 1.4)
     ax.set_title(f"training step, tokens/s\n{rows[0]['config']}", fontsize=9)
     ax.set_xlabel("tokens/s (higher is better)", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3, axis="x")
     return True
+
+
+def train_figure(plt, rows: list[dict], path: str) -> bool:
+    """One train_panel per config, stacked."""
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    heights = [1.2 + 0.35 * sum(r["config"] == c for r in rows) for c in configs]
+    fig, axes = plt.subplots(len(configs), 1, figsize=(7, sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    drawn = [train_panel(ax, [r for r in rows if r["config"] == c]) for ax, c in zip(axes[:, 0], configs)]
+    if any(drawn):
+        fig.tight_layout()
+        fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return any(drawn)
 
 
 def headline_figure(plt, data: dict[str, list[dict]], path: str) -> bool:
@@ -170,7 +193,9 @@ def headline_figure(plt, data: dict[str, list[dict]], path: str) -> bool:
         else:
             ax.set_visible(False)
     last = axes[1][1]
-    if "train_step" in data and train_panel(last, data["train_step"]):
+    steps = data.get("train_step", [])
+    first_config = [r for r in steps if r["config"] == steps[0]["config"]]
+    if first_config and train_panel(last, first_config):
         drawn += 1
     elif bars_panel(last, [r for r in data.get("coor_descent", []) if r["direction"] != "fwd"], "us",
                     "coor_descent fwd+bwd time", "us"):
@@ -197,13 +222,8 @@ def plot_all(results_dir: str) -> list[str]:
     if data.get("coor_descent"):
         coor_descent_figure(plt, data["coor_descent"], path("coor_descent"))
         written.append(path("coor_descent"))
-    if data.get("train_step"):
-        fig, ax = plt.subplots(figsize=(7, 1.2 + 0.5 * len(data["train_step"])))
-        if train_panel(ax, data["train_step"]):
-            fig.tight_layout()
-            fig.savefig(path("train_step"), dpi=DPI)
-            written.append(path("train_step"))
-        plt.close(fig)
+    if data.get("train_step") and train_figure(plt, data["train_step"], path("train_step")):
+        written.append(path("train_step"))
     if headline_figure(plt, data, path("headline")):
         written.append(path("headline"))
     return written

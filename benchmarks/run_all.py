@@ -1,21 +1,28 @@
-"""Every benchmark in one process, then the plots and a summary.
+"""Every benchmark in one process, then the plots and a summary. Needs a CUDA GPU.
 
     python -m benchmarks [--quick] [--out DIR] [--ops layernorm,softmax,...] [--no-compile]
 
 Runs the op benchmarks (layernorm, softmax, weighted_sum, coor_descent: ours against
 torch, torch.compile, Liger and colt5-attention where installed) and the end-to-end
-training step of examples/train_colt5_lm.py, with one progress bar. Writes into DIR:
+training step of the example model (examples/colt5_lm.py), with one progress bar. Each op
+cell has two times: the eager call (``us``: host-bound for kernels under ~150 us) and the
+GPU time of the same call (``gpu_us``: CUDA-graph replay, or the profiler's kernel sum
+where the call cannot be captured); GB/s, % of copy and peer ratios come from ``gpu_us``.
+Writes into DIR (default benchmarks/results/<gpu>: h100, h200, ... from the device name):
 one CSV per part as soon as it finishes, env.json (GPU, versions, date, copy bandwidth,
 wall time per part), the PNG plots (benchmarks/plots.py) and summary.md
 (benchmarks/report.py). To redraw or retable from the CSVs alone:
 ``python -m benchmarks.plots DIR`` and ``python -m benchmarks.report DIR [--update BENCHMARKS.md]``.
 
-Time: estimated (before a GPU run of this script) at 5-8 minutes for the full pass and
-2-3 for ``--quick`` on one H200, most of it torch.compile compiling the peers (one compile
-per shape and direction) and the training-step models; env.json and summary.md record the
-wall time of each part. A run can be split over several commands into one --out folder
-(e.g. ``--ops layernorm,softmax,weighted_sum`` then ``--ops coor_descent,train_step``):
-the CSVs add up and env.json keeps the earlier parts' times and errors.
+Needs: a CUDA GPU (exits at once without one). Time, estimated for one H100 or H200 before a
+GPU run of this version (the last full pass, before gpu_us, took 5.5 min for the four ops on
+an H200; env.json and summary.md record each part's wall time): about 10-12 minutes for a
+full pass: layernorm ~1.5, softmax ~2, weighted_sum ~1, coor_descent ~2 and train_step ~4
+minutes, most of it torch.compile compiling the peers (one compile per shape and direction)
+and the 8 compiled training-step variants; ``--quick`` about 4-5 minutes. A run can be split
+over several commands into one --out folder (e.g. ``--ops layernorm,softmax``, then
+``--ops weighted_sum,coor_descent``, then ``--ops train_step``): the CSVs add up and
+env.json keeps the earlier parts' times and errors.
 """
 from __future__ import annotations
 
@@ -45,6 +52,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--ops", default=",".join(PARTS),
                         help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
     parser.add_argument("--no-plots", action="store_true", help="CSVs and summary only (no matplotlib)")
+    parser.add_argument("--train-configs", default=None,
+                        help="train_step configs to run (default: all of benchmarks/bench_train_step.py's)")
     opts = parser.parse_args(argv)
     opts.ops = [op.strip() for op in opts.ops.split(",") if op.strip()]
     unknown = [op for op in opts.ops if op not in PARTS]
@@ -137,21 +146,23 @@ def run_parts(opts: argparse.Namespace, env: dict) -> None:
 
     modules = {op: importlib.import_module(f"benchmarks.bench_{op}") for op in opts.ops}
     counts = {op: len(module.cases(opts)) for op, module in modules.items()}
+    out = harness.results_dir(opts)
     bar = ProgressBar(sum(counts.values()))
     finished = 0
     try:
         for op, module in modules.items():
             start = time.time()
             try:
-                results = module.run(opts, env["copy_gbps"], bar)
-                harness.write_csv(results, os.path.join(opts.out, f"{op}.csv"))
+                # an op's bench declares its cases (harness.run_cases); the training step runs its own
+                run = getattr(module, "run", None) or (lambda *args: harness.run_cases(module, *args))
+                harness.write_csv(run(opts, env["copy_gbps"], bar), os.path.join(out, f"{op}.csv"))
             except Exception as exc:  # keep the other parts: the GPU session is short
                 traceback.print_exc()
                 env["errors"][op] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
             env["wall_s"][op] = round(time.time() - start, 1)
             finished += counts[op]
             bar.reach(finished)
-            with open(os.path.join(opts.out, "env.json"), "w") as f:
+            with open(os.path.join(out, "env.json"), "w") as f:
                 json.dump(env, f, indent=1)
             torch._dynamo.reset()  # the compiled peers of this part are not used again
             if torch.cuda.is_available():
@@ -167,21 +178,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     from benchmarks import harness, report
 
     harness.require_cuda()
-    os.makedirs(opts.out, exist_ok=True)
+    out = harness.results_dir(opts)
+    os.makedirs(out, exist_ok=True)
     start = time.time()
     env = environment(opts, argv, harness.copy_bandwidth_gbps(harness.device()))
-    merge_previous(env, opts.out, opts.ops)
+    merge_previous(env, out, opts.ops)
     print(f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, copy {env['copy_gbps']:.0f} GB/s; "
-          f"writing to {opts.out}", flush=True)
+          f"writing to {out}", flush=True)
     run_parts(opts, env)
     if not opts.no_plots:
         try:
             from benchmarks import plots
 
-            plots.plot_all(opts.out)
+            plots.plot_all(out)
         except ImportError as exc:
-            print(f"plots skipped ({exc}); draw them later with python -m benchmarks.plots {opts.out}")
-    summary = report.write_summary(opts.out)
+            print(f"plots skipped ({exc}); draw them later with python -m benchmarks.plots {out}")
+    summary = report.write_summary(out)
     print(f"done in {time.time() - start:.0f} s: {summary}")
     for op, message in env["errors"].items():
         print(f"FAILED {op}: {message}", file=sys.stderr)

@@ -63,7 +63,7 @@ def main() -> None:
     dim, seq, batch = 64, 32, 4
     model = nn.Sequential(
         TinyBlock(dim, heavy_tokens=8),
-        TritonLayerNorm(dim),
+        TritonLayerNorm(dim, bias=False),
         WeightedSum(dim, bias=True),  # one score per token: an attention-pooling head
     ).to(device)
 
@@ -82,7 +82,7 @@ def main() -> None:
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     buffer.seek(0)
-    again = nn.Sequential(TinyBlock(dim, heavy_tokens=8), TritonLayerNorm(dim), WeightedSum(dim, bias=True))
+    again = nn.Sequential(TinyBlock(dim, heavy_tokens=8), TritonLayerNorm(dim, bias=False), WeightedSum(dim, bias=True))
     again.to(device).load_state_dict(torch.load(buffer), strict=True)
     with torch.no_grad():
         same = torch.equal(again(x), model(x))

@@ -4,7 +4,6 @@ The timings themselves need a GPU; here the tables, the "below a peer / below 90
 lists and the plots are checked on CSVs with known answers, and the whole run (every op
 and the training step) is dry-run on CPU at tiny shapes with the timer patched out.
 """
-import csv
 import json
 import math
 import os
@@ -19,7 +18,6 @@ from benchmarks.bench_train_step import StepResult
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 COPY = 1000.0  # GB/s of the fake runs
-EXAMPLE = os.path.join(ROOT, "examples", "train_colt5_lm.py")
 
 
 def test_help_needs_no_gpu():
@@ -27,8 +25,11 @@ def test_help_needs_no_gpu():
     out = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    for option in ("--quick", "--out", "--ops", "--no-compile"):
+    for option in ("--quick", "--out", "--ops", "--no-compile", "--train-configs"):
         assert option in out.stdout
+    # what it needs and how long it takes, before anyone starts it
+    text = " ".join(out.stdout.split())
+    assert "Needs: a CUDA GPU" in text and "10-12 minutes for a full pass" in text
 
 
 def test_unknown_op_is_a_usage_error(capsys):
@@ -50,12 +51,23 @@ def test_plain_progress_lines_without_tqdm(monkeypatch, capsys):
     assert bar.done == 3
 
 
-def _result(op, shape, dtype, direction, impl, us, nbytes, peak=math.nan):
-    gbps = nbytes / us / 1e3
-    return harness.Result(op, shape, dtype, direction, impl, us, gbps, 100 * gbps / COPY, peak)
+def _result(op, shape, dtype, direction, impl, gpu_us, nbytes, peak=math.nan, method="graph"):
+    """A Result whose GPU time is ``gpu_us`` and eager time 40 us more (the host's share)."""
+    gbps = nbytes / gpu_us / 1e3
+    return harness.Result(op, shape, dtype, direction, impl, gpu_us + 40, gpu_us, method, gbps,
+                          100 * gbps / COPY, peak)
 
 
-def _fake_results(folder):
+def _steps(config="B2 T16"):
+    """Train-step rows: eager ours 2x torch's speed, compile a tie, cudagraphs torch failed."""
+    row = lambda mode, impl, ms, low, high: StepResult(  # noqa: E731
+        config, mode, impl, 2, 16, 5, 3, ms, low, high, 32 / (ms / 1e3), 500.0, 80.0, 900.0, 900.0, 5.5)
+    return [row("eager", "torch", 20.0, 19.0, 21.0), row("eager", "triton_layers", 10.0, 9.5, 10.5),
+            row("compile", "torch", 8.0, 7.8, 8.4), row("compile", "triton_layers", 8.1, 7.9, 8.3),
+            row("cudagraphs", "torch", math.nan, math.nan, math.nan), row("cudagraphs", "triton_layers", 5.0, 4.9, 5.1)]
+
+
+def _fake_results(folder, gpu="Fake GPU 9000"):
     """CSVs where the answers are known: see the comments on each row."""
     mb = 100_000_000  # bytes: 100 us -> 1000 GB/s = 100% of COPY
     layernorm = [
@@ -65,7 +77,7 @@ def _fake_results(folder):
         _result("layernorm", "16x4096", "bfloat16", "fwd", "torch", 130.0, mb),
         _result("layernorm", "4x16384", "bfloat16", "fwd", "triton_layers", 250.0, mb),  # 40%, fastest
         _result("layernorm", "4x16384", "bfloat16", "fwd", "torch", float("nan"), mb),  # peer failed
-        _result("layernorm", "4x16384", "bfloat16", "fwd", "liger", 300.0, mb),
+        _result("layernorm", "4x16384", "bfloat16", "fwd", "liger", 300.0, mb, method="profiler"),  # not captured
     ]
     softmax = [
         # plain is compared with plain peers only, causal with causal peers only
@@ -81,17 +93,18 @@ def _fake_results(folder):
     harness.write_csv(layernorm, os.path.join(folder, "layernorm.csv"))
     harness.write_csv(softmax, os.path.join(folder, "softmax.csv"))
     harness.write_csv(coor, os.path.join(folder, "coor_descent.csv"))
-    steps = [StepResult("B2 T16", "triton_layers", 2, 16, 10.0, 3200.0, 500.0, 5.5),
-             StepResult("B2 T16", "torch", 2, 16, 20.0, 1600.0, 700.0, 5.5),
-             StepResult("B2 T16", "torch-compile", 2, 16, math.nan, math.nan, math.nan, math.nan)]
-    harness.write_csv(steps, os.path.join(folder, "train_step.csv"))
+    harness.write_csv(_steps(), os.path.join(folder, "train_step.csv"))
     with open(os.path.join(folder, "env.json"), "w") as f:
-        json.dump({"gpu": "Fake GPU 9000", "torch": "9.9", "triton": "9.9", "date": "2099-01-01",
+        json.dump({"gpu": gpu, "torch": "9.9", "triton": "9.9", "date": "2099-01-01",
                    "peers": {"liger-kernel": "1.0"}}, f)
 
 
 def _section(text, start, stop):
     return text[text.index(start):text.index(stop, text.index(start))]
+
+
+def _rows(part):
+    return [line for line in part.splitlines() if line.startswith("| ") and "---" not in line][1:]
 
 
 def test_report_lists_exactly_the_rows_below_a_peer_or_90_percent(tmp_path):
@@ -100,35 +113,100 @@ def test_report_lists_exactly_the_rows_below_a_peer_or_90_percent(tmp_path):
     assert report.copy_gbps(data["layernorm"]) == pytest.approx(COPY)
     text = open(report.write_summary(str(tmp_path))).read()
     assert "Fake GPU 9000" in text and "2099-01-01" in text and "liger-kernel 1.0" in text
-    assert "1000 GB/s" in text
+    assert "1000 GB/s" in text and "Old method" not in text
     slower = _section(text, "Slower than the fastest peer", "At least as fast")
     low = text[text.index("At least as fast"):]
-    rows = lambda part: [line for line in part.splitlines() if line.startswith("| ") and "---" not in line][1:]  # noqa: E731
-    assert len(rows(slower)) == 2
-    assert "| layernorm | 16x4096 | bfloat16 | fwd | 160 us | 62% | torch 130 us | 0.81x |" in slower
-    assert "| softmax | 8x512x512 | float32 | fwd | 90 us (causal) | 111% | compile-causal 60 us | 0.67x |" in slower
-    assert len(rows(low)) == 1
-    assert "| layernorm | 4x16384 | bfloat16 | fwd | 250 us | 40% | liger 300 us | 1.20x |" in low
-    # the per-op tables: the failed peer is an empty cell, the ratio column is the best peer / ours
-    assert "| 64x1024 | bfloat16 | fwd | 105 us (95%) | 200 us (50%) |  | 1.90x |" in text
-    assert "| 4x16384 | bfloat16 | fwd | 250 us (40%) |  | 300 us (33%) | 1.20x |" in text
+    assert "compared by GPU times" in text
+    assert len(_rows(slower)) == 2
+    assert "| layernorm | 16x4096 | bfloat16 | fwd | 160 us / 200 us | 62% | torch 130 us | 0.81x |" in slower
+    assert ("| softmax | 8x512x512 | float32 | fwd | 90 us / 130 us (causal) | 111% | compile-causal 60 us | 0.67x |"
+            in slower)
+    assert len(_rows(low)) == 1
+    assert "| layernorm | 4x16384 | bfloat16 | fwd | 250 us / 290 us | 40% | liger 300 us | 1.20x |" in low
+    # the per-op tables: GPU time (% of copy) / eager time; a failed peer is an empty cell; the
+    # profiler's kernel sum is starred; the ratio column is the best peer's GPU time / ours
+    assert "| 64x1024 | bfloat16 | fwd | 105 us (95%) / 145 us | 200 us (50%) / 240 us |  | 1.90x |" in text
+    assert "| 4x16384 | bfloat16 | fwd | 250 us (40%) / 290 us |  | 300* us (33%) / 340 us | 1.20x |" in text
     assert "| 8x256 | fwd+bwd | 0.5 | 9.0 |" in text  # coor_descent peak memory
-    assert "| torch-compile | failed |" in text and "| torch | 20.0 ms | 1,600 | 0.50x | 700 MiB |" in text
+    # training step: ours against torch in the same mode; a spread across 1.0 is a tie
+    assert "| eager | triton_layers | 10.0 ms (9.5-10.5) | 3,200 | 2.00x | 500 MiB | 80% | 900 | 900 | 5.5000 |" in text
+    assert "| compile | triton_layers | 8.1 ms (7.9-8.3) | 3,951 | tie (0.94-1.06x) |" in text
+    assert "| cudagraphs | torch | failed |" in text and "| cudagraphs | triton_layers | 5.0 ms (4.9-5.1) | 6,400 |  |" in text
 
 
-def test_update_keeps_the_hand_written_text(tmp_path):
-    _fake_results(tmp_path / "run")
-    (tmp_path / "run" / "headline.png").write_bytes(b"not drawn here")
+def test_step_ratio_tie():
+    ours = dict(step_ms=10.0, step_ms_min=9.0, step_ms_max=11.0)
+    assert report.ratio_text(*report.step_ratio(dict(step_ms=20.0, step_ms_min=19.0, step_ms_max=21.0), ours)) == \
+        "2.00x"
+    assert report.ratio_text(*report.step_ratio(dict(step_ms=10.5, step_ms_min=10.0, step_ms_max=12.0), ours)) == \
+        "tie (0.91-1.33x)"
+    assert report.ratio_text(*report.step_ratio(dict(step_ms=20.0), dict(step_ms=10.0))) == "2.00x"  # no spread
+
+
+def test_train_step_split_over_commands_keeps_both_configs(tmp_path):
+    from benchmarks import bench_train_step
+
+    harness.write_csv(_steps("B2 T16") + _steps("B4 T32"), str(tmp_path / "train_step.csv"))
+    kept = bench_train_step.earlier_rows(str(tmp_path / "train_step.csv"), {"B2 T16"})
+    assert list(map(repr, kept)) == list(map(repr, _steps("B4 T32")))  # (nan != nan: compared as text)
+    assert bench_train_step.earlier_rows(str(tmp_path / "none.csv"), {"B2 T16"}) == []
+
+
+def test_old_csvs_render_a_dash_and_say_so(tmp_path):
+    """Results from before gpu_us (eager times only, the train step without modes) still render."""
+    with open(tmp_path / "layernorm.csv", "w") as f:
+        f.write("op,shape,dtype,direction,impl,us,gbps,pct_copy,peak_mib\n"
+                "layernorm,64x1024,bfloat16,fwd,triton_layers,50.0,2000.0,200.0,nan\n"
+                "layernorm,64x1024,bfloat16,fwd,torch,40.0,2500.0,250.0,nan\n")
+    with open(tmp_path / "train_step.csv", "w") as f:
+        f.write("config,impl,batch,seq_len,step_ms,tokens_per_s,peak_mib,loss\n"
+                "B2 T16,triton_layers,2,16,10.0,3200.0,500.0,5.5\n"
+                "B2 T16,torch,2,16,20.0,1600.0,700.0,5.5\n"
+                "B2 T16,torch-compile,2,16,8.0,4000.0,600.0,5.5\n")
+    text = report.render(str(tmp_path), str(tmp_path))
+    assert "Old method" in text and "compared by eager times (old method) for layernorm" in text
+    assert "| 64x1024 | bfloat16 | fwd | — / 50 us (200%) | — / 40 us (250%) | 0.80x |" in text
+    assert "| layernorm | 64x1024 | bfloat16 | fwd | — / 50 us | 200% | torch 40 us | 0.80x |" in text
+    assert "| eager | triton_layers | 10.0 ms | 3,200 | 2.00x | 500 MiB | — | — | — | 5.5000 |" in text
+    assert "| compile | torch | 8.0 ms | 4,000 |  | 600 MiB |" in text
+
+
+@pytest.mark.parametrize("name, folder", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                                          ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090",
+                                                                            "geforce-rtx-4090")])
+def test_gpu_folder(name, folder):
+    assert report.gpu_folder(name) == folder
+
+
+def test_results_default_to_a_folder_per_gpu(monkeypatch):
+    opts = harness.parse_args("", [])
+    monkeypatch.setattr(harness, "device_name", lambda: "NVIDIA H100 80GB HBM3")
+    assert harness.results_dir(opts) == os.path.join(os.path.abspath(os.path.join(ROOT, "benchmarks")), "results",
+                                                     "h100")
+    assert harness.results_dir(harness.parse_args("", ["--out", "/x/y"])) == "/x/y"
+
+
+def test_update_keeps_one_section_per_gpu_and_the_hand_written_text(tmp_path):
+    results = tmp_path / "results"
+    for gpu, name in (("h200", "NVIDIA H200"), ("h100", "NVIDIA H100 80GB HBM3")):
+        (results / gpu).mkdir(parents=True)
+        _fake_results(results / gpu, gpu=name)
+    (results / "h200" / "headline.png").write_bytes(b"not drawn here")
     doc = tmp_path / "BENCHMARKS.md"
     doc.write_text("# Benchmarks\n\nhand-written intro\n")
-    report.update(str(doc), str(tmp_path / "run"))
-    doc.write_text(doc.read_text() + "\n## Why\n\nhand-written reasons\n")
+    report.update(str(doc), str(results / "h200"))  # first one GPU, with its reasons below it
+    doc.write_text(doc.read_text() + "\n### Why (H200)\n\nhand-written H200 reasons\n")
+    assert report.update(str(doc), str(results)) == ["results/h100", "results/h200"]  # then every GPU
     first = doc.read_text()
-    report.update(str(doc), str(tmp_path / "run"))
-    assert doc.read_text() == first  # regenerating is idempotent and keeps both hand-written parts
-    assert first.startswith("# Benchmarks\n\nhand-written intro\n") and first.endswith("hand-written reasons\n")
-    assert first.count(report.END) == 1 and "python -m benchmarks.report run --update BENCHMARKS.md" in first
-    assert "](run/headline.png)" in first  # image links relative to the document
+    assert first.count(report.END) == 2 and first.startswith("# Benchmarks\n\nhand-written intro\n")
+    h100, h200 = first.index("## H100: NVIDIA H100 80GB HBM3"), first.index("## H200: NVIDIA H200")
+    assert h100 < h200 < first.index("hand-written H200 reasons")  # the new GPU's block went before
+    assert first.endswith("hand-written H200 reasons\n")
+    assert "python -m benchmarks.report results/h100 --update BENCHMARKS.md" in first
+    assert "](results/h200/headline.png)" in first  # image links relative to the document
+    doc.write_text(first.replace("## H200: NVIDIA H200\n", "## H200: NVIDIA H200\n\nstale\n"))
+    report.update(str(doc), str(results))
+    assert doc.read_text() == first  # regenerating rewrites the blocks only, and is idempotent
 
 
 def test_plots_from_csvs(tmp_path):
@@ -147,19 +225,69 @@ def test_plots_from_csvs(tmp_path):
 
 
 def test_benchmarks_md_matches_its_csvs():
-    """The generated part of BENCHMARKS.md is what the report makes of the CSVs it names."""
+    """Each generated block of BENCHMARKS.md (one per GPU) is what the report makes of the CSVs it names."""
     path = os.path.join(ROOT, "BENCHMARKS.md")
     if not os.path.exists(path):
         pytest.skip("no BENCHMARKS.md")
     text = open(path).read()
-    start = text.index("<!-- BEGIN GENERATED by `python -m benchmarks.report ")
-    source = text[start:].split("`")[1].split()[3]
-    assert report.render(os.path.join(ROOT, source), ROOT) in text, \
-        f"regenerate: python -m benchmarks.report {source} --update BENCHMARKS.md"
+    sources = [source for _, _, source in report._blocks(text)]
+    assert sources and "benchmarks/results/h200" in sources
+    for source in sources:
+        assert report.render(os.path.join(ROOT, source), ROOT) in text, \
+            f"regenerate: python -m benchmarks.report {source} --update BENCHMARKS.md"
+
+
+class FakeEvent:
+    """The parts of a torch.profiler FunctionEvent that harness.device_activity reads."""
+
+    def __init__(self, name, device, us=0.0, kind=None, annotation=False, device_total=0.0):
+        self.name, self.device_type, self.activity_type = name, device, kind
+        self.is_user_annotation, self.device_time_total = annotation, device_total
+        self.time_range = type("Range", (), {"elapsed_us": lambda self: us})()
+
+
+def test_device_activity_sums_gpu_work_less_the_flush():
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    events = [
+        FakeEvent(harness.FLUSH_LABEL, cpu, device_total=30.0),  # the L2 flush's kernels: left out
+        FakeEvent(harness.FLUSH_LABEL, cuda, 31.0, "gpu_user_annotation", annotation=True),
+        FakeEvent("cudaLaunchKernel", cpu), FakeEvent("cudaLaunchKernel", cpu), FakeEvent("cudaGraphLaunch", cpu),
+        FakeEvent("fill_kernel", cuda, 30.0, "kernel"), FakeEvent("ln_fwd", cuda, 12.0, "kernel"),
+        FakeEvent("Memcpy DtoD", cuda, 3.0, "gpu_memcpy"), FakeEvent("aten::add", cpu),
+        FakeEvent("old_torch_kernel", cuda, 5.0),  # no activity type (older torch): counted as a kernel
+    ]
+    assert harness.device_activity(events, exclude=harness.FLUSH_LABEL) == (20.0, 3, 3)
+    # real profiler events (CPU only here: no GPU work) have the attributes it reads
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function(harness.FLUSH_LABEL):
+            torch.ones(8).add_(1)
+    assert harness.device_activity(prof.events(), exclude=harness.FLUSH_LABEL) == (0.0, 0, 0)
+
+
+def test_gpu_time_takes_the_profiler_where_the_graph_capture_fails(monkeypatch, capsys):
+    monkeypatch.setattr(harness, "gpu_timeline", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    monkeypatch.setattr(harness, "graph_replay_us", lambda make, grads=None, quick=False: 50.0)
+    monkeypatch.setattr(harness, "profiled_kernel_us", lambda make, grads=None, quick=False: 70.0)
+    assert harness.gpu_time_us(lambda: (lambda: None)) == (50.0, "graph")
+
+    def uncapturable(make, grads=None, quick=False):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(harness, "graph_replay_us", uncapturable)
+    assert harness.gpu_time_us(lambda: (lambda: None)) == (70.0, "profiler")
+    assert "not capturable in a CUDA graph" in capsys.readouterr().err
+    monkeypatch.setattr(harness, "profiled_kernel_us", uncapturable)
+    us, method = harness.gpu_time_us(lambda: (lambda: None))
+    assert math.isnan(us) and method == ""
+    monkeypatch.setattr(harness, "gpu_timeline", lambda: False)  # the CPU: no GPU time at all
+    us, method = harness.gpu_time_us(lambda: (lambda: None))
+    assert math.isnan(us) and method == ""
 
 
 def _dry_run(monkeypatch):
-    """Make harness and the benchmarks run on CPU at tiny shapes, with a fake timer."""
+    """Make harness and the benchmarks run on CPU at tiny shapes: fake timers, a fake CUDA-graph
+    time (the profiler's is a fallback of it), compile peers eager, a tiny training step."""
     from benchmarks import bench_coor_descent, bench_layernorm, bench_softmax, bench_train_step, bench_weighted_sum
 
     monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
@@ -167,24 +295,34 @@ def _dry_run(monkeypatch):
     monkeypatch.setattr(harness, "copy_bandwidth_gbps", lambda device: COPY)
     monkeypatch.setattr(harness, "time_us", lambda fn, grad_to_none=None, quick=False: (fn(), 100.0)[1])
     monkeypatch.setattr(harness, "peak_memory_mib", lambda fn: (fn(), 1.0)[1])
+    monkeypatch.setattr(harness, "gpu_timeline", lambda: True)
+    monkeypatch.setattr(harness, "graph_replay_us", lambda make, grad_to_none=None, quick=False: (make(), 50.0)[1])
+    monkeypatch.setattr(harness, "compiled", lambda fn: fn)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
     monkeypatch.setattr(bench_layernorm, "QUICK_SHAPES", [(3, 40)])
     monkeypatch.setattr(bench_softmax, "QUICK_SHAPES", [(2, 33)])
     monkeypatch.setattr(bench_weighted_sum, "QUICK_SHAPES", [(5, 70)])
     monkeypatch.setattr(bench_coor_descent, "QUICK_SHAPES", [(3, 50)])
-    monkeypatch.setattr(bench_train_step, "CONFIG", dict(seq_len=16, dim=32, heads=2, depth=1, heavy_tokens=4))
-    monkeypatch.setattr(bench_train_step, "BATCH", 2)
-    monkeypatch.setattr(bench_train_step, "STEPS", {True: (1, 1), False: (1, 1)})
+    tiny = bench_train_step.TrainConfig(2, dict(seq_len=16, dim=32, heads=2, depth=1, heavy_tokens=4), 1)
+    monkeypatch.setattr(bench_train_step, "CONFIGS", {"small": tiny, "large": tiny})
+    monkeypatch.setattr(bench_train_step, "compile_model", lambda model, mode: model)
+    # the model's kernel path is tested in test_train_example (the interpreter takes ~0.5 s a step):
+    # here our layers take the reference path, and fewer rounds and warm-up steps
+    monkeypatch.setattr(bench_train_step, "USE_TRITON", False)
+    monkeypatch.setattr(bench_train_step, "ROUNDS", {True: 2, False: 2})
+    monkeypatch.setattr(bench_train_step, "WARMUP", dict.fromkeys(bench_train_step.MODES, 1))
+
+
+TRAIN_COLUMNS = ["config", "mode", "impl", "step_ms", "step_ms_min", "step_ms_max", "tokens_per_s", "peak_mib",
+                 "gpu_busy_pct", "launches_per_step"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run; on a GPU run python -m benchmarks")
 def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     _dry_run(monkeypatch)
-    parts = ["layernorm", "softmax", "weighted_sum", "coor_descent"]
-    if os.path.exists(EXAMPLE):
-        parts.append("train_step")
+    parts = ["layernorm", "softmax", "weighted_sum", "coor_descent", "train_step"]
     # split over two commands into one folder, as a short GPU session may need
-    options = ["--quick", "--no-compile", "--no-plots", "--out", str(tmp_path), "--ops"]
+    options = ["--quick", "--dtypes", "float32", "--no-plots", "--out", str(tmp_path), "--ops"]
     assert run_all.main(options + ["layernorm"]) == 0
     rc = run_all.main(options + [",".join(parts[1:])])
     env = json.load(open(tmp_path / "env.json"))
@@ -192,16 +330,48 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     assert set(env["wall_s"]) == set(parts)  # the first command's part is kept
     assert env["command"].count("python -m benchmarks") == 2
     for op in parts[:4]:
-        with open(tmp_path / f"{op}.csv") as f:
-            rows = list(csv.DictReader(f))
+        rows = report.read_csv(str(tmp_path / f"{op}.csv"))
         ours = [r for r in rows if r["impl"].startswith("triton_layers")]
         # every case of ours ran (a kernel failure would be a nan time: try_peer swallows it)
-        assert ours and all(math.isfinite(float(r["us"])) for r in ours), op
+        assert ours and all(math.isfinite(r["us"]) for r in ours), op
         assert any(not r["impl"].startswith("triton_layers") for r in rows), op  # peers in the same run
-    if "train_step" in parts:
-        rows = report.read_csv(str(tmp_path / "train_step.csv"))
-        assert [r["impl"] for r in rows] == ["triton_layers", "torch"]
-        # the same weights and batch: both implementations start from the same loss
-        assert all(math.isfinite(r["step_ms"]) for r in rows)
-        assert rows[0]["loss"] == pytest.approx(rows[1]["loss"], rel=1e-2)
-    assert "## Where we are below" in open(tmp_path / "summary.md").read()
+        # the GPU time of the same call beside the eager one, and the bandwidth from it
+        assert all(r["gpu_us"] == 50.0 and r["gpu_method"] == "graph" for r in rows if math.isfinite(r["us"])), op
+    for r in report.read_csv(str(tmp_path / "layernorm.csv")):  # bytes model over the GPU time
+        nbytes = {"fwd": 2, "bwd": 3}[r["direction"]] * 3 * 40 * {"bfloat16": 2, "float32": 4}[r["dtype"]]
+        assert r["gbps"] == pytest.approx(nbytes / 50.0 / 1e3) and r["pct_copy"] == pytest.approx(100 * r["gbps"] / COPY)
+    rows = report.read_csv(str(tmp_path / "train_step.csv"))
+    assert list(rows[0])[:3] == TRAIN_COLUMNS[:3] and set(TRAIN_COLUMNS) <= set(rows[0])
+    assert [(r["mode"], r["impl"]) for r in rows] == [
+        (mode, impl) for mode in ("eager", "compile", "cudagraphs") for impl in ("torch", "triton_layers")]
+    assert all(r["rounds"] == 2 and math.isfinite(r["step_ms"]) and r["step_ms_min"] <= r["step_ms"] <= r["step_ms_max"]
+               for r in rows)
+    # no GPU: no memory or profile figures, and nothing pretends otherwise
+    assert all(math.isnan(r["peak_mib"]) and math.isnan(r["gpu_busy_pct"]) for r in rows)
+    # the same weights and batch: every variant starts from the same loss
+    assert all(r["loss"] == pytest.approx(rows[0]["loss"], rel=1e-2) for r in rows)
+    summary = open(tmp_path / "summary.md").read()
+    assert "### Where we are below" in summary and "| cudagraphs | triton_layers |" in summary
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
+    """A bench file run alone (its tables on stdout), and the weighted-sum launch sweep through the
+    same loop, restoring the launch settings."""
+    from benchmarks import bench_softmax, bench_weighted_sum
+    from triton_layers.kernels import _launch
+
+    _dry_run(monkeypatch)
+    harness.run_alone(bench_softmax, bench_softmax._targets, argv=["--quick", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "## softmax on cpu" in out and "| 2x33x33 | bfloat16 | fwd | 50 us, " in out
+    assert "## softmax targets (GPU time)" in out and "| 2x33x33 | float32 | bwd |" in out
+    rows = report.read_csv(str(tmp_path / "softmax.csv"))
+    assert len(rows) == 2 * 2 * len({r["impl"] for r in rows}) >= 2 * 2 * 6  # dtypes x dirs x impls
+
+    monkeypatch.setattr(bench_weighted_sum, "SWEEP", [(8192, 16, 8, 4), (32768, 32, 8, 16)])
+    before = {knob: getattr(_launch, knob) for knob in bench_weighted_sum.SWEEP_KNOBS}
+    harness.run_alone(bench_weighted_sum.Sweep, argv=["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
+    rows = report.read_csv(str(tmp_path / "weighted_sum_sweep.csv"))
+    assert [r["shape"] for r in rows[::2]] == ["5x70 tile=8192 ept=16 bwd/sm=4", "5x70 tile=32768 ept=32 bwd/sm=16"]
+    assert {knob: getattr(_launch, knob) for knob in bench_weighted_sum.SWEEP_KNOBS} == before

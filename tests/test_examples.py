@@ -1,22 +1,12 @@
 """examples/quickstart.py runs and round-trips its state_dict; its block on short sequences."""
-import importlib.util
-import os
-
 import pytest
 import torch
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "quickstart.py")
-
-
-def _quickstart():
-    spec = importlib.util.spec_from_file_location("quickstart", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from examples import quickstart
 
 
 def test_quickstart_runs(capsys):
-    _quickstart().main()
+    quickstart.main()
     out = capsys.readouterr().out
     assert "ran on" in out and ("Triton kernels" in out or "reference" in out)
     assert "outputs identical = True" in out
@@ -27,7 +17,7 @@ def test_quickstart_runs(capsys):
 def test_quickstart_block_on_short_sequences(device, seq):
     # With seq <= heavy_tokens the router routes every token and returns indices=None;
     # the block's route_back must take that: every token goes through the heavy branch.
-    block = _quickstart().TinyBlock(16, heavy_tokens=8).to(device)
+    block = quickstart.TinyBlock(16, heavy_tokens=8).to(device)
     x = torch.randn(2, seq, 16, device=device, requires_grad=True)
     y = block(x)
     y.sum().backward()

@@ -1,25 +1,27 @@
-"""examples/train_colt5_lm.py: the two model impls agree, and a short training run learns,
-checkpoints, reloads to identical outputs, samples and plots (the README's first command)."""
-import importlib.util
+"""examples/colt5_lm.py and examples/train_colt5_lm.py: the two model impls agree, and a
+short training run learns, checkpoints, reloads to identical outputs, samples and plots (the
+README's first command, which also runs here as a script)."""
 import os
+import runpy
+import sys
 
 import pytest
 import torch
 
+from examples import colt5_lm as lm
+from examples import train_colt5_lm as script
+from triton_layers import _checks
 from triton_layers._checks import use_kernels
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "train_colt5_lm.py")
-_spec = importlib.util.spec_from_file_location("train_colt5_lm", EXAMPLE)
-lm = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(lm)
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 # Odd sizes: 3 sequences of 23 tokens, 5 of them routed; two heads of width 12.
 SMALL = lm.LMConfig(seq_len=23, dim=24, heads=2, depth=2, heavy_tokens=5, light_mult=1, heavy_mult=2)
 
 
 def _batch(config, batch_size, device, seed=1):
-    data = lm.load_corpus()
-    return lm.get_batch(data, batch_size, config.seq_len, device, torch.Generator().manual_seed(seed))
+    data = script.load_corpus()
+    return script.get_batch(data, batch_size, config.seq_len, device, torch.Generator().manual_seed(seed))
 
 
 def _randomize(model):
@@ -81,12 +83,12 @@ def test_torch_impl_compiles_fullgraph():
 
 
 def test_batches_and_split():
-    data = lm.load_corpus()
+    data = script.load_corpus()
     assert data.dtype == torch.uint8 and len(data) == 1_115_394
-    train, held_out = lm.split_corpus(data)
+    train, held_out = script.split_corpus(data)
     assert len(held_out) == len(data) - int(len(data) * 0.9) and torch.equal(held_out, data[-len(held_out):])
-    x, y = lm.get_batch(train, 5, 17, "cpu", torch.Generator().manual_seed(3))
-    again, _ = lm.get_batch(train, 5, 17, "cpu", torch.Generator().manual_seed(3))
+    x, y = script.get_batch(train, 5, 17, "cpu", torch.Generator().manual_seed(3))
+    again, _ = script.get_batch(train, 5, 17, "cpu", torch.Generator().manual_seed(3))
     assert x.shape == y.shape == (5, 17) and x.dtype == torch.long and torch.equal(x, again)
     assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the next bytes
 
@@ -106,8 +108,8 @@ def test_bad_inputs():
 def test_training_run(tmp_path, monkeypatch, capsys):
     """main(): the loss falls, the checkpoint reloads to identical outputs, --compare runs both."""
     tiny = lm.LMConfig(seq_len=32, dim=32, heads=2, depth=1, heavy_tokens=8)
-    monkeypatch.setitem(lm.SIZES, "tiny", (tiny, {"batch_size": 8, "steps": 40, "lr": 3e-3}))
-    summary = lm.main(["--device", "cpu", "--use-triton", "false", "--size", "tiny", "--compare",
+    monkeypatch.setitem(script.SIZES, "tiny", (tiny, {"batch_size": 8, "steps": 40, "lr": 3e-3}))
+    summary = script.main(["--device", "cpu", "--use-triton", "false", "--size", "tiny", "--compare",
                        "--out", str(tmp_path), "--sample-len", "20", "--seed", "3"])
     out = capsys.readouterr().out
     losses = summary["losses"]
@@ -127,3 +129,37 @@ def test_training_run(tmp_path, monkeypatch, capsys):
     both = summary["compare"]
     assert set(both) == {"triton_layers", "plain torch"} and "plain torch" in out
     assert abs(both["triton_layers"]["train_loss"] - both["plain torch"]["train_loss"]) < 0.05
+
+
+def test_script_runs_as_a_script(monkeypatch, capsys):
+    """``python examples/train_colt5_lm.py`` (the README's command): run as a file, with neither the
+    repo root on sys.path nor the examples package imported, it finds examples.colt5_lm itself."""
+    root = os.path.abspath(ROOT)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if os.path.abspath(p or ".") != root])
+    for name in [name for name in sys.modules if name == "examples" or name.startswith("examples.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "argv", ["train_colt5_lm.py", "--help"])
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_path(os.path.join(root, "examples", "train_colt5_lm.py"), run_name="__main__")
+    assert exc.value.code == 0
+    assert "--use-triton" in capsys.readouterr().out and root in map(os.path.abspath, sys.path)
+
+
+def test_auto_is_the_reference_on_cpu_even_under_interpret(monkeypatch, capsys):
+    """--use-triton auto: the reference on the CPU although TRITON_INTERPRET=1 would let the layers'
+    own auto take the interpreter; forcing the interpreter warns how long it takes first."""
+    monkeypatch.setattr(_checks, "TRITON_INTERPRET", True)
+    assert use_kernels(torch.empty(0), None)  # what the layers' auto would pick
+    args = script._parse(["--device", "cpu"])
+    assert args.use_triton is False and script._path_name(torch.device("cpu"), args.use_triton) == \
+        "pure-torch reference"
+    assert script.interpreter_warning(args) is None
+    forced = script._parse(["--device", "cpu", "--use-triton", "true"])
+    assert forced.use_triton is True and forced.steps == 600
+    warning = script.interpreter_warning(forced)
+    assert "35 s a step" in warning and "600 steps take about 5 h 50 min" in warning
+    assert script.interpreter_warning(script._parse(["--device", "cpu", "--use-triton", "true", "--steps", "1"])) \
+        is None
+    monkeypatch.setattr(script, "_run", lambda args: {"use_triton": args.use_triton})
+    assert script.main(["--device", "cpu", "--use-triton", "true"]) == {"use_triton": True}
+    assert "warning: --use-triton true on the CPU" in capsys.readouterr().err
