@@ -370,8 +370,7 @@ def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
     assert len(rows) == 2 * 2 * len({r["impl"] for r in rows}) >= 2 * 2 * 6  # dtypes x dirs x impls
 
     monkeypatch.setattr(bench_weighted_sum, "SWEEP", [(8192, 16, 8, 4), (32768, 32, 8, 16)])
-    before = {knob: getattr(_launch, knob) for knob in bench_weighted_sum.SWEEP_KNOBS}
     harness.run_alone(bench_weighted_sum.Sweep, argv=["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
     rows = report.read_csv(str(tmp_path / "weighted_sum_sweep.csv"))
     assert [r["shape"] for r in rows[::2]] == ["5x70 tile=8192 ept=16 bwd/sm=4", "5x70 tile=32768 ept=32 bwd/sm=16"]
-    assert {knob: getattr(_launch, knob) for knob in bench_weighted_sum.SWEEP_KNOBS} == before
+    assert _launch.current() is _launch.DEFAULT
