@@ -338,7 +338,7 @@ def test_autocast(device):
     assert_close_to_reference(y, exact, torch_low_precision=exact.to(dtype))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compile only on the GPU (design.md)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compile only on the GPU (docs/ARCHITECTURE.md)")
 def test_compile_fullgraph(device):
     s = _scores(4, 2000, torch.float32, device).requires_grad_()
     k = (torch.rand(4, device=device) * 100 + 1).requires_grad_()

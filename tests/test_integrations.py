@@ -3,7 +3,7 @@ Hugging Face transformers and safetensors (issue 6).
 
 Each test uses a small model built from all four layers (``FourLayerNet``). On a machine
 without a GPU the kernels run through the Triton interpreter, except under torch.compile,
-which cannot trace interpreted kernels (design.md, "Paths"): there the reference path is
+which cannot trace interpreted kernels (docs/ARCHITECTURE.md, "Paths"): there the reference path is
 compiled, and the kernel path is compiled on the GPU.
 """
 from __future__ import annotations

@@ -350,7 +350,7 @@ def test_module_trains(device):
 
 def test_torch_compile_fullgraph(device):
     """Kernel path under torch.compile(fullgraph=True) on the GPU; on the CPU the reference
-    path (compiling interpreted kernels is not supported, design.md)."""
+    path (compiling interpreted kernels is not supported, docs/ARCHITECTURE.md)."""
     on_gpu = device == "cuda"
     fn = torch.compile(
         lambda x, w, b: TF.layer_norm(x, w, b, stable=True, use_triton=on_gpu),

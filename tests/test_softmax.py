@@ -316,7 +316,7 @@ def test_reference_path_compiles_fullgraph():
     torch.testing.assert_close(fn(x, mask), reference.softmax(x, True, 0.5, mask))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compile only on the GPU (see design.md)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compile only on the GPU (see docs/ARCHITECTURE.md)")
 def test_kernel_path_compiles_fullgraph(device):
     fn = torch.compile(lambda x, m: F.softmax(x, causal=True, scale=0.5, key_padding_mask=m), fullgraph=True)
     x = torch.randn(2, 3, 50, 70, device=device, requires_grad=True)

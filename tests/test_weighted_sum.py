@@ -405,7 +405,7 @@ def test_module_mixed_precision_in_sequential(dtype, device):
 
 def test_torch_compile_fullgraph(device):
     """Kernel path under torch.compile on the GPU; on CPU (interpreter) the reference path,
-    as design.md says compiling the interpreted kernels is not supported."""
+    as docs/ARCHITECTURE.md says compiling the interpreted kernels is not supported."""
     on_gpu = device == "cuda"
     fn = torch.compile(
         lambda x, w, b: F.weighted_sum(x, w, b, use_triton=on_gpu),

@@ -1,4 +1,4 @@
-"""Comparison helpers with tolerances by dtype (design.md, item 9).
+"""Comparison helpers with tolerances by dtype (docs/ARCHITECTURE.md).
 
 fp32 results are compared with a float64 reference at a tight tolerance. fp16/bf16
 results may be off by no more than twice what torch's own computation in that dtype is
