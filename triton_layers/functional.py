@@ -217,6 +217,8 @@ def softmax(
 
     ``key_padding_mask`` is a bool (B, Nk) tensor, True marking padding keys to ignore
     (``nn.MultiheadAttention``'s meaning), for ``x`` of shape (B, Nq, Nk) or (B, H, Nq, Nk).
+    That is the opposite of a Hugging Face ``attention_mask`` (1 = attend, 0 = padding):
+    pass ``key_padding_mask=attention_mask == 0``.
 
     A row whose keys are all masked (the top rows when Nq > Nk with ``causal``, or a batch
     entry that is all padding) gives zeros and a zero gradient, never NaN. Statistics are

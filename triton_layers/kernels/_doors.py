@@ -191,11 +191,14 @@ class Op:
         self._grad_pos = tuple(self._names.index(n) for n in desc.differentiable)
         self._saved_is_tensor = tuple(t in (Tensor, Optional[Tensor]) for _, t in desc.saved)
         self.function = self._eager_door()
+        # Function.apply less its Python prologue (binding default args, unwrapping dead
+        # functorch wrappers): ~4 us per call on a CPU; used while no functorch transform runs.
+        self._apply = super(torch.autograd.Function, self.function).apply
         self.forward_op, self.backward_op = self._compiled_door()
 
     # -- shared by both doors ------------------------------------------------------------
     def _needs(self, needs_input_grad) -> dict[str, bool]:
-        return {name: bool(needs_input_grad[i]) for name, i in zip(self.desc.differentiable, self._grad_pos)}
+        return dict(zip(self.desc.differentiable, map(needs_input_grad.__getitem__, self._grad_pos)))
 
     def _grads_in_order(self, grads: dict, needs: dict, dtypes: tuple) -> tuple:
         """The gradients as autograd wants them: one per input, in its dtype, None where
@@ -301,11 +304,12 @@ class Op:
         # Triton launches on the current device and its current stream: make that the
         # tensors' device. (The backward needs no guard: autograd runs it on a thread of
         # the device its gradients live on, with the forward's stream.)
+        apply = self.function.apply if torch._C._are_functorch_transforms_active() else self._apply
         device = args[0].device
         if device.type == "cuda" and device.index != torch.cuda.current_device():
             with torch.cuda.device(device):
-                return self.function.apply(*args)
-        return self.function.apply(*args)
+                return apply(*args)
+        return apply(*args)
 
 
 def _one_or_tuple(tensors):
