@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 import triton_layers
-from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, WeightedSum
+from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -111,6 +111,7 @@ def test_compile_fullgraph_kernels_inductor():
 # dtypes). The others keep the input's dtype, as outside autocast.
 LAYERS = {
     "layer_norm": lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
+    "rms_norm": lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
     "softmax": lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton),
     "weighted_sum": lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton),
 }
@@ -118,6 +119,8 @@ LAYERS = {
 EXPLICIT_BF16 = {
     "layer_norm": lambda m, x: triton_layers.functional.layer_norm(
         x, m.weight, m.bias, m.eps, use_triton=m.use_triton, out_dtype=torch.bfloat16),
+    "rms_norm": lambda m, x: triton_layers.functional.rms_norm(
+        x, m.weight, m.eps, use_triton=m.use_triton, out_dtype=torch.bfloat16),
 }
 
 
