@@ -151,11 +151,12 @@ def _norm(
     check_shape(bias, "bias", normalized_shape)
     if not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    device_type = x.device.type
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype, "out_dtype")
-    elif x.device.type in ("cuda", "cpu") and torch.is_autocast_enabled(x.device.type):
+    elif (device_type == "cuda" or device_type == "cpu") and torch.is_autocast_enabled(device_type):
         # What the next matmul reads under autocast: written directly, no cast kernel.
-        out_dtype = torch.get_autocast_dtype(x.device.type)
+        out_dtype = torch.get_autocast_dtype(device_type)
     elif cast_before_weight and weight is not None:
         out_dtype = torch.promote_types(x.dtype if residual is None else residual_dtype, weight.dtype)
     else:
