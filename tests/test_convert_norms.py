@@ -85,7 +85,8 @@ def test_convert_hf_model(family, dtype):
     torch.testing.assert_close(got_logits.float(), want_logits.float(), rtol=0, atol=tol * scale)
     for name, want in want_grads.items():
         got, g_scale = got_grads[name], want.float().abs().max().item() or 1.0
-        torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=tol * 5 * g_scale, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=tol * 5 * g_scale,
+                                   msg=lambda m: f"{name}: {m}")
 
     # The converted state_dict loads strictly into a fresh, unconverted model: same logits.
     fresh = _model(family, dtype, seed=1)

@@ -160,8 +160,8 @@ def test_one_pass_each_way(kind, monkeypatch, device):
     stream: no cast kernel) and h; no torch op touches the data. Backward: one node for both
     outputs, one kernel launch for every gradient."""
     busy: list = []
-    spies = {name: _Spy(getattr(norm_kernels, name), busy)
-             for name in ("_norm_fwd_kernel", "_norm_bwd_kernel", "_norm_bwd_row_sums_kernel", "_norm_bwd_split_kernel")}
+    names = ("_norm_fwd_kernel", "_norm_bwd_kernel", "_norm_bwd_row_sums_kernel", "_norm_bwd_split_kernel")
+    spies = {name: _Spy(getattr(norm_kernels, name), busy) for name in names}
     for name, spy in spies.items():
         monkeypatch.setattr(norm_kernels, name, spy)
     x = torch.randn(33, 64, device=device, requires_grad=True)
