@@ -101,7 +101,7 @@ def _swapped_pair(family: str, weight_dtype: torch.dtype, use_triton):
     hf_cls = getattr(importlib.import_module(module_name), class_name)
     hf = hf_cls(64, eps=1e-6).to(DEVICE, weight_dtype)
     with torch.no_grad():
-        hf.weight.normal_(0.0 if family == "gemma" else 1.0, 0.3)
+        hf.weight.normal_(0.0 if FAMILIES[family][3] == "gemma" else 1.0, 0.3)
     ours = triton_layers.convert(nn.Sequential(copy.deepcopy(hf)), use_triton=use_triton)[0]
     assert isinstance(ours, TritonRMSNorm)
     return hf, ours
@@ -109,7 +109,7 @@ def _swapped_pair(family: str, weight_dtype: torch.dtype, use_triton):
 
 @pytest.mark.parametrize("path", ["kernels", "reference"])
 @pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32], ids=["bf16_weight", "fp32_weight"])
-@pytest.mark.parametrize("family", ["llama", "gemma"])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_swapped_norm_bitwise_bf16(family, weight_dtype, path):
     """A bf16 input through the swapped norm and through the original class: the same
     output dtype, bit-identical values on nearly every element and one ulp at most
