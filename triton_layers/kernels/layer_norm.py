@@ -1,5 +1,6 @@
 """LayerNorm and RMSNorm over the last dim of a 2-D tensor, with an optional fused residual
-add: one family of Triton kernels (``IS_RMS`` switches), their launchers, the autograd glue.
+add: one family of Triton kernels (``IS_RMS`` switches; their @triton.jit helpers, each
+formula once, are in _norm_helpers.py), their launchers, the autograd glue.
 
 Input:    z = x; or, with a residual, z = h = x + residual computed in h's dtype (both cast
           to it, added in fp32, rounded once) and written out in the same pass.
@@ -29,77 +30,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 from . import _doors, _launch
-
-# Smallest divisor used for stable mode, so an all-zero row normalizes to zeros (not NaN).
-# A tl.constexpr: real (non-interpreted) Triton only reads constexpr globals.
-STABLE_MIN_SCALE = tl.constexpr(1e-30)
-
-
-@triton.jit
-def _div(row_sums, N):
-    """Per-row sums / N, correctly rounded (the GPU's default fp32 division, div.full.f32,
-    may be 2 ulp off; these means feed every element of the row)."""
-    return tl.div_rn(row_sums, tl.zeros_like(row_sums) + N)
-
-
-@triton.jit
-def _rounded_product(a, b, mask):
-    """a * b rounded to fp32 before any later use (0 outside ``mask``). Behind the select,
-    the compiler cannot fuse the product into a following ``- mean`` as an FMA, which
-    would subtract a mean of rounded products from an unrounded one: on rows of one
-    element, where dx, xhat and dweight are exactly 0, that left ~1e-6 times
-    rstd = 1/sqrt(eps) in them on the GPU (w * dy before mean(w * dy); x / max|x| before
-    its mean in stable mode)."""
-    return tl.where(mask, a * b, 0.0)
-
-
-@triton.jit
-def _stat_rows(Stats, M, IS_RMS: tl.constexpr):
-    """Pointers to the mean, rstd and 1/max|z| rows of the stats tensor (RMSNorm keeps no
-    mean row: its Mean pointer is never read)."""
-    Rstd = Stats + M
-    if IS_RMS:
-        Rstd = Stats
-    return Stats, Rstd, Rstd + M
-
-
-@triton.jit
-def _load_weight(W, cols, col_mask, HAS_WEIGHT: tl.constexpr, UNIT_OFFSET: tl.constexpr):
-    """The factor the normalized rows are multiplied by, fp32: weight, 1 + weight, or ones."""
-    w = tl.full(cols.shape, 1.0, dtype=tl.float32)
-    if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-        if UNIT_OFFSET:
-            w = 1.0 + w
-    return w
-
-
-@triton.jit
-def _load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row,
-                HAS_RESIDUAL: tl.constexpr, STORE_H: tl.constexpr):
-    """A tile of the normalized input z in fp32 (0 outside ``mask``): x, or h = x + residual
-    in H's dtype (each cast to it, their sum rounded to it), written to H when STORE_H."""
-    z = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        h_dtype = H.dtype.element_ty
-        r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
-        z = (z.to(h_dtype).to(tl.float32) + r.to(h_dtype).to(tl.float32)).to(h_dtype)
-        if STORE_H:
-            tl.store(H + rows[:, None] * stride_h_row + cols[None, :], z, mask=mask)
-    return z.to(tl.float32)
-
-
-@triton.jit
-def _affine(zhat, Z, W, B, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-            UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr):
-    """y in fp32: zhat (rounded to Z's dtype first with CAST_BEFORE_WEIGHT) * w + bias."""
-    if CAST_BEFORE_WEIGHT:
-        zhat = zhat.to(Z.dtype.element_ty).to(tl.float32)
-    if HAS_WEIGHT:
-        zhat = zhat * _load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)[None, :]
-    if HAS_BIAS:
-        zhat = zhat + tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-    return zhat
+from ._norm_helpers import (
+    STABLE_MIN_SCALE, affine, bwd_prologue, div, dz_coefficients, load_bwd_tile, load_input, load_weight,
+    param_grads, rounded_product, stat_rows, store_dz, store_partials,
+)
 
 
 @triton.jit
@@ -111,7 +45,7 @@ def _norm_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):
     # One program normalizes BLOCK_M rows: short rows still give each program enough bytes.
-    Mean, Rstd, InvScale = _stat_rows(Stats, M, IS_RMS)
+    Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     Z = X  # the normalized input, for its dtype
     if HAS_RESIDUAL:
         Z = H
@@ -123,15 +57,15 @@ def _norm_fwd_kernel(
     mean = tl.zeros([BLOCK_M], dtype=tl.float32)
     if SINGLE_PASS:
         mask = row_mask[:, None] & (cols[None, :] < N)
-        z = _load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
+        z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
         if STABLE:
             inv_scale = 1.0 / tl.maximum(tl.max(tl.abs(z), axis=1), STABLE_MIN_SCALE)
-            z = _rounded_product(z, inv_scale[:, None], mask)
+            z = rounded_product(z, inv_scale[:, None], mask)
         if not IS_RMS:
-            mean = _div(tl.sum(z, axis=1), N)
+            mean = div(tl.sum(z, axis=1), N)
             z = tl.where(mask, z - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(_div(tl.sum(z * z, axis=1), N) + eps)
-        y = _affine(z * rstd[:, None], Z, W, B, cols, cols < N, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
+        rstd = 1.0 / tl.sqrt(div(tl.sum(z * z, axis=1), N) + eps)
+        y = affine(z * rstd[:, None], Z, W, B, cols, cols < N, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
                     CAST_BEFORE_WEIGHT)
         tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
@@ -141,7 +75,7 @@ def _norm_fwd_kernel(
             amax = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for start in range(0, N, BLOCK_N):
                 mask = row_mask[:, None] & (start + cols[None, :] < N)
-                z = _load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                z = load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
                                 HAS_RESIDUAL, False)
                 amax = tl.maximum(amax, tl.abs(z))
             inv_scale = 1.0 / tl.maximum(tl.max(amax, axis=1), STABLE_MIN_SCALE)
@@ -157,28 +91,28 @@ def _norm_fwd_kernel(
         acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for start in range(0, N, BLOCK_N):
             mask = row_mask[:, None] & (start + cols[None, :] < N)
-            z = _load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+            z = load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
                             HAS_RESIDUAL, False)
-            d = tl.where(mask, _rounded_product(z, inv_scale[:, None], mask) - shift[:, None], 0.0)
+            d = tl.where(mask, rounded_product(z, inv_scale[:, None], mask) - shift[:, None], 0.0)
             acc1 += d
             acc2 += d * d
         s1 = tl.sum(acc1, axis=1)
         s2 = tl.sum(acc2, axis=1)
         if IS_RMS:
-            var = _div(s2, N)
+            var = div(s2, N)
         else:
-            mean = shift + _div(s1, N)
+            mean = shift + div(s1, N)
             # Clamp rounding below zero, but let a NaN variance (a row holding inf) through,
             # as torch does: fmax(NaN, 0) would give 0 and a finite rstd.
-            var = tl.maximum(_div(s2 - _div(s1 * s1, N), N), 0.0, propagate_nan=tl.PropagateNan.ALL)
+            var = tl.maximum(div(s2 - div(s1 * s1, N), N), 0.0, propagate_nan=tl.PropagateNan.ALL)
         rstd = 1.0 / tl.sqrt(var + eps)
         for start in range(0, N, BLOCK_N):
             col_mask = start + cols < N
             mask = row_mask[:, None] & col_mask[None, :]
-            z = _load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+            z = load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
                             HAS_RESIDUAL, True)
-            zhat = (_rounded_product(z, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None]
-            y = _affine(zhat, Z, W, B, start + cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
+            zhat = (rounded_product(z, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None]
+            y = affine(zhat, Z, W, B, start + cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
                         CAST_BEFORE_WEIGHT)
             tl.store(y_rows + start + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     if STABLE:
@@ -188,85 +122,7 @@ def _norm_fwd_kernel(
     tl.store(Rstd + rows, rstd, mask=row_mask)
 
 
-# --- backward: three kernels, each formula written once in the helpers below -------------
-
-
-@triton.jit
-def _load_bwd_tile(
-    Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row, stride_dy_row,
-    IS_RMS: tl.constexpr, STABLE: tl.constexpr, BLOCK_M: tl.constexpr,
-):
-    """dy and zhat (fp32, 0 outside ``mask``) of a tile, and the rows' rstd / max|z|."""
-    z = tl.load(Z + rows[:, None] * stride_z_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    if STABLE:
-        inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
-    mean = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if not IS_RMS:
-        mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
-    rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
-    zhat = tl.where(mask, (_rounded_product(z, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None], 0.0)
-    return dy, zhat, rstd * inv_scale
-
-
-@triton.jit
-def _dz_coefficients(sum_gz, sum_g, N, IS_RMS: tl.constexpr):
-    """c1 = mean(g * zhat) and c2 = mean(g) (0 for RMSNorm) of each row, from its sums."""
-    c2 = _div(sum_g, N)
-    if IS_RMS:
-        c2 = tl.zeros_like(sum_gz)
-    return _div(sum_gz, N), c2
-
-
-@triton.jit
-def _store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row, stride_dh_row,
-              HAS_DH: tl.constexpr, STORE_DR: tl.constexpr):
-    """dz = (g - zhat * c1 - c2) * rstd / max|z| (+ h's own gradient), stored as dx (and as
-    dresidual, when it has another dtype)."""
-    dz = (g - (zhat * c1[:, None] + c2[:, None])) * scale[:, None]
-    if HAS_DH:
-        dz += tl.load(DH + rows[:, None] * stride_dh_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dz.to(DX.dtype.element_ty), mask=mask)
-    if STORE_DR:
-        tl.store(DR + rows[:, None] * stride_dr_row + cols[None, :], dz.to(DR.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
-                 CAST_BEFORE_WEIGHT: tl.constexpr):
-    """Add the tile's column sums of dy * zhat and of dy to the weight/bias accumulators."""
-    if COMPUTE_DW:
-        if CAST_BEFORE_WEIGHT:  # the weight multiplied zhat rounded to z's dtype
-            zhat = zhat.to(Z.dtype.element_ty).to(tl.float32)
-        dw_acc += tl.sum(dy * zhat, axis=0)
-    if COMPUTE_DB:
-        db_acc += tl.sum(dy, axis=0)
-    return dw_acc, db_acc
-
-
-@triton.jit
-def _bwd_prologue(W, Partials, program, n_programs, cols, col_mask, N, HAS_WEIGHT: tl.constexpr,
-                  UNIT_OFFSET: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The columns' weight factor, this program's rows of weight and bias partials in
-    ``Partials`` ((weight's if asked, then bias's if asked) x n_programs x N), and zeroed
-    accumulators for them."""
-    DW_partial = Partials + program * N
-    DB_partial = DW_partial
-    if COMPUTE_DW:
-        DB_partial += n_programs.to(tl.int64) * N
-    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    return _load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET), DW_partial, DB_partial, dw_acc, db_acc
-
-
-@triton.jit
-def _store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW: tl.constexpr,
-                    COMPUTE_DB: tl.constexpr):
-    if COMPUTE_DW:
-        tl.store(DW_partial + cols, dw_acc, mask=col_mask)
-    if COMPUTE_DB:
-        tl.store(DB_partial + cols, db_acc, mask=col_mask)
+# --- backward: three kernels, each formula written once in _norm_helpers ------------------
 
 
 @triton.jit
@@ -281,29 +137,29 @@ def _norm_bwd_kernel(
     # Rows that fit one block (longer rows take the two split kernels below).
     # Each program walks a contiguous range of BLOCK_M-row tiles and owns one row of the
     # weight/bias partials: a fixed reduction order, hence bitwise-reproducible sums.
-    Mean, Rstd, InvScale = _stat_rows(Stats, M, IS_RMS)
+    Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     pid = tl.program_id(0).to(tl.int64)
     tile_start = pid * tiles_per_program
     tile_end = tl.minimum(tile_start + tiles_per_program, tl.cdiv(M, BLOCK_M))
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    w, DW_partial, DB_partial, dw_acc, db_acc = _bwd_prologue(
+    w, DW_partial, DB_partial, dw_acc, db_acc = bwd_prologue(
         W, Partials, pid, tl.num_programs(0), cols, col_mask, N, HAS_WEIGHT, UNIT_OFFSET, COMPUTE_DW, BLOCK_N)
     # NUM_STAGES > 1 prefetches the next tiles' z and dy while this one is reduced.
     for tile in tl.range(tile_start, tile_end, num_stages=NUM_STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
         mask = row_mask[:, None] & col_mask[None, :]
-        dy, zhat, scale = _load_bwd_tile(
+        dy, zhat, scale = load_bwd_tile(
             Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row, stride_dy_row, IS_RMS, STABLE,
             BLOCK_M)
         if COMPUTE_DX:
-            g = _rounded_product(dy, w[None, :], mask)
-            c1, c2 = _dz_coefficients(tl.sum(zhat * g, axis=1), tl.sum(g, axis=1), N, IS_RMS)
-            _store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
+            g = rounded_product(dy, w[None, :], mask)
+            c1, c2 = dz_coefficients(tl.sum(zhat * g, axis=1), tl.sum(g, axis=1), N, IS_RMS)
+            store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
                       stride_dh_row, HAS_DH, STORE_DR)
-        dw_acc, db_acc = _param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
-    _store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW, COMPUTE_DB)
+        dw_acc, db_acc = param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
+    store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW, COMPUTE_DB)
 
 
 @triton.jit
@@ -315,16 +171,16 @@ def _norm_bwd_row_sums_kernel(
 ):
     # Long rows, step 1: program (row, chunk) writes the chunk's share of the two row sums
     # sum(zhat * g) and sum(g) that dz needs.
-    Mean, Rstd, InvScale = _stat_rows(Stats, M, IS_RMS)
+    Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     rows = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
     chunk = tl.program_id(1)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
     row_mask = rows < M
     mask = row_mask[:, None] & col_mask[None, :]
-    dy, zhat, _ = _load_bwd_tile(
+    dy, zhat, _ = load_bwd_tile(
         Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row, stride_dy_row, IS_RMS, STABLE, 1)
-    g = _rounded_product(dy, _load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)[None, :], mask)
+    g = rounded_product(dy, load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)[None, :], mask)
     out = Sums + (rows * n_chunks + chunk) * 2
     tl.store(out, tl.sum(zhat * g, axis=1), mask=row_mask)
     tl.store(out + 1, tl.sum(g, axis=1), mask=row_mask)
@@ -341,12 +197,12 @@ def _norm_bwd_split_kernel(
 ):
     # Long rows, step 2: program (chunk, group) owns BLOCK_N columns of a group of rows:
     # dz for them, and the group's weight/bias partials for its columns, kept in registers.
-    Mean, Rstd, InvScale = _stat_rows(Stats, M, IS_RMS)
+    Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     chunk = tl.program_id(0)
     group = tl.program_id(1).to(tl.int64)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    w, DW_partial, DB_partial, dw_acc, db_acc = _bwd_prologue(
+    w, DW_partial, DB_partial, dw_acc, db_acc = bwd_prologue(
         W, Partials, group, tl.num_programs(1), cols, col_mask, N, HAS_WEIGHT, UNIT_OFFSET, COMPUTE_DW, BLOCK_N)
     chunk_ids = tl.arange(0, CHUNKS_POW2)
     row_begin = group * rows_per_group
@@ -355,20 +211,20 @@ def _norm_bwd_split_kernel(
         rows = first + tl.arange(0, BLOCK_M)
         row_mask = rows < row_stop
         mask = row_mask[:, None] & col_mask[None, :]
-        dy, zhat, scale = _load_bwd_tile(
+        dy, zhat, scale = load_bwd_tile(
             Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row, stride_dy_row, IS_RMS, STABLE,
             BLOCK_M)
         if COMPUTE_DX:
             # Every program adds a row's chunk sums in the same order: deterministic.
             sums = Sums + (rows[:, None] * n_chunks + chunk_ids[None, :]) * 2
             sums_mask = row_mask[:, None] & (chunk_ids[None, :] < n_chunks)
-            c1, c2 = _dz_coefficients(tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=1),
+            c1, c2 = dz_coefficients(tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=1),
                                       tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0), axis=1), N, IS_RMS)
-            g = _rounded_product(dy, w[None, :], mask)
-            _store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
+            g = rounded_product(dy, w[None, :], mask)
+            store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
                       stride_dh_row, HAS_DH, STORE_DR)
-        dw_acc, db_acc = _param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
-    _store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW, COMPUTE_DB)
+        dw_acc, db_acc = param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
+    store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW, COMPUTE_DB)
 
 
 # --- launchers ------------------------------------------------------------------------------
