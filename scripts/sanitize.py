@@ -111,6 +111,32 @@ def cases(C: L.LaunchConfig) -> dict[str, Callable[[], float]]:
                                torch.float32)
             out[f"layer_norm n={n} grads={''.join('xwb'[i] for i in range(3) if needs[i])}"] = ln_partial
 
+    # RMSNorm and the fused residual add (both norms; its own row limits): x and residual
+    # of two dtypes (dx and dresidual stored apart) or one (one tensor), strided rows.
+    ln = C.layer_norm
+    for n in sorted({1, 7, *around(ln.bwd_residual_max_fused_cols), *around(ln.fwd_residual_max_fused_cols),
+                     2 * ln.loop_block + 5}):
+        for rows, dtype, r_dtype, kind, sliced in [(3, torch.float32, torch.float32, "rms", False),
+                                                   (5, bf, torch.float32, "layer", True)]:
+            def res(n=n, rows=rows, dtype=dtype, r_dtype=r_dtype, kind=kind, sliced=sliced):
+                x, r = rand(rows, n, dtype=dtype, sliced=sliced, scale=2.0), rand(rows, n, dtype=r_dtype)
+                w, b = 1 + 0.5 * rand(n), 0.5 * rand(n)
+
+                def ours(x, r, w, b):  # y and h in one output: gradients reach both
+                    if kind == "rms":
+                        y, h = F.rms_norm(x, w, 1e-6, residual=r, use_triton=True)
+                    else:
+                        y, h = F.layer_norm(x, w, b, residual=r, use_triton=True)
+                    return y.float() + h.float()
+
+                def exact(x, r, w, b):
+                    y, h = reference.norm(x, w, None if kind == "rms" else b, 1e-6 if kind == "rms" else 1e-5,
+                                          rms=kind == "rms", residual=r)
+                    return y + h
+                return fwd_bwd(ours, exact, [x, r, w, b], [True, True, True, kind != "rms"], dtype)
+            out[f"{kind}_norm residual n={n} rows={rows} {str(dtype)[6:]}+{str(r_dtype)[6:]}"
+                f"{' sliced' if sliced else ''}"] = res
+
     # Softmax: rows in registers (several per tile) up to SOFTMAX_MAX_FUSED_COLS, one
     # program walking LOOP_BLOCK chunks beyond; causal (Nq <, =, > Nk) and padding masks.
     for n_k in [1, 17, *around(C.softmax.max_fused_cols), C.softmax.max_fused_cols + C.softmax.loop_block + 3]:

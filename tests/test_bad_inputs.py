@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple, Union
 import pytest
 import torch
 
-from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, WeightedSum
+from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
 from triton_layers import functional as F
 
 from .conftest import DEVICE
@@ -122,6 +122,7 @@ def _check_empty_router(result):
 
 
 ln_nc = same_as_contiguous(lambda x: F.layer_norm(x, torch.ones(8, device=DEVICE) * 0.5), 8, 5)
+rms_nc = same_as_contiguous(lambda x: F.rms_norm(x, torch.ones(8, device=DEVICE) * 0.5), 8, 5)
 sm_nc = same_as_contiguous(lambda x: F.softmax(x, causal=True), 2, 6, 5)
 ws_nc = same_as_contiguous(lambda x: F.weighted_sum(x, torch.linspace(-1, 1, 8, device=DEVICE)), 8, 5)
 cd_nc = same_as_contiguous(lambda x: F.coor_descent(x, n_iters=5, k=3.0), 10, 4)
@@ -165,6 +166,32 @@ CASES = [
          (TypeError, r"bias must be True or False, got 'False' \(str\)")),
     Case("ln-module-use-triton", lambda: TritonLayerNorm(8, use_triton="yes"),
          (TypeError, r"use_triton must be None, True or False, got 'yes' \(str\)")),
+    # --- rms_norm / TritonRMSNorm
+    Case("rms-dtype-int", lambda: F.rms_norm(torch.ones(2, 8, dtype=torch.int64, device=DEVICE)),
+         (TypeError, r"x has dtype torch.int64; expected one of torch.float32")),
+    Case("rms-weight-shape", lambda: F.rms_norm(x_(2, 8), torch.ones(7, device=DEVICE)),
+         (ValueError, r"x of shape \(2, 8\) does not end with normalized_shape \(7,\)")),
+    Case("rms-x-shape", lambda: TritonRMSNorm(8, device=DEVICE)(x_(2, 7)),
+         (ValueError, r"x of shape \(2, 7\) does not end with normalized_shape \(8,\)")),
+    Case("rms-eps", lambda: F.rms_norm(x_(2, 8), eps=-1e-6), (ValueError, r"eps must be a non-negative number")),
+    Case("rms-unit-offset-no-weight", lambda: TritonRMSNorm(8, elementwise_affine=False, unit_offset=True),
+         (ValueError, r"unit_offset=True multiplies by 1 \+ weight: it needs elementwise_affine=True")),
+    Case("rms-empty-rows", lambda: with_x(lambda x: F.rms_norm(x, w8()), x_(0, 8)), empty_result((0, 8))),
+    Case("rms-noncontiguous", *rms_nc),
+    # --- the fused residual and out_dtype of both norms
+    Case("norm-residual-shape", lambda: F.rms_norm(x_(2, 8), residual=x_(3, 8)),
+         (ValueError, r"residual must have x's shape and device; got x of shape \(2, 8\) on .*, "
+                      r"residual of shape \(3, 8\)")),
+    Case("norm-residual-device", lambda: F.layer_norm(x_(2, 8), residual=x_(2, 8, device=OTHER)),
+         (ValueError, rf"residual must have x's shape and device; got x of shape \(2, 8\) on {DEVICE}.*, "
+                      rf"residual of shape \(2, 8\) on {OTHER}")),
+    Case("norm-residual-dtype", lambda: F.rms_norm(x_(2, 8), residual=torch.ones(2, 8, dtype=torch.int64,
+                                                                                device=DEVICE)),
+         (TypeError, r"residual has dtype torch.int64")),
+    Case("norm-out-dtype", lambda: F.layer_norm(x_(2, 8), out_dtype=torch.int64),
+         (TypeError, r"out_dtype must be one of torch.float32, torch.float16, torch.bfloat16; got torch.int64")),
+    Case("norm-residual-dtype-alone", lambda: F.rms_norm(x_(2, 8), residual_dtype=torch.float32),
+         (ValueError, r"residual_dtype=torch.float32 is given without a residual")),
     # --- softmax / CausalSoftmax
     Case("sm-dtype-int", lambda: F.softmax(torch.ones(2, 5, dtype=torch.int64, device=DEVICE)),
          (TypeError, r"x has dtype torch.int64")),

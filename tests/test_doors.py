@@ -19,10 +19,23 @@ def _r(*shape, device, dtype=torch.float32, grad=True):
 
 
 # op name -> a builder of its 2-D inputs (in the description's order) on a device.
+BF16, FP32 = torch.bfloat16, torch.float32
+# norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
 CASES = {
-    "layer_norm": lambda dev: (_r(6, 300, device=dev), _r(300, device=dev), _r(300, device=dev), 1e-5, True),
-    "layer_norm-no-bias": lambda dev: (_r(5, 70, device=dev, dtype=torch.bfloat16), _r(70, device=dev), None,
-                                       1e-5, False),
+    "norm-layer": lambda dev: (_r(6, 300, device=dev), _r(300, device=dev), _r(300, device=dev),
+                               1e-5, False, True, False, False, FP32),
+    "norm-layer-no-bias": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
+                                       1e-5, False, False, False, False, BF16),
+    "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
+                             1e-6, True, False, True, False, FP32),
+    "norm-rms-llama": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev, dtype=BF16), None,
+                                   1e-6, True, False, False, True, BF16),
+    # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
+    "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev), _r(70, device=dev),
+                                      None, 1e-6, True, False, False, False, BF16, FP32),
+    # one dtype: dx and dresidual are one tensor (returned once by the custom op)
+    "residual_norm-layer": lambda dev: (_r(6, 300, device=dev), _r(6, 300, device=dev), _r(300, device=dev),
+                                        _r(300, device=dev), 1e-5, False, False, False, False, FP32, FP32),
     "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
                             5, 15, True, 0.6),
     "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
@@ -32,29 +45,52 @@ CASES = {
 
 
 def _run(fn, args):
-    """fn(*args) and the gradients of every tensor argument that requires one, for a fixed dy."""
+    """fn(*args) (one output or several) and the gradients of every tensor argument that
+    requires one, for a fixed gradient of each output."""
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
-    y = fn(*args)
-    gen = torch.Generator(device=y.device).manual_seed(1)
-    dy = torch.randn(y.shape, device=y.device, generator=gen).to(y.dtype)
-    return [y.detach(), *torch.autograd.grad(y, leaves, dy)]
+    ys = fn(*args)
+    ys = (ys,) if isinstance(ys, torch.Tensor) else tuple(ys)
+    gen = torch.Generator(device=ys[0].device).manual_seed(1)
+    dys = [torch.randn(y.shape, device=y.device, generator=gen).to(y.dtype) for y in ys]
+    return [*(y.detach() for y in ys), *torch.autograd.grad(ys, leaves, dys)]
 
 
 @pytest.mark.parametrize("looped", [False, True], ids=["fused", "looped"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_custom_op_door_matches_eager_door(case, looped, device):
     op = getattr(kernel_ops, case.split("-")[0])
+    n_out = len(op.desc.outputs)
     args = CASES[case](device)
     with launch_config(SMALL if looped else _launch.DEFAULT):
         eager = _run(op.function.apply, args)
         # The custom op returns the outputs and the statistics kept for the backward.
-        compiled = _run(lambda *a: op.forward_op(*a)[0] if len(op.desc.residuals) else op.forward_op(*a), args)
+        compiled = _run(lambda *a: op.forward_op(*a)[:n_out] if len(op.desc.residuals) else op.forward_op(*a), args)
     assert len(eager) == len(compiled) > 1
     for a, b in zip(eager, compiled):
         assert a.dtype == b.dtype and torch.equal(a, b)
 
 
-@pytest.mark.parametrize("name", ["layer_norm", "softmax", "weighted_sum", "coor_descent"])
+@pytest.mark.parametrize("door", ["eager", "custom_op"])
+def test_output_without_consumer(door, device):
+    """Only h of residual_norm is used: its gradient reaches x and residual as is, the
+    weight gets zeros; only y is used: no zero tensor is made for h's gradient."""
+    op = kernel_ops.residual_norm
+    fn = op.function.apply if door == "eager" else (lambda *a: op.forward_op(*a)[:2])
+    x, r, w = _r(4, 40, device=device), _r(4, 40, device=device), _r(40, device=device)
+    y, h = fn(x, r, w, None, 1e-6, True, False, False, False, FP32, FP32)
+    dh = torch.randn_like(h)
+    gx, gr, gw = torch.autograd.grad(h, (x, r, w), dh, allow_unused=True)
+    assert torch.equal(gx, dh) and torch.equal(gr, dh) and (gw is None or not gw.any())
+    y, h = fn(x, r, w, None, 1e-6, True, False, False, False, FP32, FP32)
+    dy = torch.randn_like(y)
+    got = torch.autograd.grad(y, (x, r, w), dy)
+    y, h = fn(x, r, w, None, 1e-6, True, False, False, False, FP32, FP32)
+    want = torch.autograd.grad((y, h), (x, r, w), (dy, torch.zeros_like(h)))
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["norm", "residual_norm", "softmax", "weighted_sum", "coor_descent"])
 def test_descriptions_are_consistent(name):
     desc = getattr(kernel_ops, name).desc
     inputs = [n for n, _ in desc.inputs]
@@ -72,7 +108,7 @@ def test_gradient_reaches_only_its_own_input(device):
     """With only the weight needing a gradient, it arrives there and nowhere else."""
     x, w = _r(7, 40, device=device, grad=False), _r(40, device=device)
     b = _r(40, device=device, grad=False)
-    y = kernel_ops.layer_norm(x, w, b, 1e-5, False)
+    y = kernel_ops.norm(x, w, b, 1e-5, False, False, False, False, torch.float32)
     y.backward(torch.randn_like(y))
     assert w.grad is not None and x.grad is None and b.grad is None
 

@@ -77,7 +77,8 @@ def _r(*shape, dtype=torch.float32, grad=True, scale=1.0, offset=0.0):
     return (torch.randn(shape, device=DEVICE) * scale + offset).to(dtype).requires_grad_(grad)
 
 
-DETERMINISM = ["layer_norm", "layer_norm-long-stable", "softmax-causal-padding", "softmax-long",
+DETERMINISM = ["layer_norm", "layer_norm-long-stable", "rms_norm-residual", "rms_norm-residual-long",
+               "softmax-causal-padding", "softmax-long",
                "weighted_sum", "weighted_sum-split", "coor_descent", "coor_descent-long"]
 
 
@@ -95,6 +96,16 @@ def _determinism_case(name: str):
         rows, n = pick((257, 20000), (9, 100)) if long else pick((4099, 1000), (37, 50))
         inputs = [_r(rows, n, dtype=torch.float32 if long else bf), _r(n), _r(n)]
         return (lambda x, w, b: F.layer_norm(x, w, b, stable=long)), inputs, long and not big
+    if name.startswith("rms_norm-residual"):
+        # bf16 x on an fp32 residual stream: dx and dresidual written apart; y and h summed
+        # into one output so that gradients flow back through both.
+        long = name.endswith("-long")
+        rows, n = pick((257, 20000), (9, 100)) if long else pick((4099, 1000), (37, 50))
+
+        def fn(x, r, w):
+            y, h = F.rms_norm(x, w, residual=r)
+            return y.float() + h
+        return fn, [_r(rows, n, dtype=bf), _r(rows, n), _r(n)], long and not big
     if name == "softmax-causal-padding":
         shape = pick((8, 4, 257, 1000), (2, 3, 9, 40))
         pad = torch.rand(shape[0], shape[-1], device=DEVICE) < 0.3
@@ -203,6 +214,37 @@ def test_layer_norm_past_2_31(gpu_memory, n_cols):
     rtol = 1e-5 * math.sqrt(n_rows) / 8
     assert_close_to_reference(w.grad, dw64, rtol32=rtol, name="dweight")
     assert_close_to_reference(b.grad, db64, rtol32=rtol, name="dbias")
+
+
+@pytest.mark.parametrize("n_cols", [cols(4096), cols(65536)], ids=["in-registers", "chunked"])
+def test_rms_norm_residual_past_2_31(gpu_memory, n_cols):
+    """The fused residual: x (bf16) and an fp32 residual stream past 2**31 elements, y and h,
+    and the gradients of both (h's own included: dx and dresidual are written apart)."""
+    gpu_memory(64)  # x, y, dy, dx: 4 x 4 GiB in bf16; residual, h, dh, dresidual: 4 x 8 GiB
+    n_rows = _rows_past(n_cols)
+    x = _randn((n_rows, n_cols)).requires_grad_()
+    r = _randn((n_rows, n_cols), torch.float32, 1).requires_grad_()
+    w = (1 + 0.5 * _randn(n_cols, torch.float32, 2)).requires_grad_()
+    y, h = F.rms_norm(x, w, 1e-6, residual=r)
+    dy, dh = _randn((n_rows, n_cols), seed=3), _randn((n_rows, n_cols), torch.float32, 4)
+    torch.autograd.backward((y, h), (dy, dh))
+    rows = sample_rows(n_rows, n_cols)
+    hs = (x.detach()[rows].float() + r.detach()[rows]).double().requires_grad_()
+    assert torch.equal(h.detach()[rows], hs.detach().float())
+    ws = w.detach().double()
+    y64 = reference.rms_norm(hs, ws, 1e-6)
+    (dh64,) = torch.autograd.grad((y64, hs), hs, (dy[rows].double(), dh[rows].double()))
+    _check_low(y.detach()[rows], y64, "y")
+    _check_low(x.grad[rows], dh64, "dx")
+    assert_close_to_reference(r.grad[rows], dh64, rtol32=1e-5, name="dresidual")
+    del y, x.grad, r.grad, dh
+    # The weight gradient: a sum over all rows, in float64, a chunk of rows at a time.
+    dw64 = torch.zeros(n_cols, dtype=torch.float64, device=DEVICE)
+    step = CHUNK // n_cols
+    for start in range(0, n_rows, step):
+        hc = h.detach()[start:start + step].double()
+        dw64 += (dy[start:start + step].double() * hc * torch.rsqrt(hc.square().mean(-1, keepdim=True) + 1e-6)).sum(0)
+    assert_close_to_reference(w.grad, dw64, rtol32=1e-5 * math.sqrt(n_rows) / 8, name="dweight")
 
 
 def _softmax_rows_reference(x_rows, dy_rows, row_ids, n_q, causal, scale, pad_rows):

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 import triton_layers
-from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, WeightedSum
+from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -105,34 +105,44 @@ def test_compile_fullgraph_kernels_inductor():
 
 # ------------------------------------------------------------------------------ autocast
 
-# The output dtype of each layer under autocast(bfloat16) with fp32 parameters: the
-# input's dtype, as outside autocast (README, "Integrations"). Statistics and sums are fp32
-# inside the kernels whatever the dtype, which is why torch puts layer_norm and softmax on
-# its fp32 list; the bf16 output costs half the bytes and is what the next matmul, cast to
-# bf16 by autocast, would read anyway.
+# The output dtype of each layer under autocast(bfloat16) with fp32 parameters (README,
+# "Integrations"). The norms write autocast's dtype: what the next matmul reads, so no cast
+# kernel runs between them (their statistics are fp32 inside the kernels whatever the
+# dtypes). The others keep the input's dtype, as outside autocast.
 LAYERS = {
     "layer_norm": lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
+    "rms_norm": lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
     "softmax": lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton),
     "weighted_sum": lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton),
+}
+# The norms under autocast compute what they compute outside it with out_dtype=bfloat16.
+EXPLICIT_BF16 = {
+    "layer_norm": lambda m, x: triton_layers.functional.layer_norm(
+        x, m.weight, m.bias, m.eps, use_triton=m.use_triton, out_dtype=torch.bfloat16),
+    "rms_norm": lambda m, x: triton_layers.functional.rms_norm(
+        x, m.weight, m.eps, use_triton=m.use_triton, out_dtype=torch.bfloat16),
 }
 
 
 @pytest.mark.parametrize("use_triton", [None, False], ids=["kernels", "reference"])
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=["fp32_in", "bf16_in"])
 @pytest.mark.parametrize("name", list(LAYERS))
-def test_autocast_layer_keeps_input_dtype(name, x_dtype, use_triton, device):
+def test_autocast_layer_output_dtype(name, x_dtype, use_triton, device):
     layer = LAYERS[name](use_triton).to(device)
-    if name == "layer_norm":
-        with torch.no_grad():
+    norm = name in EXPLICIT_BF16
+    if norm:
+        with torch.no_grad():  # weight away from 1, bias away from 0
             layer.weight.uniform_(0.5, 1.5)
-            layer.bias.uniform_(-0.5, 0.5)
+            if getattr(layer, "bias", None) is not None:
+                layer.bias.uniform_(-0.5, 0.5)
     x = torch.randn(3, 7, 24, device=device).to(x_dtype).requires_grad_()
     with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
         y = layer(x)
-    assert y.dtype == x_dtype
-    # Autocast changes nothing in our layers: the very same result as without it.
-    y_plain = layer(x)
+    assert y.dtype == (torch.bfloat16 if norm else x_dtype)
+    # The very same result as without autocast (norms: asked for bf16 explicitly).
+    y_plain = EXPLICIT_BF16[name](layer, x) if norm else layer(x)
     assert torch.equal(y, y_plain)
+    assert layer(x).dtype == x_dtype  # outside autocast: x's dtype
     dy = torch.randn_like(y)
     grads = torch.autograd.grad(y, [x, *layer.parameters()], dy)
     assert grads[0].dtype == x_dtype and all(g.dtype == torch.float32 for g in grads[1:])
@@ -167,8 +177,9 @@ def test_autocast_model_trains(device):
     x.requires_grad_()
     with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
         out = model(x, valid)
-    # The attention output is bf16 (autocast matmuls); added to the fp32 residual it is fp32 again.
-    assert out.dtype == torch.float32
+    # The norm writes bf16 under autocast (what the qkv matmul reads); this model adds the
+    # attention output to the norm's output, so its stream and output are bf16.
+    assert out.dtype == torch.bfloat16
     out.square().sum().backward()  # backward outside autocast, as torch recommends
     for name, p in [("x", x), *model.named_parameters()]:
         assert p.grad is not None and p.grad.dtype == torch.float32, name

@@ -82,6 +82,27 @@ def test_layer_norm_nonfinite_parameters(device, n_cols):
         close(ours, theirs, name, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("value", VALUES)
+def test_rms_norm_with_residual(device, n_cols, value):
+    """RMSNorm (as F.rms_norm) of h = x + residual: NaN/inf in x propagates to y, h and every
+    gradient as through torch's ops (a NaN makes its row of y NaN; an inf makes its
+    mean square inf: NaN at the inf, 0 elsewhere in the row); the other rows are untouched."""
+    x = poisoned(5, n_cols, value, device)
+    r, w = torch.randn(5, n_cols, device=device), torch.randn(n_cols, device=device)
+    dy, dh = torch.randn(5, n_cols, device=device), torch.randn(5, n_cols, device=device)
+
+    def run(fn):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, r, w)]
+        y, h = fn(*leaves)
+        return (y.detach(), h.detach(), *torch.autograd.grad((y, h), leaves, (dy, dh)))
+
+    ours = run(lambda x, r, w: F.rms_norm(x, w, 1e-6, residual=r))
+    theirs = run(lambda x, r, w: (TF.rms_norm(x + r, (n_cols,), w, 1e-6), x + r))
+    for name, a, b in zip(["y", "h", "dx", "dresidual", "dw"], ours, theirs):
+        close(a, b, name, rtol=1e-4, atol=1e-4)
+    assert not torch.isfinite(ours[0][[1, -1]]).all(dim=-1).any() and torch.isfinite(ours[0][[0, 2, 3]]).all()
+
+
 def torch_masked_softmax(x, causal, mask):
     """torch's masked softmax: masked_fill(-inf) then softmax (no fix-up of empty rows)."""
     keep = torch.ones(x.shape, dtype=torch.bool, device=x.device)

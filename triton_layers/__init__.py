@@ -5,10 +5,10 @@ through the Triton interpreter; otherwise CPU tensors use the pure-torch referen
 """
 from . import functional
 from .conversion import convert
-from .layers import CausalSoftmax, CoordinateDescentRouter, RouterReturn, TritonLayerNorm, WeightedSum
+from .layers import CausalSoftmax, CoordinateDescentRouter, RouterReturn, TritonLayerNorm, TritonRMSNorm, WeightedSum
 
 __version__ = "0.1.0"
 __all__ = [
-    "TritonLayerNorm", "CausalSoftmax", "WeightedSum", "CoordinateDescentRouter", "RouterReturn",
+    "TritonLayerNorm", "TritonRMSNorm", "CausalSoftmax", "WeightedSum", "CoordinateDescentRouter", "RouterReturn",
     "convert", "functional",
 ]

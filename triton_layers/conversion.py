@@ -1,25 +1,119 @@
-"""Swap torch layers in an existing model for their triton_layers equivalents."""
+"""Swap the norm layers of an existing model (torch's, Hugging Face's) for triton_layers modules."""
 from __future__ import annotations
 
-from typing import Any
+import logging
+import sys
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from torch import nn
 
-from .layers import TritonLayerNorm
+from .layers import TritonLayerNorm, TritonRMSNorm
+
+logger = logging.getLogger("triton_layers")
+
+# Hugging Face RMSNorm classes whose numerics we reproduce: (module, class name) -> family
+# ("llama": weight * norm(x).to(x.dtype); "gemma": (norm(x) * (1 + weight)).to(x.dtype)).
+HF_RMS_NORMS = {
+    ("transformers.models.llama.modeling_llama", "LlamaRMSNorm"): "llama",
+    ("transformers.models.mistral.modeling_mistral", "MistralRMSNorm"): "llama",
+    ("transformers.models.qwen2.modeling_qwen2", "Qwen2RMSNorm"): "llama",
+    ("transformers.models.gemma.modeling_gemma", "GemmaRMSNorm"): "gemma",
+}
 
 
-def convert(model: nn.Module, **layer_kwargs: Any) -> nn.Module:
-    """Replace every ``nn.LayerNorm`` inside ``model`` (in place) by a TritonLayerNorm.
+@dataclass
+class ConversionSummary:
+    """What :func:`convert` did: modules replaced and norm-like modules left alone, counted
+    by class name."""
 
-    Parameters are copied, so outputs match before and after; ``layer_kwargs`` (e.g.
-    ``use_triton``) go to each new layer. A bare ``nn.LayerNorm`` passed as ``model`` is
-    returned converted. Returns the model.
+    replaced: Counter = field(default_factory=Counter)
+    left_alone: Counter = field(default_factory=Counter)
+
+    def __str__(self) -> str:
+        def counts(c: Counter) -> str:
+            return ", ".join(f"{n} {name}" for name, n in sorted(c.items())) or "nothing"
+
+        text = f"replaced {counts(self.replaced)}"
+        return text + (f"; left alone (unknown norms): {counts(self.left_alone)}" if self.left_alone else "")
+
+
+def _hf_classes() -> dict[type, str]:
+    """The known Hugging Face classes that are loaded, class -> family. A model holding one
+    has imported its module, so nothing is imported here (transformers stays optional)."""
+    out = {}
+    for (module_name, name), family in HF_RMS_NORMS.items():
+        cls = getattr(sys.modules.get(module_name), name, None)
+        if isinstance(cls, type):
+            out[cls] = family
+    return out
+
+
+def _replacement(module: nn.Module, hf: dict[type, str], kwargs: dict) -> Optional[nn.Module]:
+    if isinstance(module, nn.LayerNorm):
+        return TritonLayerNorm.from_torch(module, **kwargs)
+    if isinstance(module, nn.RMSNorm):
+        return TritonRMSNorm.from_torch(module, **kwargs)
+    family = hf.get(type(module))  # the exact class: a subclass may compute otherwise
+    return None if family is None else TritonRMSNorm.from_hf(module, family=family, **kwargs)
+
+
+def _unknown_norm(module: nn.Module) -> bool:
+    name = type(module).__name__
+    return ("LayerNorm" in name or "RMSNorm" in name) and not isinstance(module, (TritonLayerNorm, TritonRMSNorm))
+
+
+def convert(model: nn.Module, *, return_summary: bool = False, **layer_kwargs: Any):
+    """Replace the norms inside ``model`` (in place) by triton_layers modules computing the same:
+
+    - ``nn.LayerNorm`` -> :class:`TritonLayerNorm`; ``nn.RMSNorm`` -> :class:`TritonRMSNorm`;
+    - Hugging Face's ``LlamaRMSNorm``, ``MistralRMSNorm``, ``Qwen2RMSNorm`` and
+      ``GemmaRMSNorm`` -> :class:`TritonRMSNorm` with that family's numerics
+      (:meth:`TritonRMSNorm.from_hf`).
+
+    Parameters are copied under the same names, so outputs match before and after and the
+    state_dict still loads into the unconverted model. ``layer_kwargs`` (e.g. ``use_triton``)
+    go to each new layer. Other modules are left alone, norms we do not know included (a
+    warning names their classes). A module passed as ``model`` is returned converted; a
+    module shared by several parents stays shared. One log line (logger ``triton_layers``,
+    level INFO) says what was replaced; ``return_summary=True`` returns
+    ``(model, ConversionSummary)`` instead of the model.
     """
-    if isinstance(model, nn.LayerNorm):
-        return TritonLayerNorm.from_torch(model, **layer_kwargs)
-    for name, child in model.named_children():
-        if isinstance(child, nn.LayerNorm):
-            setattr(model, name, TritonLayerNorm.from_torch(child, **layer_kwargs))
-        else:
-            convert(child, **layer_kwargs)
-    return model
+    hf = _hf_classes()
+    summary = ConversionSummary()
+    done: dict[int, nn.Module] = {}
+
+    def swap(module: nn.Module) -> Optional[nn.Module]:
+        if id(module) not in done:
+            new = _replacement(module, hf, layer_kwargs)
+            if new is not None:
+                summary.replaced[type(module).__name__] += 1
+            done[id(module)] = new
+        return done[id(module)]
+
+    def walk(parent: nn.Module) -> None:
+        # Every name (named_children skips a module's second name under one parent).
+        for name, child in list(parent._modules.items()):
+            if child is None:
+                continue
+            new = swap(child)
+            if new is not None:
+                setattr(parent, name, new)
+            elif id(child) not in walked:
+                walked.add(id(child))
+                if _unknown_norm(child):
+                    summary.left_alone[type(child).__name__] += 1
+                walk(child)
+
+    walked: set[int] = set()
+    root = swap(model)
+    if root is None:
+        walk(model)
+        root = model
+    logger.info("triton_layers.convert: %s", summary)
+    if summary.left_alone:
+        warnings.warn(f"triton_layers.convert left norms it does not know alone: "
+                      f"{', '.join(sorted(summary.left_alone))}", stacklevel=2)
+    return (root, summary) if return_summary else root

@@ -18,7 +18,12 @@ from ._checks import (
     use_kernels,
 )
 
-__all__ = ["layer_norm", "softmax", "weighted_sum", "coor_descent"]
+__all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent"]
+
+
+# The eps of torch's RMSNorm when none is given: its implementations (CPU and CUDA) take
+# the epsilon of the fp32 computation for fp16/bf16/fp32 inputs alike.
+RMS_NORM_DEFAULT_EPS = torch.finfo(torch.float32).eps
 
 
 def layer_norm(
@@ -29,7 +34,11 @@ def layer_norm(
     stable: bool = False,
     use_triton: Optional[bool] = None,
     normalized_shape: Optional[Union[int, Sequence[int]]] = None,
-) -> Tensor:
+    *,
+    residual: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+    residual_dtype: Optional[torch.dtype] = None,
+) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """Layer normalization over the trailing dims of ``x``.
 
     ``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance, as
@@ -40,8 +49,70 @@ def layer_norm(
     constant: no gradient flows through it), which keeps fp16 rows with large values
     finite. All-zero rows are left as zeros.
 
-    Statistics are computed in fp32. The output has ``x``'s shape and dtype; ``weight``
-    and ``bias`` may be fp32 with fp16/bf16 ``x`` (mixed precision).
+    Statistics are computed in fp32; ``weight`` and ``bias`` may be fp32 with fp16/bf16
+    ``x`` (mixed precision). ``y`` has ``x``'s shape and ``out_dtype``: by default x's
+    dtype, or autocast's where autocast is on (see the README).
+
+    ``residual`` (x's shape and device): returns ``(y, h)`` with ``h = x + residual``
+    computed in ``residual_dtype`` (default the residual's dtype) and ``y = norm(h)``,
+    in one pass over the data; gradients reach x, residual and the parameters through both.
+    """
+    return _norm(x, weight, bias, eps, residual, out_dtype, residual_dtype, use_triton, normalized_shape,
+                 rms=False, stable=stable)
+
+
+def rms_norm(
+    x: Tensor,
+    weight: Optional[Tensor] = None,
+    eps: Optional[float] = None,
+    *,
+    residual: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+    residual_dtype: Optional[torch.dtype] = None,
+    unit_offset: bool = False,
+    use_triton: Optional[bool] = None,
+    normalized_shape: Optional[Union[int, Sequence[int]]] = None,
+) -> Union[Tensor, tuple[Tensor, Tensor]]:
+    """RMS normalization over the trailing dims of ``x``: ``y = x / sqrt(mean(x^2) + eps) * weight``.
+
+    As ``torch.nn.functional.rms_norm``: computed in fp32 and rounded once; ``eps=None``
+    takes the fp32 epsilon (``torch.finfo(torch.float32).eps``, what torch's implementations
+    use for fp16/bf16/fp32 inputs). ``unit_offset=True`` multiplies by ``1 + weight``
+    instead (Gemma's form). The normalized dims, mixed precision, ``out_dtype``,
+    ``residual`` and ``residual_dtype`` work as in :func:`layer_norm`.
+    """
+    return _norm(x, weight, None, RMS_NORM_DEFAULT_EPS if eps is None else eps, residual, out_dtype,
+                 residual_dtype, use_triton, normalized_shape, rms=True, unit_offset=unit_offset)
+
+
+def _out_dtype(value: object, name: str) -> torch.dtype:
+    if not isinstance(value, torch.dtype) or value not in FLOAT_DTYPES:
+        names = ", ".join(str(d) for d in FLOAT_DTYPES)
+        raise TypeError(f"{name} must be one of {names}; got {value!r}")
+    return value
+
+
+def _norm(
+    x: Tensor,
+    weight: Optional[Tensor],
+    bias: Optional[Tensor],
+    eps: float,
+    residual: Optional[Tensor],
+    out_dtype: Optional[torch.dtype],
+    residual_dtype: Optional[torch.dtype],
+    use_triton: Optional[bool],
+    normalized_shape: Optional[Union[int, Sequence[int]]],
+    *,
+    rms: bool,
+    stable: bool = False,
+    unit_offset: bool = False,
+    cast_before_weight: bool = False,
+) -> Union[Tensor, tuple[Tensor, Tensor]]:
+    """LayerNorm or RMSNorm (``rms``): the checks, the path, the reshapes, for both.
+
+    ``cast_before_weight`` (Llama's numerics, used by the modules ``convert`` makes): the
+    normalized value is rounded to the input's dtype before the product with the weight,
+    and ``y``'s default dtype is that of the product, as torch types ``weight * x``.
     """
     check_tensor(x, "x")
     if weight is not None:
@@ -49,6 +120,16 @@ def layer_norm(
     if bias is not None:
         check_tensor(bias, "bias")
     check_same_device(x=x, weight=weight, bias=bias)
+    if residual is not None:
+        check_tensor(residual, "residual")
+        if residual.shape != x.shape or residual.device != x.device:
+            raise ValueError(
+                f"residual must have x's shape and device; got x of shape {tuple(x.shape)} on {x.device}, "
+                f"residual of shape {tuple(residual.shape)} on {residual.device}"
+            )
+        residual_dtype = residual.dtype if residual_dtype is None else _out_dtype(residual_dtype, "residual_dtype")
+    elif residual_dtype is not None:
+        raise ValueError(f"residual_dtype={residual_dtype} is given without a residual")
     if normalized_shape is None:
         normalized_shape = tuple(weight.shape) if weight is not None else tuple(x.shape[-1:])
     elif isinstance(normalized_shape, int):
@@ -70,6 +151,16 @@ def layer_norm(
     check_shape(bias, "bias", normalized_shape)
     if not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    device_type = x.device.type
+    if out_dtype is not None:
+        out_dtype = _out_dtype(out_dtype, "out_dtype")
+    elif (device_type == "cuda" or device_type == "cpu") and torch.is_autocast_enabled(device_type):
+        # What the next matmul reads under autocast: written directly, no cast kernel.
+        out_dtype = torch.get_autocast_dtype(device_type)
+    elif cast_before_weight and weight is not None:
+        out_dtype = torch.promote_types(x.dtype if residual is None else residual_dtype, weight.dtype)
+    else:
+        out_dtype = x.dtype
 
     n_cols = math.prod(normalized_shape)
     kernels = use_kernels(x, use_triton)
@@ -80,15 +171,28 @@ def layer_norm(
     # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
+    r2 = None if residual is None else (as_rows(residual, n_cols) if n_cols else residual.reshape(x2.shape))
+    eps, stable = float(eps), bool(stable)
     if kernels:
         if w is not None and w.stride(-1) != 1:
             w = w.contiguous()
         if b is not None and b.stride(-1) != 1:
             b = b.contiguous()
-        y = _kernels.layer_norm(x2, w, b, float(eps), bool(stable))
+        flags = (eps, rms, stable, bool(unit_offset), bool(cast_before_weight), out_dtype)
+        if r2 is None:
+            y = _kernels.norm(x2, w, b, *flags)
+        else:
+            y, h = _kernels.residual_norm(x2, r2, w, b, *flags, residual_dtype)
     else:
-        y = reference.layer_norm(x2, w, b, float(eps), bool(stable))
-    return y if y.shape == x.shape else y.reshape(x.shape)
+        y = reference.norm(x2, w, b, eps, rms=rms, stable=stable, unit_offset=bool(unit_offset),
+                           cast_before_weight=bool(cast_before_weight), residual=r2,
+                           residual_dtype=residual_dtype, out_dtype=out_dtype)
+        if r2 is not None:
+            y, h = y
+    y = y if y.shape == x.shape else y.reshape(x.shape)
+    if residual is None:
+        return y
+    return y, (h if h.shape == x.shape else h.reshape(x.shape))
 
 
 def weighted_sum(

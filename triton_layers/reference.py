@@ -19,22 +19,65 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def layer_norm(
-    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool
-) -> Tensor:
-    """LayerNorm over the last dim; ``stable`` first divides each row by its max |x| (detached)."""
+def norm(
+    x: Tensor,
+    weight: Optional[Tensor],
+    bias: Optional[Tensor],
+    eps: float,
+    *,
+    rms: bool = False,
+    stable: bool = False,
+    unit_offset: bool = False,
+    cast_before_weight: bool = False,
+    residual: Optional[Tensor] = None,
+    residual_dtype: Optional[torch.dtype] = None,
+    out_dtype: Optional[torch.dtype] = None,
+):
+    """LayerNorm (or RMSNorm with ``rms``) over the last dim: ``y``, or ``(y, h)`` with a residual.
+
+    - ``residual``: ``h = x.to(d) + residual.to(d)`` with d = ``residual_dtype`` (default the
+      residual's dtype), and ``y`` normalizes ``h``.
+    - ``stable``: each row is first divided by its max |value| (detached).
+    - ``unit_offset``: multiply by ``1 + weight`` (Gemma); ``cast_before_weight``: round the
+      normalized value to the input's dtype before multiplying by the weight (Llama).
+    - ``y`` has ``out_dtype`` (default the normalized input's dtype).
+    """
+    h = None
+    if residual is not None:
+        d = residual_dtype or residual.dtype
+        h = x = x.to(d) + residual.to(d)
     xf = x.to(_compute_dtype(x))
     if stable:
         scale = xf.detach().abs().amax(dim=-1, keepdim=True).clamp_min(STABLE_MIN_SCALE)
         xf = xf / scale
-    mean = xf.mean(dim=-1, keepdim=True)
-    var = (xf - mean).pow(2).mean(dim=-1, keepdim=True)
-    y = (xf - mean) * torch.rsqrt(var + eps)
+    if rms:
+        y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+    else:
+        mean = xf.mean(dim=-1, keepdim=True)
+        var = (xf - mean).pow(2).mean(dim=-1, keepdim=True)
+        y = (xf - mean) * torch.rsqrt(var + eps)
+    if cast_before_weight:
+        y = y.to(x.dtype).to(xf.dtype)
     if weight is not None:
-        y = y * weight.to(xf.dtype)
+        w = weight.to(xf.dtype)
+        y = y * (1.0 + w if unit_offset else w)
     if bias is not None:
         y = y + bias.to(xf.dtype)
-    return y.to(x.dtype)
+    y = y.to(out_dtype or x.dtype)
+    return y if h is None else (y, h)
+
+
+def layer_norm(
+    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool
+) -> Tensor:
+    """LayerNorm over the last dim; ``stable`` first divides each row by its max |x| (detached)."""
+    return norm(x, weight, bias, eps, stable=stable)
+
+
+def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, unit_offset: bool = False) -> Tensor:
+    """RMSNorm over the last dim: ``x / sqrt(mean(x^2) + eps) * weight`` (``* (1 + weight)``
+    with ``unit_offset``), computed in fp32 and rounded once to x's dtype."""
+    return norm(x, weight, None, eps, rms=True, unit_offset=unit_offset)
 
 
 def weighted_sum(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:

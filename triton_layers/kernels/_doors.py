@@ -156,6 +156,12 @@ class OpDescription:
       returns ``{argument name: gradient}`` for the arguments in ``needs`` that are True;
       gradients in fp32 are cast to their argument's dtype by the door.
     - ``differentiable``: the arguments that can get a gradient.
+    - ``shared_grads``: ``(a, b)`` pairs of arguments whose gradients are equal: when both
+      need one and they have one dtype, the backward returns b's gradient tensor as a's
+      too (no copy). The compiled door then returns it once (a custom op's outputs may not
+      alias) and hands it to both.
+
+    The outputs' gradients are not materialized: one whose output has no consumer is None.
     """
 
     name: str
@@ -167,6 +173,7 @@ class OpDescription:
     save: Callable[..., tuple]
     backward: Callable[..., dict]
     differentiable: tuple[str, ...]
+    shared_grads: tuple[tuple[str, str], ...] = ()
 
 
 def _signature(params: tuple[tuple[str, Any], ...], returns: Any) -> inspect.Signature:
@@ -210,6 +217,11 @@ class Op:
                 out[pos] = g if g.dtype == dtype else g.to(dtype)
         return tuple(out)
 
+    def _shared(self, ctx) -> list[tuple[str, str]]:
+        """The ``shared_grads`` pairs whose gradients are one tensor in this call."""
+        dtype = dict(zip(self.desc.differentiable, ctx.dtypes))
+        return [(a, b) for a, b in self.desc.shared_grads if ctx.needs[a] and ctx.needs[b] and dtype[a] == dtype[b]]
+
     def _split_saved(self, values: tuple) -> tuple[list, list]:
         tensors, others = [], []
         for is_tensor, v in zip(self._saved_is_tensor, values):
@@ -221,6 +233,7 @@ class Op:
         return [next(t) if is_tensor else next(o) for is_tensor in self._saved_is_tensor]
 
     def _stash(self, ctx, args: tuple, results: tuple) -> None:
+        ctx.set_materialize_grads(False)  # no zero tensors for outputs without consumers
         needs = self._needs(ctx.needs_input_grad)
         inputs = dict(zip(self._names, args))
         tensors, others = self._split_saved(self.desc.save(inputs, dict(zip(self._result_names, results)), needs))
@@ -274,8 +287,11 @@ class Op:
             saved = args[n_out:-1]
             needs = dict(zip(d.differentiable, args[-1]))
             out = d.backward(wrap_triton, grads, needs, *saved)
-            # A custom op returns tensors only: an empty one stands for "no gradient".
-            return _one_or_tuple(_unaliased(out[n] if needs[n] else _empty(grads) for n in d.differentiable))
+            # A custom op returns tensors only: an empty one stands for "no gradient", and
+            # for the second of a shared pair (backward() below hands it the first's).
+            shared = {a for a, b in d.shared_grads if needs[a] and needs[b] and out[a] is out[b]}
+            return _one_or_tuple(_unaliased(
+                out[n] if needs[n] and n not in shared else _empty(grads) for n in d.differentiable))
 
         backward_body.__signature__ = _signature(backward_params, _tensor_tuple(len(d.differentiable)))
         backward_op = triton_op(f"triton_layers::{d.name}_bwd", mutates_args=())(backward_body)
@@ -289,6 +305,8 @@ class Op:
             out = backward_op(*grads[:n_out], *saved, needs_list)
             out = (out,) if isinstance(out, Tensor) else out
             grads_by_name = {n: g for n, g, need in zip(d.differentiable, out, needs_list) if need}
+            for a, b in desc._shared(ctx):
+                grads_by_name[a] = grads_by_name[b]
             return desc._grads_in_order(grads_by_name, ctx.needs, ctx.dtypes)
 
         forward_op.register_autograd(backward, setup_context=setup_context)

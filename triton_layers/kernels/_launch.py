@@ -27,9 +27,17 @@ class LayerNormLaunch:
     # them in chunks reads x twice, and the second read misses L2 when many long rows are
     # in flight.
     fwd_max_fused_cols: int = 32768
+    # The same with a fused residual add, whose tiles hold x and the residual at once:
+    # half, so that a thread holds as many values as without (offline sm_90 builds: no
+    # spills at 16384; not yet timed on a GPU).
+    fwd_residual_max_fused_cols: int = 16384
     # The backward holds several values per element: whole rows up to this many columns;
     # longer rows take the two column-split kernels.
     bwd_max_fused_cols: int = 8192
+    # The same when the backward also reads h's gradient and writes the residual's: at 8192
+    # an offline sm_90 build spills 100-200 bytes a thread (none at 4096). Spills that stay
+    # in L1 may cost less than the split path's second read of h and dy: to be timed.
+    bwd_residual_max_fused_cols: int = 8192
     # Chunk width of the long-row paths.
     loop_block: int = 4096
     # Elements a program holds per tile when rows are short: several rows to a tile.
@@ -114,6 +122,7 @@ def shrunk(max_cols: int, loop_block: int, softmax_tile_elements: int = 64) -> L
     d = DEFAULT
     return LaunchConfig(
         layer_norm=dataclasses.replace(d.layer_norm, fwd_max_fused_cols=max_cols, bwd_max_fused_cols=max_cols,
+                                       fwd_residual_max_fused_cols=max_cols, bwd_residual_max_fused_cols=max_cols,
                                        loop_block=loop_block),
         softmax=dataclasses.replace(d.softmax, max_fused_cols=max_cols, loop_block=loop_block,
                                     tile_elements=softmax_tile_elements),

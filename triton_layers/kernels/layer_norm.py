@@ -1,16 +1,25 @@
-"""LayerNorm over the last dim of a 2-D tensor: Triton kernels, launchers, autograd.
+"""LayerNorm and RMSNorm over the last dim of a 2-D tensor, with an optional fused residual
+add: one family of Triton kernels (``IS_RMS`` switches; their @triton.jit helpers, each
+formula once, are in _norm_helpers.py), their launchers, the autograd glue.
 
-Forward:  y = (x' - mean) * rstd * weight + bias, with x' = x, or x / max|x| per row
-          (detached) in stable mode. mean, rstd (and 1/max|x|) are fp32 and saved,
-          as the rows of one (2 or 3, M) ``stats`` tensor: one allocation, not three.
-Backward: with xhat = (x' - mean) * rstd and g = weight * dy,
-          dx' = rstd * (g - xhat * mean(g * xhat) - mean(g)),  dx = dx' / max|x|,
-          dweight = sum_rows(dy * xhat), dbias = sum_rows(dy).
-The weight/bias gradients are summed per program into fp32 partials (one row of
-partials per program, no atomics; weight's and bias's in one tensor) and the partials
-are reduced with one torch sum: the result does not depend on timing, so it is bitwise
-identical from run to run. (Allocations and launches are few because at small shapes
-the host, not the GPU, sets the pace.)
+Input:    z = x; or, with a residual, z = h = x + residual computed in h's dtype (both cast
+          to it, added in fp32, rounded once) and written out in the same pass.
+Forward:  LayerNorm zhat = (z' - mean) * rstd, rstd = 1 / sqrt(var + eps);
+          RMSNorm   zhat = z' * rstd,          rstd = 1 / sqrt(mean(z'^2) + eps);
+          z' = z, or z / max|z| per row (detached) in stable mode.
+          y = zhat * w + bias with w = weight, or 1 + weight (unit offset, Gemma); with
+          cast_before_weight, zhat is rounded to z's dtype before the product (Llama).
+          Statistics are fp32 and saved as the rows of one (k, M) ``stats`` tensor:
+          (mean, rstd[, 1/max|z|]) for LayerNorm, (rstd[, 1/max|z|]) for RMSNorm.
+Backward: with g = w * dy and the row means c1 = mean(g * zhat), c2 = mean(g) (0 for RMSNorm),
+          dz = (g - zhat * c1 - c2) * rstd / max|z|, plus the gradient h got from its own
+          consumers; dx = dresidual = dz, each in its input's dtype.
+          dweight = sum_rows(dy * zhat) (zhat rounded as in the forward), dbias = sum_rows(dy).
+The weight/bias gradients are summed per program into fp32 partials (one row of partials
+per program, no atomics; weight's and bias's in one tensor) and the partials are reduced
+with one torch sum: the result does not depend on timing, so it is bitwise identical from
+run to run. (Allocations and launches are few because at small shapes the host, not the
+GPU, sets the pace.)
 """
 from __future__ import annotations
 
@@ -21,230 +30,180 @@ import triton
 import triton.language as tl
 from torch import Tensor
 from . import _doors, _launch
-
-# Smallest divisor used for stable mode, so an all-zero row normalizes to zeros (not NaN).
-# A tl.constexpr: real (non-interpreted) Triton only reads constexpr globals.
-STABLE_MIN_SCALE = tl.constexpr(1e-30)
-
-
-@triton.jit
-def _div(row_sums, N):
-    """Per-row sums / N, correctly rounded (the GPU's default fp32 division, div.full.f32,
-    may be 2 ulp off; these means feed every element of the row)."""
-    return tl.div_rn(row_sums, tl.zeros_like(row_sums) + N)
+from ._norm_helpers import (
+    STABLE_MIN_SCALE, affine, bwd_prologue, div, dz_coefficients, load_bwd_tile, load_input, load_weight,
+    param_grads, rounded_product, stat_rows, store_dz, store_partials,
+)
 
 
 @triton.jit
-def _rounded_product(a, b, mask):
-    """a * b rounded to fp32 before any later use (0 outside ``mask``). Behind the select,
-    the compiler cannot fuse the product into a following ``- mean`` as an FMA, which
-    would subtract a mean of rounded products from an unrounded one: on rows of one
-    element, where dx, xhat and dweight are exactly 0, that left ~1e-6 times
-    rstd = 1/sqrt(eps) in them on the GPU (w * dy before mean(w * dy); x / max|x| before
-    its mean in stable mode)."""
-    return tl.where(mask, a * b, 0.0)
-
-
-@triton.jit
-def _stat_rows(Stats, M):
-    """Pointers to the mean, rstd and 1/max|x| rows of the (2 or 3, M) stats tensor."""
-    return Stats, Stats + M, Stats + 2 * M
-
-
-@triton.jit
-def _layer_norm_fwd_kernel(
-    X, Y, W, B, Stats,
-    stride_x_row, stride_y_row, M, N, eps,
-    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, STABLE: tl.constexpr,
+def _norm_fwd_kernel(
+    X, R, H, Y, W, B, Stats,
+    stride_x_row, stride_r_row, stride_h_row, stride_y_row, M, N, eps,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):
     # One program normalizes BLOCK_M rows: short rows still give each program enough bytes.
-    Mean, Rstd, InvScale = _stat_rows(Stats, M)
+    Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
+    Z = X  # the normalized input, for its dtype
+    if HAS_RESIDUAL:
+        Z = H
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < M
     cols = tl.arange(0, BLOCK_N)
-    x_rows = X + rows[:, None] * stride_x_row
     y_rows = Y + rows[:, None] * stride_y_row
+    inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    mean = tl.zeros([BLOCK_M], dtype=tl.float32)
     if SINGLE_PASS:
         mask = row_mask[:, None] & (cols[None, :] < N)
-        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
         if STABLE:
-            inv_scale = 1.0 / tl.maximum(tl.max(tl.abs(x), axis=1), STABLE_MIN_SCALE)
-            x = _rounded_product(x, inv_scale[:, None], mask)
-            tl.store(InvScale + rows, inv_scale, mask=row_mask)
-        mean = _div(tl.sum(x, axis=1), N)
-        xc = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(_div(tl.sum(xc * xc, axis=1), N) + eps)
-        y = xc * rstd[:, None]
-        if HAS_WEIGHT:
-            y = y * tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        if HAS_BIAS:
-            y = y + tl.load(B + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+            inv_scale = 1.0 / tl.maximum(tl.max(tl.abs(z), axis=1), STABLE_MIN_SCALE)
+            z = rounded_product(z, inv_scale[:, None], mask)
+        if not IS_RMS:
+            mean = div(tl.sum(z, axis=1), N)
+            z = tl.where(mask, z - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(div(tl.sum(z * z, axis=1), N) + eps)
+        y = affine(z * rstd[:, None], Z, W, B, cols, cols < N, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
+                    CAST_BEFORE_WEIGHT)
         tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
-        inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+        # Rows longer than a block: statistics over chunks, then a second pass (x and the
+        # residual are read again, and h is written there).
         if STABLE:
             amax = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for start in range(0, N, BLOCK_N):
                 mask = row_mask[:, None] & (start + cols[None, :] < N)
-                x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                amax = tl.maximum(amax, tl.abs(x))
+                z = load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                                HAS_RESIDUAL, False)
+                amax = tl.maximum(amax, tl.abs(z))
             inv_scale = 1.0 / tl.maximum(tl.max(amax, axis=1), STABLE_MIN_SCALE)
-            tl.store(InvScale + rows, inv_scale, mask=row_mask)
-        # Sums shifted by each row's first element: as exact as two passes for data whose
-        # mean is large against its spread, with one pass over the row.
-        shift = tl.load(X + rows * stride_x_row, mask=row_mask, other=0.0).to(tl.float32) * inv_scale
+        # LayerNorm sums are shifted by (about) each row's first element: as exact as two
+        # passes for data whose mean is large against its spread, with one pass over the row.
+        shift = tl.zeros([BLOCK_M], dtype=tl.float32)
+        if not IS_RMS:
+            shift = tl.load(X + rows * stride_x_row, mask=row_mask, other=0.0).to(tl.float32)
+            if HAS_RESIDUAL:
+                shift += tl.load(R + rows * stride_r_row, mask=row_mask, other=0.0).to(tl.float32)
+            shift = shift * inv_scale
         acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for start in range(0, N, BLOCK_N):
             mask = row_mask[:, None] & (start + cols[None, :] < N)
-            x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            d = tl.where(mask, _rounded_product(x, inv_scale[:, None], mask) - shift[:, None], 0.0)
+            z = load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                            HAS_RESIDUAL, False)
+            d = tl.where(mask, rounded_product(z, inv_scale[:, None], mask) - shift[:, None], 0.0)
             acc1 += d
             acc2 += d * d
         s1 = tl.sum(acc1, axis=1)
         s2 = tl.sum(acc2, axis=1)
-        mean = shift + _div(s1, N)
-        # Clamp rounding below zero, but let a NaN variance (a row holding inf) through,
-        # as torch does: fmax(NaN, 0) would give 0 and a finite rstd.
-        var = tl.maximum(_div(s2 - _div(s1 * s1, N), N), 0.0, propagate_nan=tl.PropagateNan.ALL)
+        if IS_RMS:
+            var = div(s2, N)
+        else:
+            mean = shift + div(s1, N)
+            # Clamp rounding below zero, but let a NaN variance (a row holding inf) through,
+            # as torch does: fmax(NaN, 0) would give 0 and a finite rstd.
+            var = tl.maximum(div(s2 - div(s1 * s1, N), N), 0.0, propagate_nan=tl.PropagateNan.ALL)
         rstd = 1.0 / tl.sqrt(var + eps)
         for start in range(0, N, BLOCK_N):
             col_mask = start + cols < N
             mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = (_rounded_product(x, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None]
-            if HAS_WEIGHT:
-                y = y * tl.load(W + start + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-            if HAS_BIAS:
-                y = y + tl.load(B + start + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+            z = load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                            HAS_RESIDUAL, True)
+            zhat = (rounded_product(z, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None]
+            y = affine(zhat, Z, W, B, start + cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
+                        CAST_BEFORE_WEIGHT)
             tl.store(y_rows + start + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(Mean + rows, mean, mask=row_mask)
+    if STABLE:
+        tl.store(InvScale + rows, inv_scale, mask=row_mask)
+    if not IS_RMS:
+        tl.store(Mean + rows, mean, mask=row_mask)
     tl.store(Rstd + rows, rstd, mask=row_mask)
 
 
-@triton.jit
-def _load_bwd_tile(
-    X, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_x_row, stride_dy_row,
-    STABLE: tl.constexpr, BLOCK_M: tl.constexpr,
-):
-    """dy and xhat (fp32, 0 outside ``mask``) of a tile, with the rows' rstd and 1/max|x|."""
-    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    if STABLE:
-        inv_scale = tl.load(InvScale + rows, mask=row_mask, other=1.0)
-    mean = tl.load(Mean + rows, mask=row_mask, other=0.0)
-    rstd = tl.load(Rstd + rows, mask=row_mask, other=0.0)
-    xhat = tl.where(mask, (_rounded_product(x, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None], 0.0)
-    return dy, xhat, rstd, inv_scale
+# --- backward: three kernels, each formula written once in _norm_helpers ------------------
 
 
 @triton.jit
-def _partial_rows(Partials, program, n_programs, N, COMPUTE_DW: tl.constexpr):
-    """This program's row of weight partials and of bias partials in ``Partials``,
-    (weight's if asked, then bias's if asked) x n_programs x N."""
-    DW_partial = Partials + program * N
-    DB_partial = DW_partial
-    if COMPUTE_DW:
-        DB_partial += n_programs.to(tl.int64) * N
-    return DW_partial, DB_partial
-
-
-@triton.jit
-def _layer_norm_bwd_kernel(
-    DY, X, W, Stats, DX, Partials,
-    stride_dy_row, stride_x_row, stride_dx_row, M, N, tiles_per_program,
-    HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr,
+def _norm_bwd_kernel(
+    DY, DH, Z, W, Stats, DX, DR, Partials,
+    stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, tiles_per_program,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr,
+    CAST_BEFORE_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr, STORE_DR: tl.constexpr,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     # Rows that fit one block (longer rows take the two split kernels below).
     # Each program walks a contiguous range of BLOCK_M-row tiles and owns one row of the
     # weight/bias partials: a fixed reduction order, hence bitwise-reproducible sums.
-    Mean, Rstd, InvScale = _stat_rows(Stats, M)
+    Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     pid = tl.program_id(0).to(tl.int64)
     tile_start = pid * tiles_per_program
     tile_end = tl.minimum(tile_start + tiles_per_program, tl.cdiv(M, BLOCK_M))
     cols = tl.arange(0, BLOCK_N)
-    DW_partial, DB_partial = _partial_rows(Partials, pid, tl.num_programs(0), N, COMPUTE_DW)
     col_mask = cols < N
-    w = tl.full([BLOCK_N], 1.0, dtype=tl.float32)
-    if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    # NUM_STAGES > 1 prefetches the next tiles' x and dy while this one is reduced.
+    w, DW_partial, DB_partial, dw_acc, db_acc = bwd_prologue(
+        W, Partials, pid, tl.num_programs(0), cols, col_mask, N, HAS_WEIGHT, UNIT_OFFSET, COMPUTE_DW, BLOCK_N)
+    # NUM_STAGES > 1 prefetches the next tiles' z and dy while this one is reduced.
     for tile in tl.range(tile_start, tile_end, num_stages=NUM_STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
         mask = row_mask[:, None] & col_mask[None, :]
-        dy, xhat, rstd, inv_scale = _load_bwd_tile(
-            X, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_x_row, stride_dy_row, STABLE, BLOCK_M
-        )
+        dy, zhat, scale = load_bwd_tile(
+            Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row, stride_dy_row, IS_RMS, STABLE,
+            BLOCK_M)
         if COMPUTE_DX:
-            g = _rounded_product(dy, w[None, :], mask)
-            c1 = _div(tl.sum(xhat * g, axis=1), N)
-            c2 = _div(tl.sum(g, axis=1), N)
-            dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
-            tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        if COMPUTE_DW:
-            dw_acc += tl.sum(dy * xhat, axis=0)
-        if COMPUTE_DB:
-            db_acc += tl.sum(dy, axis=0)
-    if COMPUTE_DW:
-        tl.store(DW_partial + cols, dw_acc, mask=col_mask)
-    if COMPUTE_DB:
-        tl.store(DB_partial + cols, db_acc, mask=col_mask)
+            g = rounded_product(dy, w[None, :], mask)
+            c1, c2 = dz_coefficients(tl.sum(zhat * g, axis=1), tl.sum(g, axis=1), N, IS_RMS)
+            store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
+                      stride_dh_row, HAS_DH, STORE_DR)
+        dw_acc, db_acc = param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
+    store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW, COMPUTE_DB)
 
 
 @triton.jit
-def _layer_norm_bwd_row_sums_kernel(
-    DY, X, W, Stats, Sums,
-    stride_dy_row, stride_x_row, M, N, n_chunks,
-    HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr, BLOCK_N: tl.constexpr,
+def _norm_bwd_row_sums_kernel(
+    DY, Z, W, Stats, Sums,
+    stride_dy_row, stride_z_row, M, N, n_chunks,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     # Long rows, step 1: program (row, chunk) writes the chunk's share of the two row sums
-    # sum(xhat * w * dy) and sum(w * dy) that dx needs.
-    Mean, Rstd, InvScale = _stat_rows(Stats, M)
-    row = tl.program_id(0).to(tl.int64)
+    # sum(zhat * g) and sum(g) that dz needs.
+    Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
+    rows = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
     chunk = tl.program_id(1)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < N
-    x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
-    if HAS_WEIGHT:
-        g = _rounded_product(g, tl.load(W + cols, mask=mask, other=0.0).to(tl.float32), mask)
-    inv_scale = 1.0
-    if STABLE:
-        inv_scale = tl.load(InvScale + row)
-    xhat = tl.where(mask, (_rounded_product(x, inv_scale, mask) - tl.load(Mean + row)) * tl.load(Rstd + row), 0.0)
-    out = Sums + (row * n_chunks + chunk) * 2
-    tl.store(out, tl.sum(xhat * g, axis=0))
-    tl.store(out + 1, tl.sum(g, axis=0))
+    col_mask = cols < N
+    row_mask = rows < M
+    mask = row_mask[:, None] & col_mask[None, :]
+    dy, zhat, _ = load_bwd_tile(
+        Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row, stride_dy_row, IS_RMS, STABLE, 1)
+    g = rounded_product(dy, load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)[None, :], mask)
+    out = Sums + (rows * n_chunks + chunk) * 2
+    tl.store(out, tl.sum(zhat * g, axis=1), mask=row_mask)
+    tl.store(out + 1, tl.sum(g, axis=1), mask=row_mask)
 
 
 @triton.jit
-def _layer_norm_bwd_split_kernel(
-    DY, X, W, Stats, Sums, DX, Partials,
-    stride_dy_row, stride_x_row, stride_dx_row, M, N, n_chunks, rows_per_group,
-    HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr,
+def _norm_bwd_split_kernel(
+    DY, DH, Z, W, Stats, Sums, DX, DR, Partials,
+    stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks, rows_per_group,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr,
+    CAST_BEFORE_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr, STORE_DR: tl.constexpr,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr,
 ):
     # Long rows, step 2: program (chunk, group) owns BLOCK_N columns of a group of rows:
-    # dx for them, and the group's weight/bias partials for its columns, kept in registers.
-    Mean, Rstd, InvScale = _stat_rows(Stats, M)
+    # dz for them, and the group's weight/bias partials for its columns, kept in registers.
+    Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     chunk = tl.program_id(0)
     group = tl.program_id(1).to(tl.int64)
-    DW_partial, DB_partial = _partial_rows(Partials, group, tl.num_programs(1), N, COMPUTE_DW)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    w = tl.full([BLOCK_N], 1.0, dtype=tl.float32)
-    if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    w, DW_partial, DB_partial, dw_acc, db_acc = bwd_prologue(
+        W, Partials, group, tl.num_programs(1), cols, col_mask, N, HAS_WEIGHT, UNIT_OFFSET, COMPUTE_DW, BLOCK_N)
     chunk_ids = tl.arange(0, CHUNKS_POW2)
     row_begin = group * rows_per_group
     row_stop = tl.minimum(row_begin + rows_per_group, M)
@@ -252,68 +211,86 @@ def _layer_norm_bwd_split_kernel(
         rows = first + tl.arange(0, BLOCK_M)
         row_mask = rows < row_stop
         mask = row_mask[:, None] & col_mask[None, :]
-        dy, xhat, rstd, inv_scale = _load_bwd_tile(
-            X, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_x_row, stride_dy_row, STABLE, BLOCK_M
-        )
+        dy, zhat, scale = load_bwd_tile(
+            Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row, stride_dy_row, IS_RMS, STABLE,
+            BLOCK_M)
         if COMPUTE_DX:
             # Every program adds a row's chunk sums in the same order: deterministic.
             sums = Sums + (rows[:, None] * n_chunks + chunk_ids[None, :]) * 2
             sums_mask = row_mask[:, None] & (chunk_ids[None, :] < n_chunks)
-            c1 = _div(tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=1), N)
-            c2 = _div(tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0), axis=1), N)
-            g = _rounded_product(dy, w[None, :], mask)
-            dx = (g - (xhat * c1[:, None] + c2[:, None])) * (rstd * inv_scale)[:, None]
-            tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        if COMPUTE_DW:
-            dw_acc += tl.sum(dy * xhat, axis=0)
-        if COMPUTE_DB:
-            db_acc += tl.sum(dy, axis=0)
-    if COMPUTE_DW:
-        tl.store(DW_partial + cols, dw_acc, mask=col_mask)
-    if COMPUTE_DB:
-        tl.store(DB_partial + cols, db_acc, mask=col_mask)
+            c1, c2 = dz_coefficients(tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=1),
+                                      tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0), axis=1), N, IS_RMS)
+            g = rounded_product(dy, w[None, :], mask)
+            store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
+                      stride_dh_row, HAS_DH, STORE_DR)
+        dw_acc, db_acc = param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
+    store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW, COMPUTE_DB)
+
+
+# --- launchers ------------------------------------------------------------------------------
 
 
 def _forward(
-    launch, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool,
-) -> tuple[Tensor, Tensor]:
-    """``(y, stats)``: stats = (mean, rstd[, 1/max|x| if stable]) rows, fp32."""
+    launch, x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+    rms: bool, stable: bool, unit_offset: bool, cast_before_weight: bool, out_dtype: torch.dtype,
+    residual_dtype: Optional[torch.dtype],
+) -> tuple[Tensor, ...]:
+    """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top)."""
     cfg = _launch.current().layer_norm
     n_rows, n_cols = x.shape
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    stats = torch.empty((3 if stable else 2, n_rows), dtype=torch.float32, device=x.device)
-    block_m, block_n, single_pass = _launch.row_tile(
-        n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block, cfg.tile_elements)
-    launch(_layer_norm_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
-        x, y, weight, bias, stats,
-        x.stride(0), y.stride(0), n_rows, n_cols, eps,
-        HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STABLE=stable,
+    y = torch.empty((n_rows, n_cols), dtype=out_dtype, device=x.device)
+    h = None if residual is None else torch.empty((n_rows, n_cols), dtype=residual_dtype, device=x.device)
+    stats = torch.empty(((1 if rms else 2) + int(stable), n_rows), dtype=torch.float32, device=x.device)
+    max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
+    block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    launch(_norm_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
+        x, residual, h, y, weight, bias, stats,
+        x.stride(0), 0 if residual is None else residual.stride(0), 0 if h is None else h.stride(0), y.stride(0),
+        n_rows, n_cols, eps,
+        IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+        STABLE=stable, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
         num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size()),
     )
-    return y, stats
+    return (y, stats) if h is None else (y, h, stats)
 
 
-def _backward(launch, grads: tuple, needs: dict, x: Tensor, weight: Optional[Tensor], stats: Tensor,
-              stable: bool) -> dict:
-    """Gradients of x, weight and bias (those in ``needs``); the parameters' in fp32."""
+def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor], stats: Tensor, rms: bool,
+              stable: bool, unit_offset: bool, cast_before_weight: bool, x_dtype: torch.dtype,
+              r_dtype: Optional[torch.dtype]) -> dict:
+    """Gradients of x (and residual), weight and bias, those in ``needs``; the parameters'
+    in fp32. ``z`` is the normalized input: x, or h with a residual; ``x_dtype`` and
+    ``r_dtype`` are the dtypes of x and of the residual. One kernel pass writes dz once, as
+    dx (and as dresidual when that has another dtype; else dresidual is the same tensor)."""
     cfg = _launch.current().layer_norm
-    dy = grads[0] if grads[0].stride(-1) == 1 else grads[0].contiguous()
-    compute_dx, compute_dw, compute_db = needs["x"], needs["weight"], needs["bias"]
-    n_rows, n_cols = x.shape
-    block_m, block_n, single_pass = _launch.row_tile(
-        n_rows, n_cols, cfg.bwd_max_fused_cols, cfg.loop_block, cfg.tile_elements)
-    flags = dict(HAS_WEIGHT=weight is not None, STABLE=stable,
+    dy, dh = grads[0], grads[1] if len(grads) > 1 else None
+    if dy is None:  # only h has consumers
+        dy = torch.zeros_like(z)
+    elif dy.stride(-1) != 1:
+        dy = dy.contiguous()
+    if dh is not None and dh.stride(-1) != 1:
+        dh = dh.contiguous()
+    need_x, need_r = needs["x"], needs.get("residual", False)
+    compute_dx, compute_dw, compute_db = need_x or need_r, needs["weight"], needs["bias"]
+    store_dr = need_x and need_r and r_dtype != x_dtype
+    n_rows, n_cols = z.shape
+    max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
+    block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    flags = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
+                 CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
-    dx = torch.empty((n_rows, n_cols) if compute_dx else (0, n_cols), dtype=x.dtype, device=x.device)
+    dx = torch.empty((n_rows, n_cols) if compute_dx else (0, n_cols), dtype=x_dtype if need_x else r_dtype,
+                     device=z.device)
+    dr = torch.empty((n_rows, n_cols), dtype=r_dtype, device=z.device) if store_dr else None
+    strides = (dy.stride(0), 0 if dh is None else dh.stride(0), z.stride(0), dx.stride(0),
+               0 if dr is None else dr.stride(0))
     n_partials = int(compute_dw) + int(compute_db)
     if single_pass:
         n_tiles = _launch.cdiv(n_rows, block_m)
-        programs, tiles_per_program = _launch.persistent_grid(n_tiles, x.device, cfg.bwd_programs_per_sm)
-        partials = x.new_empty((n_partials, programs, n_cols), dtype=torch.float32)
-        launch(_layer_norm_bwd_kernel)[(programs,)](
-            dy, x, weight, stats, dx, partials,
-            dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, tiles_per_program,
+        programs, tiles_per_program = _launch.persistent_grid(n_tiles, z.device, cfg.bwd_programs_per_sm)
+        partials = z.new_empty((n_partials, programs, n_cols), dtype=torch.float32)
+        launch(_norm_bwd_kernel)[(programs,)](
+            dy, dh, z, weight, stats, dx, dr, partials, *strides, n_rows, n_cols, tiles_per_program,
             BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=cfg.bwd_stages,
             num_warps=_launch.num_warps(block_m * block_n), **flags,
         )
@@ -321,27 +298,30 @@ def _backward(launch, grads: tuple, needs: dict, x: Tensor, weight: Optional[Ten
         # Rows longer than a block: two streaming launches, so that every SM has many
         # independent chunks in flight (one program walking long rows stalls on latency).
         n_chunks = _launch.cdiv(n_cols, block_n)
-        sums = x.new_empty((n_rows if compute_dx else 0, n_chunks, 2), dtype=torch.float32)
+        sums = z.new_empty((n_rows if compute_dx else 0, n_chunks, 2), dtype=torch.float32)
         if compute_dx:
-            launch(_layer_norm_bwd_row_sums_kernel)[(n_rows, n_chunks)](
-                dy, x, weight, stats, sums, dy.stride(0), x.stride(0), n_rows, n_cols, n_chunks,
-                HAS_WEIGHT=weight is not None, STABLE=stable, BLOCK_N=block_n,
+            launch(_norm_bwd_row_sums_kernel)[(n_rows, n_chunks)](
+                dy, z, weight, stats, sums, dy.stride(0), z.stride(0), n_rows, n_cols, n_chunks,
+                IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset, BLOCK_N=block_n,
                 num_warps=_launch.num_warps(block_n),
             )
         split_m = cfg.split_block_m
-        groups = _launch.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, x.device)
+        groups = _launch.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, z.device)
         rows_per_group = _launch.cdiv(n_rows, groups)
-        partials = x.new_empty((n_partials, groups, n_cols), dtype=torch.float32)
-        launch(_layer_norm_bwd_split_kernel)[(n_chunks, groups)](
-            dy, x, weight, stats, sums, dx, partials,
-            dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, n_chunks, rows_per_group,
+        partials = z.new_empty((n_partials, groups, n_cols), dtype=torch.float32)
+        launch(_norm_bwd_split_kernel)[(n_chunks, groups)](
+            dy, dh, z, weight, stats, sums, dx, dr, partials, *strides, n_rows, n_cols, n_chunks, rows_per_group,
             BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
             num_warps=_launch.num_warps(split_m * block_n), **flags,
         )
     # One reduction for both parameters' partials (none when one program wrote them:
     # small shapes, where the host sets the pace).
     param_grads = (partials[:, 0] if partials.shape[1] == 1 else partials.sum(1)) if n_partials else None
-    grads_out = {"x": dx}
+    grads_out = {}
+    if need_x:
+        grads_out["x"] = dx
+    if need_r:
+        grads_out["residual"] = dr if store_dr else dx
     if compute_dw:
         grads_out["weight"] = param_grads[0]
     if compute_db:
@@ -349,16 +329,51 @@ def _backward(launch, grads: tuple, needs: dict, x: Tensor, weight: Optional[Ten
     return grads_out
 
 
-layer_norm = _doors.build(_doors.OpDescription(
-    name="layer_norm",
-    inputs=(("x", Tensor), ("weight", Optional[Tensor]), ("bias", Optional[Tensor]), ("eps", float),
-            ("stable", bool)),
-    outputs=("y",),
-    residuals=("stats",),
-    forward=_forward,
-    saved=(("x", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), ("stable", bool)),
-    save=lambda inputs, results, needs: (inputs["x"], inputs["weight"], results["stats"], inputs["stable"]),
-    backward=_backward,
-    differentiable=("x", "weight", "bias"),
-))
-"""Differentiable LayerNorm of a 2-D ``x`` (last stride 1): ``layer_norm(x, weight, bias, eps, stable)``."""
+# --- the two ops: without and with the residual, from one description ----------------------
+
+_FLAGS = (("eps", float), ("rms", bool), ("stable", bool), ("unit_offset", bool), ("cast_before_weight", bool))
+_SAVED_FLAGS = (("rms", bool), ("stable", bool), ("unit_offset", bool), ("cast_before_weight", bool))
+
+
+def _describe(with_residual: bool) -> _doors.OpDescription:
+    """The norm op, taking (and returning) the residual stream when ``with_residual``."""
+    flag_names = [n for n, _ in _SAVED_FLAGS]
+    params = (("weight", Optional[Tensor]), ("bias", Optional[Tensor]))
+    if with_residual:
+        return _doors.OpDescription(
+            name="residual_norm",
+            inputs=(("x", Tensor), ("residual", Tensor), *params, *_FLAGS, ("out_dtype", torch.dtype),
+                    ("residual_dtype", torch.dtype)),
+            outputs=("y", "h"),
+            residuals=("stats",),
+            forward=_forward,
+            # The backward reads h (the normalized input) instead of x and the residual.
+            saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS,
+                   ("x_dtype", torch.dtype), ("r_dtype", torch.dtype)),
+            save=lambda inputs, results, needs: (
+                results["h"], inputs["weight"], results["stats"], *(inputs[n] for n in flag_names),
+                inputs["x"].dtype, inputs["residual"].dtype),
+            backward=_backward,
+            differentiable=("x", "residual", "weight", "bias"),
+            shared_grads=(("residual", "x"),),
+        )
+    return _doors.OpDescription(
+        name="norm",
+        inputs=(("x", Tensor), *params, *_FLAGS, ("out_dtype", torch.dtype)),
+        outputs=("y",),
+        residuals=("stats",),
+        forward=lambda launch, x, *args: _forward(launch, x, None, *args, None),
+        saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS),
+        save=lambda inputs, results, needs: (
+            inputs["x"], inputs["weight"], results["stats"], *(inputs[n] for n in flag_names)),
+        backward=lambda launch, grads, needs, z, *saved: _backward(launch, grads, needs, z, *saved, z.dtype, None),
+        differentiable=("x", "weight", "bias"),
+    )
+
+
+norm = _doors.build(_describe(with_residual=False))
+"""``norm(x, weight, bias, eps, rms, stable, unit_offset, cast_before_weight, out_dtype) -> y``:
+differentiable LayerNorm (``rms=False``) or RMSNorm of a 2-D ``x`` (last stride 1)."""
+residual_norm = _doors.build(_describe(with_residual=True))
+"""``residual_norm(x, residual, weight, bias, eps, rms, stable, unit_offset, cast_before_weight,
+out_dtype, residual_dtype) -> (y, h)``: ``h = x + residual`` in ``residual_dtype`` and ``y = norm(h)``."""

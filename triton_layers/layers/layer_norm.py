@@ -65,10 +65,13 @@ class TritonLayerNorm(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Normalize ``x`` (any leading dims); same shape and dtype out."""
+    def forward(self, x: Tensor, residual: Optional[Tensor] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """Normalize ``x`` (any leading dims): ``y`` of x's shape and dtype (autocast's dtype
+        under autocast). With a ``residual``: ``(y, h)``, ``h = x + residual`` in the residual's
+        dtype and ``y`` its normalization, in one pass (``functional.layer_norm``)."""
         return F.layer_norm(
-            x, self.weight, self.bias, self.eps, self.stable, self.use_triton, self.normalized_shape
+            x, self.weight, self.bias, self.eps, self.stable, self.use_triton, self.normalized_shape,
+            residual=residual,
         )
 
     def extra_repr(self) -> str:

@@ -1,0 +1,171 @@
+"""triton_layers.convert on Hugging Face models whose norms are RMSNorms (Llama, Mistral,
+Qwen2, Gemma), each built tiny from its config (nothing is downloaded), and convert's
+report: what it replaced, which norms it did not know and left alone.
+
+Each family keeps its own numerics: Llama, Mistral and Qwen2 round the normalized value to
+the input's dtype before multiplying by the weight; Gemma multiplies by (1 + weight) in fp32
+and then casts. Skipped without transformers.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import triton_layers
+from triton_layers import TritonRMSNorm
+
+from .conftest import DEVICE
+
+transformers = pytest.importorskip("transformers")
+
+# family -> (config class, model class, norm class, family of numerics)
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", "LlamaRMSNorm", "llama"),
+    "mistral": ("MistralConfig", "MistralForCausalLM", "MistralRMSNorm", "llama"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", "Qwen2RMSNorm", "llama"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", "GemmaRMSNorm", "gemma"),
+}
+VOCAB = 128
+
+
+def _model(family: str, dtype: torch.dtype, seed: int = 0) -> nn.Module:
+    """A 2-layer model of the family (hidden 64), its norm weights drawn away from their
+    init (1 for Llama's form, 0 for Gemma's) so that they count."""
+    config_cls, model_cls, _, numerics = FAMILIES[family]
+    extra = {"head_dim": 16} if family == "gemma" else {}
+    config = getattr(transformers, config_cls)(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=VOCAB, max_position_embeddings=64, **extra)
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0.0 if numerics == "gemma" else 1.0, 0.3)
+    return model.to(DEVICE, dtype)
+
+
+def _norm_class(family: str) -> type:
+    return getattr(transformers, FAMILIES[family][1]).__module__, FAMILIES[family][2]
+
+
+def _logits_and_grads(model, ids):
+    logits = model(ids).logits
+    params = dict(model.named_parameters())
+    grads = torch.autograd.grad(logits.float().square().mean(), list(params.values()))
+    return logits.detach(), dict(zip(params, grads))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_convert_hf_model(family, dtype):
+    original = _model(family, dtype)
+    norm_cls = type(original.model.norm)
+    assert norm_cls.__name__ == FAMILIES[family][2]
+    converted, summary = triton_layers.convert(copy.deepcopy(original), return_summary=True)
+    # 2 per layer and the final one; none of the original class remains; keys unchanged.
+    assert dict(summary.replaced) == {norm_cls.__name__: 5} and not summary.left_alone
+    assert not any(isinstance(m, norm_cls) for m in converted.modules())
+    assert sum(isinstance(m, TritonRMSNorm) for m in converted.modules()) == 5
+    assert list(converted.state_dict()) == list(original.state_dict())
+    assert converted.model.norm.cast_before_weight == (FAMILIES[family][3] == "llama")
+    assert converted.model.norm.unit_offset == (family == "gemma")
+
+    ids = torch.randint(0, VOCAB, (2, 16), device=DEVICE)
+    want_logits, want_grads = _logits_and_grads(original, ids)
+    got_logits, got_grads = _logits_and_grads(converted, ids)
+    assert got_logits.dtype == want_logits.dtype
+    # fp32: the norms agree to a few ulps. bf16: they agree bit for bit on nearly every
+    # element on the GPU (the interpreter truncates to bf16, one ulp); the logits inherit that.
+    scale = want_logits.float().abs().max().item()
+    tol = 1e-5 if dtype == torch.float32 else (2e-2 if DEVICE == "cuda" else 6e-2)
+    torch.testing.assert_close(got_logits.float(), want_logits.float(), rtol=0, atol=tol * scale)
+    for name, want in want_grads.items():
+        got, g_scale = got_grads[name], want.float().abs().max().item() or 1.0
+        torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=tol * 5 * g_scale,
+                                   msg=lambda m: f"{name}: {m}")
+
+    # The converted state_dict loads strictly into a fresh, unconverted model: same logits.
+    fresh = _model(family, dtype, seed=1)
+    fresh.load_state_dict(converted.state_dict(), strict=True)
+    assert torch.equal(fresh(ids).logits, want_logits)
+
+
+def _swapped_pair(family: str, weight_dtype: torch.dtype, use_triton):
+    module_name, class_name = _norm_class(family)
+    import importlib
+
+    hf_cls = getattr(importlib.import_module(module_name), class_name)
+    hf = hf_cls(64, eps=1e-6).to(DEVICE, weight_dtype)
+    with torch.no_grad():
+        hf.weight.normal_(0.0 if FAMILIES[family][3] == "gemma" else 1.0, 0.3)
+    ours = triton_layers.convert(nn.Sequential(copy.deepcopy(hf)), use_triton=use_triton)[0]
+    assert isinstance(ours, TritonRMSNorm)
+    return hf, ours
+
+
+@pytest.mark.parametrize("path", ["kernels", "reference"])
+@pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32], ids=["bf16_weight", "fp32_weight"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_swapped_norm_bitwise_bf16(family, weight_dtype, path):
+    """A bf16 input through the swapped norm and through the original class: the same
+    output dtype, bit-identical values on nearly every element and one ulp at most
+    elsewhere (the kernels in the interpreter truncate each rounding to bf16, Llama's
+    two of them: two ulps), matching gradients."""
+    hf, ours = _swapped_pair(family, weight_dtype, use_triton=None if path == "kernels" else False)
+    x = (torch.randn(64, 64, device=DEVICE) * 3).bfloat16().requires_grad_()
+    want, got = hf(x), ours(x)
+    assert got.dtype == want.dtype  # Llama's fp32 weight makes an fp32 output, as in torch
+    equal = (got == want).float().mean().item()
+    ulp = torch.finfo(torch.bfloat16).eps * want.float().abs()  # (Llama's fp32 output: of the bf16 rounding)
+    if path == "reference" or DEVICE == "cuda":
+        assert equal >= 0.99, f"only {equal:.1%} of the elements are bit-identical"
+    else:
+        ulp = 2 * ulp
+    assert ((got.float() - want.float()).abs() <= ulp).all()
+    dy = torch.randn_like(want)
+    for a, b in zip(torch.autograd.grad(got, (x, ours.weight), dy), torch.autograd.grad(want, (x, hf.weight), dy)):
+        scale = b.float().abs().max().item()
+        torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=2e-2 * scale)
+
+
+def test_convert_reports_and_leaves_unknown_norms():
+    class T5LayerNorm(nn.Module):  # a norm convert does not know
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(8))
+
+        def forward(self, x):
+            return x * self.weight
+
+    llama_norm = getattr(transformers.models.llama.modeling_llama, "LlamaRMSNorm")
+
+    class MyRMSNorm(llama_norm):  # a subclass may compute otherwise: left alone too
+        pass
+
+    shared = nn.RMSNorm(8)
+    model = nn.Sequential(T5LayerNorm(), MyRMSNorm(8), shared, nn.Linear(8, 8), shared, llama_norm(8))
+    with pytest.warns(UserWarning, match="MyRMSNorm, T5LayerNorm"):
+        model, summary = triton_layers.convert(model, return_summary=True)
+    assert dict(summary.replaced) == {"RMSNorm": 1, "LlamaRMSNorm": 1}
+    assert dict(summary.left_alone) == {"T5LayerNorm": 1, "MyRMSNorm": 1}
+    assert type(model[0]).__name__ == "T5LayerNorm" and type(model[1]) is MyRMSNorm
+    assert model[2] is model[4] and isinstance(model[2], TritonRMSNorm)  # still one shared module
+    assert str(summary) == ("replaced 1 LlamaRMSNorm, 1 RMSNorm; left alone (unknown norms): 1 MyRMSNorm, "
+                            "1 T5LayerNorm")
+
+
+def test_llama_rounds_before_the_weight():
+    """Llama's fp16 input with an fp32 weight gives an fp32 output whose only rounding is
+    the normalized value's to fp16 (the interpreter rounds to fp16 as the GPU does): bit
+    for bit on nearly every element, which a product taken in fp32 alone would miss."""
+    hf, ours = _swapped_pair("llama", torch.float32, use_triton=None)
+    x = (torch.randn(64, 64, device=DEVICE) * 3).half()
+    want, got = hf(x), ours(x)
+    assert want.dtype == got.dtype == torch.float32
+    assert (got == want).float().mean().item() >= 0.99
+    no_cast = hf.weight * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
+    assert (no_cast == want).float().mean().item() < 0.9

@@ -1,0 +1,181 @@
+"""The fused residual add and ``out_dtype`` of both norms (functional.layer_norm / rms_norm,
+TritonLayerNorm / TritonRMSNorm): ``h = x + residual`` computed in ``residual_dtype``,
+``y = norm(h)``, one kernel pass forward and one backward, y in ``out_dtype``."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from triton_layers import TritonLayerNorm, TritonRMSNorm
+from triton_layers import functional as TF
+from triton_layers.kernels import _launch
+from triton_layers.kernels import layer_norm as norm_kernels
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .conftest import DEVICE, launch_config
+from .tolerances import assert_close_to_reference
+
+BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
+
+
+def _norm(kind, x, w, b, **kw):
+    if kind == "layer":
+        return TF.layer_norm(x, w, b, **kw)
+    return TF.rms_norm(x, w, 1e-6, **kw)
+
+
+def _exact_norm(kind, h, w, b):
+    """torch's own op (an independent definition), in float64."""
+    if kind == "layer":
+        return F.layer_norm(h, h.shape[-1:], w, b, 1e-5)
+    return F.rms_norm(h, h.shape[-1:], w, 1e-6)
+
+
+def _params(kind, n, device, dtype=FP32):
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype).requires_grad_()
+    b = (0.5 * torch.randn(n, device=device)).to(dtype).requires_grad_() if kind == "layer" else None
+    return w, b
+
+
+def _assert_h_exact(h, x, r):
+    """h is torch's x.to(d) + r.to(d): bitwise, except that the Triton interpreter truncates
+    fp32 -> bf16 where the GPU rounds: an ulp of the sum, and one of r where r is cast first."""
+    x, r = x.detach().to(h.dtype), r.detach().to(h.dtype)
+    h_torch = x + r
+    if DEVICE == "cuda" or h.dtype != BF16:
+        assert torch.equal(h, h_torch)
+    else:
+        diff = (h.float() - h_torch.float()).abs()
+        assert (diff <= 2 * torch.finfo(BF16).eps * (h_torch.float().abs() + r.float().abs())).all()
+
+
+# (x's dtype, the residual's, residual_dtype): bf16 x with an fp32 residual is the residual
+# stream kept in fp32 (flash-attn's residual_in_fp32); the last overrides h's dtype.
+DTYPE_CASES = {"fp32": (FP32, FP32, None), "bf16-x-fp32-stream": (BF16, FP32, None), "bf16": (BF16, BF16, None),
+               "fp16": (FP16, FP16, None), "fp32-stream-as-bf16": (BF16, FP32, BF16)}
+
+
+# The chunked (long-row) kernels with two dtypes for dx and dresidual, and with one.
+PATHS = [(d, False) for d in DTYPE_CASES] + [("bf16-x-fp32-stream", True), ("bf16", True)]
+
+
+@pytest.mark.parametrize("dtypes,looped", PATHS, ids=[d + ("-looped" if looped else "") for d, looped in PATHS])
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_residual_matches_float64(kind, dtypes, looped, device):
+    """y, h and every gradient (through both outputs) against float64 torch."""
+    x_dtype, r_dtype, residual_dtype = DTYPE_CASES[dtypes]
+    rows, n = (5, 40) if looped else (9, 300)
+    x = (torch.randn(rows, n, device=device) * 2 + 0.5).to(x_dtype).requires_grad_()
+    r = (torch.randn(rows, n, device=device) * 3).to(r_dtype).requires_grad_()
+    w, b = _params(kind, n, device)
+    with launch_config(_launch.TINY if looped else _launch.DEFAULT):  # TINY: rows over 16 are chunked
+        y, h = _norm(kind, x, w, b, residual=r, residual_dtype=residual_dtype)
+        h_dtype = residual_dtype or r_dtype
+        assert y.dtype == x_dtype and h.dtype == h_dtype
+        _assert_h_exact(h, x, r)
+        dy, dh = torch.randn_like(y), torch.randn_like(h)
+        params = [p for p in (w, b) if p is not None]
+        grads = torch.autograd.grad((y, h), (x, r, *params), (dy, dh))
+    # float64 at the h computed: y = norm(h); dx = dresidual = dz (a cast passes gradients as they are).
+    h64 = h.detach().double().requires_grad_()
+    params64 = [p.detach().double().requires_grad_() for p in params]
+    y64 = _exact_norm(kind, h64, *params64, *([None] if b is None else []))
+    dz64, *dparams64 = torch.autograd.grad((y64, h64), (h64, *params64), (dy.double(), dh.double()))
+    assert_close_to_reference(y, y64, name="y")
+    assert grads[0].dtype == x_dtype and grads[1].dtype == r_dtype
+    for name, g, g64 in zip(["dx", "dresidual", "dweight", "dbias"], grads, [dz64, dz64, *dparams64]):
+        # Weight gradients are sums over rows: their fp32 bound grows with sqrt(rows) (quack).
+        assert_close_to_reference(g, g64, rtol32=1e-5 * (1 if name in ("dx", "dresidual") else rows**0.5), name=name)
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_fp32_output_of_bf16_input_comes_from_fp32_statistics(kind, device):
+    """out_dtype=fp32 from a bf16 x: fp32-accurate (a bf16 result cast up would be ~1e-3 off)."""
+    x = (torch.randn(9, 300, device=device) * 2 + 0.5).to(BF16).requires_grad_()
+    w, b = _params(kind, 300, device)
+    y = _norm(kind, x, w, b, out_dtype=FP32)
+    assert y.dtype == FP32
+    y64 = _exact_norm(kind, x.detach().double(), w.detach().double(), None if b is None else b.detach().double())
+    assert_close_to_reference(y, y64, name="y")
+    cast_up = _norm(kind, x, w, b).float()
+    assert (cast_up - y64).abs().max() > 100 * (y - y64).abs().max()
+    (dx,) = torch.autograd.grad(y, x, torch.randn_like(y))
+    assert dx.dtype == BF16
+
+
+def test_out_dtype_must_be_floating(device):
+    x = torch.randn(2, 8, device=device)
+    with pytest.raises(TypeError, match="out_dtype must be one of"):
+        TF.rms_norm(x, out_dtype=torch.int32)
+    with pytest.raises(TypeError, match="residual_dtype must be one of"):
+        TF.layer_norm(x, residual=x, residual_dtype=torch.float64)
+
+
+def test_modules_take_a_residual(device):
+    x, r = torch.randn(3, 5, 32, device=device), torch.randn(3, 5, 32, device=device)
+    for module in (TritonLayerNorm(32, bias=True, device=device), TritonRMSNorm(32, device=device)):
+        y, h = module(x, r)
+        assert y.shape == h.shape == x.shape
+        torch.testing.assert_close(h, x + r, rtol=0, atol=0)
+        torch.testing.assert_close(y, module(x + r), rtol=0, atol=0)
+
+
+class _Spy:
+    """Stands in for a @triton.jit kernel: counts its launches; ``busy`` while one runs."""
+
+    def __init__(self, kernel, busy: list):
+        self.kernel, self.busy, self.launches = kernel, busy, 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches += 1
+            self.busy.append(True)
+            try:
+                return self.kernel[grid](*args, **kwargs)
+            finally:
+                self.busy.pop()
+        return launch
+
+
+class _TorchOps(TorchDispatchMode):
+    """The torch ops called outside kernel launches (the interpreter copies data in them)."""
+
+    def __init__(self, busy: list):
+        super().__init__()
+        self.busy, self.ops = busy, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.busy:
+            self.ops.append(func.__name__.split(".")[0])
+        return func(*args, **(kwargs or {}))
+
+
+# Ops that move no x-sized data: allocations, views; sum reduces the weight partials.
+QUIET_OPS = {"empty", "empty_strided", "new_empty", "new_empty_strided", "detach", "view", "select", "alias",
+             "_unsafe_view", "sum"}
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_one_pass_each_way(kind, monkeypatch, device):
+    """Forward: one kernel launch reads x and the residual and writes y (bf16, from the fp32
+    stream: no cast kernel) and h; no torch op touches the data. Backward: one node for both
+    outputs, one kernel launch for every gradient."""
+    busy: list = []
+    names = ("_norm_fwd_kernel", "_norm_bwd_kernel", "_norm_bwd_row_sums_kernel", "_norm_bwd_split_kernel")
+    spies = {name: _Spy(getattr(norm_kernels, name), busy) for name in names}
+    for name, spy in spies.items():
+        monkeypatch.setattr(norm_kernels, name, spy)
+    x = torch.randn(33, 64, device=device, requires_grad=True)
+    r = torch.randn(33, 64, device=device, requires_grad=True)
+    w, b = _params(kind, 64, device)
+    with _TorchOps(busy) as fwd_ops:
+        y, h = _norm(kind, x, w, b, residual=r, out_dtype=BF16)
+    assert y.dtype == BF16 and h.dtype == FP32 and y.grad_fn is h.grad_fn
+    params = [p for p in (w, b) if p is not None]
+    dy, dh = torch.randn_like(y), torch.randn_like(h)
+    with _TorchOps(busy) as bwd_ops:
+        grads = torch.autograd.grad((y, h), (x, r, *params), (dy, dh))
+    assert spies["_norm_fwd_kernel"].launches == 1 and spies["_norm_bwd_kernel"].launches == 1
+    assert sum(s.launches for s in spies.values()) == 2
+    assert set(fwd_ops.ops) <= QUIET_OPS - {"sum"}, fwd_ops.ops
+    assert set(bwd_ops.ops) <= QUIET_OPS, bwd_ops.ops
+    assert grads[0] is grads[1]  # one dtype: dx and dresidual are one tensor, written once

@@ -1,0 +1,221 @@
+"""TritonRMSNorm / functional.rms_norm: the kernels against torch's own RMSNorm in float64,
+the reference, and nn.RMSNorm (state_dicts, convert). The fused residual and out_dtype of
+both norms are tested in test_fused_residual.py, Hugging Face's RMSNorms in
+test_convert_norms.py."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import triton_layers
+from triton_layers import TritonRMSNorm, reference
+from triton_layers import functional as TF
+
+from .conftest import DTYPES
+from .tolerances import assert_close_to_reference
+
+SIZES = [1, 7, 127, 1000]
+EPS32 = torch.finfo(torch.float32).eps  # torch's default eps for RMSNorm of fp16/bf16/fp32
+
+
+def _inputs(rows, n, dtype, device, param_dtype=None, unit_offset=False):
+    x = (torch.randn(rows, n, device=device) * 2 + 0.5).to(dtype).requires_grad_()
+    w = ((0 if unit_offset else 1) + 0.5 * torch.randn(n, device=device)).to(param_dtype or dtype).requires_grad_()
+    return x, w
+
+
+def _torch_rms_norm(x, w, eps, unit_offset):
+    """torch's F.rms_norm (Gemma's form: the weight 1 + w)."""
+    return F.rms_norm(x, x.shape[-1:], None if w is None else (1 + w if unit_offset else w), eps)
+
+
+def _check_against_float64(x, w, eps=None, unit_offset=False, use_triton=None, rtol_dw=None):
+    """Output and gradients against torch's F.rms_norm in float64 (an independent definition)."""
+    y = TF.rms_norm(x, w, eps, unit_offset=unit_offset, use_triton=use_triton)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    eps = EPS32 if eps is None else eps
+    leaves = [t.detach().double().requires_grad_() for t in (x, w) if t is not None]
+    y64 = _torch_rms_norm(leaves[0], leaves[1] if w is not None else None, eps, unit_offset)
+    dy = torch.randn_like(y)
+    wrt = [t for t in (x, w) if t is not None]
+    grads = torch.autograd.grad(y, wrt, dy)
+    grads64 = torch.autograd.grad(y64, leaves, dy.double())
+    # torch's own computation in the low dtype sets the bar for fp16/bf16.
+    y_lp, grads_lp = None, [None] * len(grads)
+    if x.dtype != torch.float32 and (w is None or w.dtype == x.dtype):
+        lp = [t.detach().clone().requires_grad_() for t in wrt]
+        y_lp = _torch_rms_norm(lp[0], lp[1] if w is not None else None, eps, unit_offset)
+        grads_lp = torch.autograd.grad(y_lp, lp, dy)
+    assert_close_to_reference(y, y64, y_lp, name="y")
+    for name, g, g64, g_lp in zip(["dx", "dweight"], grads, grads64, grads_lp):
+        # Gradients summed over rows grow with the row count: scale the fp32 bound (quack).
+        rtol = 1e-5 if name == "dx" else (rtol_dw or 1e-5 * max(1.0, x.shape[0] ** 0.5))
+        assert_close_to_reference(g, g64, g_lp, rtol32=rtol, name=name)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_backward_match_float64(n, dtype, device):
+    _check_against_float64(*_inputs(9, n, dtype, device), eps=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_unit_offset_matches_definition(dtype, device):
+    """Gemma's form: norm(x) * (1 + weight), weight around 0."""
+    _check_against_float64(*_inputs(9, 300, dtype, device, unit_offset=True), eps=1e-6, unit_offset=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mixed_precision_fp32_weight(dtype, device):
+    x, w = _inputs(9, 1000, dtype, device, param_dtype=torch.float32)
+    y = TF.rms_norm(x, w)
+    assert y.dtype == dtype
+    y.backward(torch.randn_like(y))
+    assert w.grad.dtype == torch.float32 and x.grad.dtype == dtype
+    _check_against_float64(*_inputs(9, 1000, dtype, device, param_dtype=torch.float32))
+
+
+@pytest.mark.parametrize("n", [300, 1000])
+def test_long_rows_looped_path(n, small_blocks, device):
+    _check_against_float64(*_inputs(11, n, torch.float32, device), eps=1e-5)
+
+
+def test_no_weight(device):
+    x = torch.randn(6, 300, device=device).requires_grad_()
+    _check_against_float64(x, None)
+
+
+def test_default_eps_is_torchs(device):
+    """eps=None is what torch's F.rms_norm takes for None: the fp32 epsilon, for bf16 too
+    (torch.finfo(bf16).eps, 0.0078, would change rows of small values by percents)."""
+    x = (torch.randn(4, 64, device=device) * 1e-2).bfloat16()
+    ours, torchs = TF.rms_norm(x), F.rms_norm(x, (64,))
+    assert (ours.float() - torchs.float()).abs().max() <= 2 * 2**-8 * torchs.float().abs().max()
+    big_eps = F.rms_norm(x, (64,), eps=torch.finfo(torch.bfloat16).eps)
+    assert (big_eps.float() - torchs.float()).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("needs", ["x", "weight"])
+def test_only_requested_gradients(needs, device):
+    x, w = _inputs(5, 70, torch.float32, device)
+    x.requires_grad_(needs == "x")
+    w.requires_grad_(needs == "weight")
+    y = TF.rms_norm(x, w)
+    y.backward(torch.randn_like(y))
+    assert (x.grad is None) == (needs != "x") and (w.grad is None) == (needs != "weight")
+
+
+def test_reference_matches_torch_rms_norm():
+    x, w = torch.randn(8, 77, dtype=torch.float64) * 3 + 1, torch.randn(77, dtype=torch.float64)
+    torch.testing.assert_close(reference.rms_norm(x, w, 1e-6), F.rms_norm(x, (77,), w, 1e-6))
+    torch.testing.assert_close(reference.rms_norm(x, w, 1e-6, unit_offset=True), F.rms_norm(x, (77,), 1 + w, 1e-6))
+
+
+def test_paths_agree_and_force_reference(device):
+    x, w = _inputs(4, 100, torch.float32, device)
+    y_kernel = TF.rms_norm(x, w, use_triton=None)
+    y_ref = TF.rms_norm(x, w, use_triton=False)
+    torch.testing.assert_close(y_kernel, y_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y_ref, reference.rms_norm(x, w, EPS32), rtol=0, atol=0)
+
+
+def test_backward_is_bitwise_deterministic(device):
+    x, w = _inputs(300, 200, torch.bfloat16, device, param_dtype=torch.float32)
+    dy = torch.randn_like(x)
+    runs = [torch.autograd.grad(TF.rms_norm(x, w), (x, w), dy) for _ in range(2)]
+    for a, c in zip(*runs):
+        assert torch.equal(a, c)
+
+
+def test_empty_inputs(device):
+    w = torch.randn(16, device=device, requires_grad=True)
+    x = torch.randn(0, 16, device=device, requires_grad=True)
+    y = TF.rms_norm(x, w)
+    assert y.shape == (0, 16)
+    y.sum().backward()
+    assert x.grad.shape == (0, 16) and (w.grad == 0).all()
+
+
+# --- the module ---------------------------------------------------------------------------
+
+
+def test_module_parameters_and_repr():
+    norm = TritonRMSNorm(32)
+    assert [n for n, _ in norm.named_parameters()] == ["weight"] and not list(norm.buffers())
+    assert torch.equal(norm.weight, torch.ones(32)) and norm.eps is None
+    gemma = TritonRMSNorm(32, unit_offset=True, dtype=torch.bfloat16)
+    assert torch.equal(gemma.weight, torch.zeros(32, dtype=torch.bfloat16)) and "unit_offset=True" in repr(gemma)
+    assert not list(TritonRMSNorm(32, elementwise_affine=False).parameters())
+    assert "(32,), eps=None" in repr(norm)
+    norm.variance_epsilon = 1e-6  # Hugging Face's name for it
+    assert norm.eps == 1e-6
+
+
+def test_state_dict_interop_with_torch(device):
+    """A state_dict loads strictly into nn.RMSNorm of the same shape and back; outputs agree."""
+    torch_norm = nn.RMSNorm((4, 12), device=device)
+    with torch.no_grad():
+        torch_norm.weight.normal_()
+    ours = TritonRMSNorm((4, 12), device=device)
+    ours.load_state_dict(torch_norm.state_dict(), strict=True)
+    x = torch.randn(5, 4, 12, device=device)
+    torch.testing.assert_close(ours(x), torch_norm(x), rtol=1e-5, atol=1e-5)
+    back = nn.RMSNorm((4, 12), device=device)
+    back.load_state_dict(ours.state_dict(), strict=True)
+    torch.testing.assert_close(back(x), torch_norm(x))
+    assert torch.equal(TritonRMSNorm.from_torch(torch_norm).weight, torch_norm.weight)
+
+
+def test_convert_swaps_nn_rms_norm(device):
+    model = nn.Sequential(nn.Linear(16, 32), nn.RMSNorm(32, eps=1e-6), nn.Linear(32, 8), nn.RMSNorm(8),
+                          nn.LayerNorm(8)).to(device)
+    for p in model.parameters():
+        torch.nn.init.normal_(p)
+    x = torch.randn(3, 16, device=device)
+    before = model(x)
+    converted, summary = triton_layers.convert(model, return_summary=True)
+    assert converted is model and dict(summary.replaced) == {"RMSNorm": 2, "LayerNorm": 1}
+    assert not any(type(m) in (nn.RMSNorm, nn.LayerNorm) for m in model.modules())
+    assert isinstance(model[1], TritonRMSNorm) and model[1].eps == 1e-6 and model[3].eps is None
+    torch.testing.assert_close(model(x), before, rtol=1e-5, atol=1e-5)
+
+
+def test_module_residual_and_training(device):
+    norm = TritonRMSNorm(40, device=device)
+    x, r = torch.randn(16, 40, device=device), torch.randn(16, 40, device=device)
+    y, h = norm(x, r)
+    torch.testing.assert_close(h, x + r, rtol=0, atol=0)
+    torch.testing.assert_close(y, norm(x + r), rtol=0, atol=0)
+    opt = torch.optim.SGD(norm.parameters(), lr=0.5)
+    target = torch.randn(16, 40, device=device)
+    losses = []
+    for _ in range(4):
+        opt.zero_grad()
+        loss = (norm(x, r)[0] - target).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+
+def test_torch_compile_fullgraph(device):
+    """Kernel path under torch.compile(fullgraph=True) on the GPU, the reference on the CPU
+    (interpreted kernels cannot be traced, design.md), with a residual."""
+    on_gpu = device == "cuda"
+    fn = torch.compile(
+        lambda x, r, w: TF.rms_norm(x, w, 1e-6, residual=r, use_triton=on_gpu),
+        fullgraph=True, dynamic=False, backend="inductor" if on_gpu else "aot_eager",
+    )
+    x, w = _inputs(6, 300, torch.float32, device)
+    r = torch.randn(6, 300, device=device, requires_grad=True)
+    y, h = fn(x, r, w)
+    dy, dh = torch.randn_like(y), torch.randn_like(h)
+    torch.autograd.backward((y, h), (dy, dh))
+    x64, r64, w64 = (t.detach().double().requires_grad_() for t in (x, r, w))
+    h64 = x64 + r64
+    y64 = F.rms_norm(h64, (300,), w64, 1e-6)
+    torch.autograd.backward((y64, h64), (dy.double(), dh.double()))
+    assert_close_to_reference(y, y64, name="y")
+    assert_close_to_reference(h, h64, name="h")
+    for got, want, name in ((x.grad, x64.grad, "dx"), (r.grad, r64.grad, "dresidual"), (w.grad, w64.grad, "dw")):
+        assert_close_to_reference(got, want, rtol32=1e-4, name=name)

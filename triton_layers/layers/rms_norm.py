@@ -1,0 +1,129 @@
+"""TritonRMSNorm: a drop-in for ``torch.nn.RMSNorm`` (and, through ``convert``, for the
+RMSNorm classes of Hugging Face's Llama, Mistral, Qwen2 and Gemma) running the Triton kernels."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch import Tensor, nn
+
+from .. import functional as F
+
+
+class TritonRMSNorm(nn.Module):
+    """RMS normalization over the trailing ``normalized_shape`` dims:
+    ``y = x / sqrt(mean(x^2) + eps) * weight``, computed in fp32 and rounded once.
+
+    The parameter is named as in ``nn.RMSNorm`` (``weight``, ones at init), so state_dicts
+    load both ways.
+
+    Args:
+        normalized_shape: int or tuple, the trailing dims normalized together.
+        eps: added to the mean square; ``None`` takes torch's default (the fp32 epsilon,
+            ``torch.finfo(torch.float32).eps``, as ``nn.RMSNorm`` does for fp16/bf16/fp32).
+        elementwise_affine: learn ``weight``.
+        unit_offset: Gemma's form ``norm(x) * (1 + weight)`` (in fp32, then cast);
+            ``weight`` is zeros at init.
+        use_triton: ``None`` auto, ``True``/``False`` force the kernels / the reference.
+
+    ``forward(x, residual=None)``: ``y``, or ``(y, h)`` with ``h = x + residual`` (see
+    :func:`triton_layers.functional.rms_norm`).
+
+    ``cast_before_weight`` (an attribute, False here; True on the modules ``convert`` makes
+    of Llama, Mistral and Qwen2 norms): round the normalized value to x's dtype before the
+    product with the weight, whose result has the dtype torch gives ``weight * x``, as
+    those models compute.
+    """
+
+    cast_before_weight: bool = False
+
+    def __init__(
+        self,
+        normalized_shape: Union[int, Sequence[int]],
+        eps: Optional[float] = None,
+        elementwise_affine: bool = True,
+        *,
+        unit_offset: bool = False,
+        use_triton: Optional[bool] = None,
+        device: Optional[Union[torch.device, str]] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(int(d) for d in normalized_shape)
+        if any(d < 0 for d in self.normalized_shape):
+            raise ValueError(f"normalized_shape must be non-negative, got {self.normalized_shape}")
+        if unit_offset and not elementwise_affine:
+            raise ValueError("unit_offset=True multiplies by 1 + weight: it needs elementwise_affine=True")
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.unit_offset = unit_offset
+        self.use_triton = use_triton
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Weight to ones (zeros with ``unit_offset``: a factor of 1 either way)."""
+        if self.weight is not None:
+            (nn.init.zeros_ if self.unit_offset else nn.init.ones_)(self.weight)
+
+    @property
+    def variance_epsilon(self) -> Optional[float]:
+        """``eps`` under the name Hugging Face's Llama-family norms give it."""
+        return self.eps
+
+    @variance_epsilon.setter
+    def variance_epsilon(self, value: Optional[float]) -> None:
+        self.eps = value
+
+    def forward(self, x: Tensor, residual: Optional[Tensor] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """Normalize ``x`` (any leading dims): ``y`` of x's shape and dtype (autocast's dtype
+        under autocast). With a ``residual``: ``(y, h)``, ``h = x + residual`` in the
+        residual's dtype and ``y`` its normalization, in one pass."""
+        return F._norm(
+            x, self.weight, None, F.RMS_NORM_DEFAULT_EPS if self.eps is None else self.eps, residual, None, None,
+            self.use_triton, self.normalized_shape, rms=True, unit_offset=self.unit_offset,
+            cast_before_weight=self.cast_before_weight,
+        )
+
+    def extra_repr(self) -> str:
+        extra = ", unit_offset=True" if self.unit_offset else ""
+        extra += ", cast_before_weight=True" if self.cast_before_weight else ""
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}{extra}"
+
+    @classmethod
+    def _like(cls, weight: Optional[Tensor], normalized_shape, eps, **kwargs: Any) -> "TritonRMSNorm":
+        module = cls(normalized_shape, eps=eps, elementwise_affine=weight is not None,
+                     device=None if weight is None else weight.device,
+                     dtype=None if weight is None else weight.dtype, **kwargs)
+        if weight is not None:
+            with torch.no_grad():
+                module.weight.copy_(weight)
+        return module
+
+    @classmethod
+    def from_torch(cls, rms_norm: nn.RMSNorm, **kwargs: Any) -> "TritonRMSNorm":
+        """A TritonRMSNorm computing what ``rms_norm`` does, with a copy of its weight."""
+        if not isinstance(rms_norm, nn.RMSNorm):
+            raise TypeError(f"from_torch expects an nn.RMSNorm, got {type(rms_norm).__name__}")
+        return cls._like(rms_norm.weight, rms_norm.normalized_shape, rms_norm.eps, **kwargs)
+
+    @classmethod
+    def from_hf(cls, norm: nn.Module, *, family: str, **kwargs: Any) -> "TritonRMSNorm":
+        """A TritonRMSNorm computing what a Hugging Face RMSNorm does, with a copy of its weight.
+
+        ``family="llama"`` (LlamaRMSNorm, MistralRMSNorm, Qwen2RMSNorm: eps in
+        ``variance_epsilon``, ``weight * norm(x).to(x.dtype)``) or ``"gemma"`` (GemmaRMSNorm:
+        eps in ``eps``, ``(norm(x) * (1 + weight)).to(x.dtype)``, all in fp32).
+        """
+        if family == "llama":
+            module = cls._like(norm.weight, tuple(norm.weight.shape), norm.variance_epsilon, **kwargs)
+            module.cast_before_weight = True
+            return module
+        if family == "gemma":
+            return cls._like(norm.weight, tuple(norm.weight.shape), norm.eps, unit_offset=True, **kwargs)
+        raise ValueError(f"family must be 'llama' or 'gemma', got {family!r}")
