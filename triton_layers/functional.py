@@ -163,15 +163,23 @@ def _norm(
         out_dtype = x.dtype
 
     n_cols = math.prod(normalized_shape)
-    kernels = use_kernels(x, use_triton)
-    # as_rows needs n_cols > 0 (reshape(-1, 0) is ambiguous): count the rows otherwise.
-    x2 = as_rows(x, n_cols) if n_cols else x.reshape(math.prod(x.shape[: x.dim() - len(normalized_shape)]), 0)
     # Empty inputs take the reference: no launch, and autograd still gives (empty or zero) grads.
-    kernels = kernels and x2.numel() > 0
+    kernels = use_kernels(x, use_triton) and x.numel() > 0
+    # Contiguous inputs normalized over their last dim go to the kernels as they are (the
+    # launchers view them as rows, outside autograd's graph: no view nodes, no host time).
+    as_is = (kernels and len(normalized_shape) == 1 and x.is_contiguous()
+             and (residual is None or residual.is_contiguous()))
     # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
-    r2 = None if residual is None else (as_rows(residual, n_cols) if n_cols else residual.reshape(x2.shape))
+    if as_is:
+        x2, r2 = x, residual
+    elif n_cols:
+        x2 = as_rows(x, n_cols)
+        r2 = None if residual is None else as_rows(residual, n_cols)
+    else:  # as_rows needs n_cols > 0 (reshape(-1, 0) is ambiguous): count the rows
+        x2 = x.reshape(math.prod(x.shape[: x.dim() - len(normalized_shape)]), 0)
+        r2 = None if residual is None else residual.reshape(x2.shape)
     eps, stable = float(eps), bool(stable)
     if kernels:
         if w is not None and w.stride(-1) != 1:
@@ -189,10 +197,10 @@ def _norm(
                            residual_dtype=residual_dtype, out_dtype=out_dtype)
         if r2 is not None:
             y, h = y
-    y = y if y.shape == x.shape else y.reshape(x.shape)
-    if residual is None:
-        return y
-    return y, (h if h.shape == x.shape else h.reshape(x.shape))
+    if not as_is:
+        y = y if y.shape == x.shape else y.reshape(x.shape)
+        h = None if residual is None else h if h.shape == x.shape else h.reshape(x.shape)
+    return y if residual is None else (y, h)
 
 
 def weighted_sum(

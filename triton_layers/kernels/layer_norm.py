@@ -237,9 +237,11 @@ def _forward(
 ) -> tuple[Tensor, ...]:
     """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top)."""
     cfg = _launch.current().layer_norm
+    y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    h = None if residual is None else torch.empty(x.shape, dtype=residual_dtype, device=x.device)
+    shaped = (y,) if h is None else (y, h)  # the outputs in x's shape; the kernel sees matrices
+    x, residual, y, h = (None if t is None else _launch.matrix(t) for t in (x, residual, y, h))
     n_rows, n_cols = x.shape
-    y = torch.empty((n_rows, n_cols), dtype=out_dtype, device=x.device)
-    h = None if residual is None else torch.empty((n_rows, n_cols), dtype=residual_dtype, device=x.device)
     stats = torch.empty(((1 if rms else 2) + int(stable), n_rows), dtype=torch.float32, device=x.device)
     max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
@@ -252,7 +254,7 @@ def _forward(
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
         num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size()),
     )
-    return (y, stats) if h is None else (y, h, stats)
+    return (*shaped, stats)
 
 
 def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor], stats: Tensor, rms: bool,
@@ -266,7 +268,9 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
     dy, dh = grads[0], grads[1] if len(grads) > 1 else None
     if dy is None:  # only h has consumers
         dy = torch.zeros_like(z)
-    elif dy.stride(-1) != 1:
+    z_shape = z.shape
+    z, dy, dh = (None if t is None else _launch.matrix(t) for t in (z, dy, dh))
+    if dy.stride(-1) != 1:
         dy = dy.contiguous()
     if dh is not None and dh.stride(-1) != 1:
         dh = dh.contiguous()
@@ -279,9 +283,11 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
     flags = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                  CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
-    dx = torch.empty((n_rows, n_cols) if compute_dx else (0, n_cols), dtype=x_dtype if need_x else r_dtype,
-                     device=z.device)
-    dr = torch.empty((n_rows, n_cols), dtype=r_dtype, device=z.device) if store_dr else None
+    # dx, dr in the inputs' shape (contiguous: row stride n_cols), launched as matrices.
+    dx_out = torch.empty(z_shape if compute_dx else (0, n_cols), dtype=x_dtype if need_x else r_dtype,
+                         device=z.device)
+    dr_out = torch.empty(z_shape, dtype=r_dtype, device=z.device) if store_dr else None
+    dx, dr = _launch.matrix(dx_out), None if dr_out is None else _launch.matrix(dr_out)
     strides = (dy.stride(0), 0 if dh is None else dh.stride(0), z.stride(0), dx.stride(0),
                0 if dr is None else dr.stride(0))
     n_partials = int(compute_dw) + int(compute_db)
@@ -319,9 +325,9 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
     param_grads = (partials[:, 0] if partials.shape[1] == 1 else partials.sum(1)) if n_partials else None
     grads_out = {}
     if need_x:
-        grads_out["x"] = dx
+        grads_out["x"] = dx_out
     if need_r:
-        grads_out["residual"] = dr if store_dr else dx
+        grads_out["residual"] = dr_out if store_dr else dx_out
     if compute_dw:
         grads_out["weight"] = param_grads[0]
     if compute_db:
