@@ -2,6 +2,9 @@
 
 TRITON_INTERPRET must be set before triton_layers (and its @triton.jit kernels) is
 imported, so it is set here, at collection time, when no CUDA device is present.
+
+In every test file ``F`` is ours (``from triton_layers import functional as F``) and
+``TF`` is torch's (``import torch.nn.functional as TF``).
 """
 import os
 

@@ -12,10 +12,12 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as TF
 from torch import nn
 
 import triton_layers
-from triton_layers import WeightedSum, functional as F, reference
+from triton_layers import WeightedSum, reference
+from triton_layers import functional as F
 from triton_layers.kernels import _launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._doors import direct
@@ -191,7 +193,7 @@ def test_reference_against_independent_definitions(device):
     """reference.weighted_sum is F.linear with a (1, D) weight, squeezed (float64 and fp32)."""
     x, w, b = _inputs((4, 5, 300), torch.float32, torch.float32, device)
     x, w, b = x.detach(), w.detach(), b.detach()
-    exact = nn.functional.linear(x.double(), w.double()[None], b.double()[None])[..., 0]
+    exact = TF.linear(x.double(), w.double()[None], b.double()[None])[..., 0]
     assert torch.allclose(reference.weighted_sum(x.double(), w.double(), b.double()), exact, rtol=1e-12, atol=1e-12)
     assert_close_to_reference(reference.weighted_sum(x, w, b), exact, name="reference fp32")
     for dtype in (torch.float16, torch.bfloat16):
