@@ -4,7 +4,8 @@ TRITON_INTERPRET must be set before triton_layers (and its @triton.jit kernels) 
 imported, so it is set here, at collection time, when no CUDA device is present.
 
 In every test file ``F`` is ours (``from triton_layers import functional as F``) and
-``TF`` is torch's (``import torch.nn.functional as TF``).
+``TF`` is torch's (``import torch.nn.functional as TF``); dtypes come from ``DTYPES`` /
+``LOW_DTYPES`` here.
 """
 import os
 
@@ -20,6 +21,7 @@ from triton_layers.kernels import _launch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+LOW_DTYPES = DTYPES[1:]  # fp16, bf16
 
 
 @pytest.fixture

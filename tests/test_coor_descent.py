@@ -16,6 +16,8 @@ from tests.tolerances import assert_close_to_reference, max_abs_err
 from triton_layers import functional as F
 from triton_layers import reference
 
+from .conftest import LOW_DTYPES
+
 ROUTER = dict(eps=0.03, eps_init=4.0, eps_decay=0.7)  # CoLT5's router settings
 
 
@@ -110,7 +112,7 @@ def test_forward_fp32(device, rows, n, masked):
         assert (y[~mask] == 0).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
 @pytest.mark.parametrize("rows,n", [(3, 7), (4, 1000), (2, 3000)])
 def test_forward_low_precision(device, dtype, rows, n):
     s = _scores(rows, n, dtype, device)
@@ -197,7 +199,7 @@ def test_backward_scalar_k_no_mask(device, n_iters):
     _check_grads(s, 60.0, None, n_iters, dict(eps=0.1, eps_init=None, eps_decay=1.0))
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
 def test_backward_low_precision(device, dtype):
     s = _scores(3, 700, dtype, device)
     k = torch.rand(3, device=device, dtype=dtype) * 80 + 2

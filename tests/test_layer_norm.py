@@ -11,7 +11,7 @@ from triton_layers import TritonLayerNorm, reference
 from triton_layers import functional as F
 from triton_layers._checks import as_rows
 
-from .conftest import DTYPES
+from .conftest import DTYPES, LOW_DTYPES
 from .tolerances import assert_close_to_reference
 
 SIZES = [1, 7, 127, 1000, 3000, 1024]
@@ -63,7 +63,7 @@ def test_forward_backward_match_float64(n, dtype, device):
     _check_against_float64(x, w, b)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
 def test_mixed_precision_fp32_parameters(dtype, device):
     x, w, b = _inputs(9, 1000, dtype, device, param_dtype=torch.float32)
     y = F.layer_norm(x, w, b)

@@ -13,6 +13,8 @@ from torch import nn
 from triton_layers import CoordinateDescentRouter, RouterReturn
 from triton_layers import functional as F
 
+from .conftest import LOW_DTYPES
+
 DIM = 16
 
 
@@ -198,7 +200,7 @@ def test_route_back(device, num_routing_tokens):
         assert torch.equal(theirs.route_back(torch.zeros_like(x), out.routed_tokens * 2, out.indices), back)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
 def test_low_precision(device, dtype):
     router = CoordinateDescentRouter(DIM, device=device, dtype=dtype)
     x, mask = _inputs(2, 64, device)

@@ -23,7 +23,8 @@ from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._doors import direct
 from tests.tolerances import assert_close_to_reference
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+from .conftest import DTYPES, LOW_DTYPES
+
 # (x dtype, parameter dtype): every dtype, and fp32 parameters with fp16/bf16 inputs.
 PRECISIONS = [
     (torch.float32, torch.float32),
@@ -196,7 +197,7 @@ def test_reference_against_independent_definitions(device):
     exact = TF.linear(x.double(), w.double()[None], b.double()[None])[..., 0]
     assert torch.allclose(reference.weighted_sum(x.double(), w.double(), b.double()), exact, rtol=1e-12, atol=1e-12)
     assert_close_to_reference(reference.weighted_sum(x, w, b), exact, name="reference fp32")
-    for dtype in (torch.float16, torch.bfloat16):
+    for dtype in LOW_DTYPES:
         xl = x.to(dtype)
         exact = xl.double() @ w.double() + b.double()
         assert_close_to_reference(reference.weighted_sum(xl, w, b), exact, xl @ w.to(dtype) + b.to(dtype),
@@ -386,7 +387,7 @@ def test_state_dict_round_trip_and_linear_checkpoint(device):
         other.load_state_dict(nn.Linear(34, 1).state_dict())
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
+@pytest.mark.parametrize("dtype", LOW_DTYPES, ids=_name)
 def test_module_mixed_precision_in_sequential(dtype, device):
     """An attention-pooling style head: fp32 parameters, low-precision activations."""
     model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), WeightedSum(64, bias=True)).to(device)
