@@ -228,7 +228,8 @@ def test_k_below_clamp_has_zero_grad(device):
 
 
 @pytest.mark.parametrize("rows,n", [(2, 1000), (1, 3000), (3, 257)])
-def test_long_rows_looped(device, small_blocks, rows, n):
+@pytest.mark.parametrize("looped", ["medium"], indirect=True)
+def test_long_rows_looped(device, looped, rows, n):
     s = _scores(rows, n, torch.float32, device)
     mask = _random_mask(rows, n, device)
     k = torch.rand(rows, device=device) * n / 8 + 1

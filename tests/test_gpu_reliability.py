@@ -34,7 +34,7 @@ from triton_layers import reference
 
 from triton_layers.kernels import _launch
 
-from .conftest import DEVICE, SMALL, launch_config
+from .conftest import DEVICE, looped_config
 from .tolerances import assert_close_to_reference
 
 CUDA = torch.cuda.is_available()
@@ -64,13 +64,6 @@ def _run(fn, inputs):
     dy = torch.randn(y.shape, generator=gen, device=y.device).to(y.dtype)
     wrt = [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
     return [y.detach(), *torch.autograd.grad(y, wrt, dy)]
-
-
-def _small_limits(on: bool, config=None):
-    """On the CPU: shrink the row limits so that small rows take the chunked paths too."""
-    if not on:
-        return contextlib.nullcontext()
-    return launch_config(config or SMALL)
 
 
 def _r(*shape, dtype=torch.float32, grad=True, scale=1.0, offset=0.0):
@@ -119,7 +112,7 @@ def _determinism_case(name: str):
 def test_bitwise_deterministic(name):
     torch.manual_seed(0)
     fn, inputs, small = _determinism_case(name)
-    with _small_limits(small):
+    with looped_config("small" if small else "fused"):
         first = _run(fn, inputs)
         second = _run(fn, inputs)
     assert len(first) == len(second) >= 2, name
@@ -142,7 +135,7 @@ def gpu_memory():
         if free < gib:
             pytest.skip(f"needs {gib:.0f} GiB of free GPU memory, {free:.0f} GiB free")
 
-    with _small_limits(not CUDA, MINI_LIMITS):
+    with contextlib.nullcontext() if CUDA else _launch.use_config(MINI_LIMITS):
         yield need
     if CUDA:
         torch.cuda.synchronize()

@@ -83,7 +83,8 @@ def test_stable_mode_matches_autograd_of_definition(n, dtype, device):
 
 @pytest.mark.parametrize("stable", [False, True])
 @pytest.mark.parametrize("n", [1000, 3000])
-def test_long_rows_looped_path(n, stable, small_blocks, device):
+@pytest.mark.parametrize("looped", ["medium"], indirect=True)
+def test_long_rows_looped_path(n, stable, looped, device):
     x, w, b = _inputs(11, n, torch.float32, device)
     _check_against_float64(x, w, b, stable=stable)
 
@@ -93,11 +94,9 @@ def test_rows_longer_than_any_block(device):
     _check_against_float64(x, w, b)
 
 
-@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("looped", ["fused", "medium"], indirect=True)
 @pytest.mark.parametrize("needs", ["x", "weight", "bias", "weight+bias", "x+weight"])
-def test_only_requested_gradients(needs, looped, request, device):
-    if looped:
-        request.getfixturevalue("small_blocks")
+def test_only_requested_gradients(needs, looped, device):
     x, w, b = _inputs(5, 700, torch.float32, device)
     for name, t in (("x", x), ("weight", w), ("bias", b)):
         t.requires_grad_(name in needs.split("+"))

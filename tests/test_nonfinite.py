@@ -16,7 +16,7 @@ import torch.nn.functional as TF
 from triton_layers import functional as F
 from triton_layers import reference
 
-from .conftest import SMALL, launch_config
+from .conftest import looped_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy (the interpreter) on NaN/inf
 
@@ -28,11 +28,9 @@ FUSED_N, LOOPED_N = 37, 100
 @pytest.fixture(params=["fused", "looped"])
 def n_cols(request) -> int:
     """Row length for the in-register path, or for the chunked path with shrunk limits."""
-    if request.param == "fused":
-        yield FUSED_N
-        return
-    with launch_config(SMALL):
-        yield LOOPED_N
+    looped = request.param == "looped"
+    with looped_config("small" if looped else "fused"):
+        yield LOOPED_N if looped else FUSED_N
 
 
 def close(ours, expected, name, rtol=1e-5, atol=1e-5):

@@ -14,7 +14,6 @@ through the Triton interpreter).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Callable, Optional
 
@@ -27,9 +26,7 @@ from triton_layers import _checks
 from triton_layers import functional as F
 from triton_layers import reference
 
-from triton_layers.kernels import _launch
-
-from .conftest import DEVICE, DTYPES, launch_config
+from .conftest import DEVICE, DTYPES
 from .test_softmax import independent
 from .tolerances import ATOL, assert_close_to_reference
 
@@ -42,16 +39,9 @@ def bounded(max_examples: int):
     return settings(
         max_examples=max_examples, deadline=None, derandomize=True, database=None, print_blob=True,
         phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        # (the function-scoped fixture is conftest's `looped`: one launch config for every example)
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
     )
-
-
-def limits(looped: bool):
-    """With ``looped``, shrink the kernels' row limits so that rows over 16 columns take the
-    chunked paths."""
-    if not looped:
-        return contextlib.nullcontext()
-    return launch_config(_launch.TINY)
 
 
 # --- inputs -----------------------------------------------------------------------------
@@ -145,7 +135,7 @@ def _rows(shape) -> int:
 # --- layer_norm -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["fused", "looped"])
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
 @bounded(10)
 @given(c=common(), data=st.data())
@@ -172,10 +162,9 @@ def test_layer_norm(looped, stable, c, data):
         else:
             b, b64 = p, p64
 
-    with limits(looped):
-        y = F.layer_norm(inp.x, w, b, eps=eps, stable=stable, use_triton=True)
-        dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
-        got = grads(y, leaves, dy)
+    y = F.layer_norm(inp.x, w, b, eps=eps, stable=stable, use_triton=True)
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
+    got = grads(y, leaves, dy)
     y64 = reference.layer_norm(inp.x64.reshape(-1, n), w64, b64, eps, stable).reshape(shape)
     want = grads(y64, leaves64, dy.double())
     assert y.dtype == dtype and y.shape == shape
@@ -189,7 +178,7 @@ def test_layer_norm(looped, stable, c, data):
 # --- softmax ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["fused", "looped"])
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
 @pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "padding"])
 @bounded(6)
@@ -207,10 +196,9 @@ def test_softmax(looped, causal, masked, c, data):
             mask[0] = True
         mask = mask.to(DEVICE)
 
-    with limits(looped):
-        y = F.softmax(inp.x, causal=causal, scale=scale, key_padding_mask=mask, use_triton=True)
-        dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
-        (dx,) = grads(y, [inp.x], dy)
+    y = F.softmax(inp.x, causal=causal, scale=scale, key_padding_mask=mask, use_triton=True)
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
+    (dx,) = grads(y, [inp.x], dy)
     y64 = reference.softmax(inp.x64, causal, scale, mask)
     (dx64,) = grads(y64, [inp.x64], dy.double())
     assert y.dtype == dtype and y.shape == shape
@@ -268,7 +256,7 @@ def test_weighted_sum(long_rows, bias_shape, c, data):
 # --- coor_descent -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["fused", "looped"])
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @bounded(7)
 @given(c=common(max_dims=3, max_n=60), data=st.data())
@@ -299,10 +287,9 @@ def test_coor_descent(looped, masked, c, data):
         mask = mask.to(DEVICE)
     kw = dict(n_iters=n_iters, eps=eps, eps_init=eps_init, eps_decay=eps_decay, mask=mask)
 
-    with limits(looped):
-        y = F.coor_descent(inp.x, k=k, use_triton=True, **kw)
-        dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
-        got = grads(y, leaves, dy)
+    y = F.coor_descent(inp.x, k=k, use_triton=True, **kw)
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
+    got = grads(y, leaves, dy)
     y64 = F.coor_descent(inp.x64, k=k64, use_triton=False, **kw)  # float64: the reference
     want = grads(y64, leaves64, dy.double())
     assert y.dtype == dtype and y.shape == shape

@@ -126,8 +126,8 @@ def test_causal_alignment_matches_sdpa_lower_right(device, n_q, n_k):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(2, 3, 5, 67), (1, 3, 401), (1, 1, 66, 66), (1, 2, 9, 70)], ids=str)
 @pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (True, True)])
-def test_looped_path(device, softmax_small_blocks, dtype, shape, causal, masked):
-    assert not _launch.softmax_tile(1, shape[-1], softmax_small_blocks.softmax)[2], "expected the looped path"
+def test_looped_path(device, looped, dtype, shape, causal, masked):
+    assert not _launch.softmax_tile(1, shape[-1], looped.softmax)[2], "expected the looped path"
     x = (3 * torch.randn(shape, device=device)).to(dtype)
     mask = random_padding(shape[0], shape[-1], device, all_padded=0 if shape[0] > 1 else None) if masked else None
     check_against_torch(x, causal, 1.3, mask, name=f"looped {shape} {dtype}")
@@ -148,12 +148,10 @@ def test_largest_fused_row(device):
     check_against_torch(x, True, 0.5, None, name="largest fused row")
 
 
-@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("looped", ["fused", "small"], indirect=True)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fully_masked_rows_give_zeros_and_zero_grad(device, dtype, looped, request):
-    if looped:
-        request.getfixturevalue("softmax_small_blocks")
-    n_k = 70 if looped else 6
+def test_fully_masked_rows_give_zeros_and_zero_grad(device, dtype, looped):
+    n_k = 6 if looped is _launch.DEFAULT else 70
     # Causal with Nq > Nk: the top Nq - Nk rows see no key; batch entry 1 is all padding.
     x = torch.randn(2, 1, n_k + 4, n_k, device=device).to(dtype).requires_grad_()
     mask = torch.zeros(2, n_k, dtype=torch.bool, device=device)
@@ -170,12 +168,10 @@ def test_fully_masked_rows_give_zeros_and_zero_grad(device, dtype, looped, reque
     check_against_torch(x.detach(), True, None, mask, name="fully masked")
 
 
-@pytest.mark.parametrize("looped", [False, True])
-def test_masked_entries_are_never_used(device, looped, request):
+@pytest.mark.parametrize("looped", ["fused", "small"], indirect=True)
+def test_masked_entries_are_never_used(device, looped):
     """inf/NaN in masked scores and NaN in dy at masked keys leave every result finite."""
-    if looped:
-        request.getfixturevalue("softmax_small_blocks")
-    n = 70 if looped else 12
+    n = 12 if looped is _launch.DEFAULT else 70
     x = torch.randn(2, n, n, device=device)
     hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
     x = x.masked_fill(hidden, float("inf")).requires_grad_()

@@ -48,14 +48,6 @@ def _name(p):
     return str(p).replace("torch.", "") if isinstance(p, torch.dtype) else None
 
 
-@pytest.fixture
-def tiny_tiles(monkeypatch):
-    """Tiles of a few hundred bytes: the column loop, the forward's column split (with its
-    reduction kernel) and several backward programs per column block on small inputs."""
-    with _launch.use_config(_launch.TINY) as config:
-        yield config
-
-
 def _inputs(shape, dtype, param_dtype, device, bias=True):
     """Fresh random inputs (no zeros, no ones) that require grad."""
     d = shape[-1]
@@ -118,16 +110,18 @@ def test_forward_backward_against_float64(shape, dtype, param_dtype, device):
 
 @pytest.mark.parametrize("shape", [(3, 1000), (13, 300), (1, 129), (200, 70), (9, 5, 100)], ids=str)
 @pytest.mark.parametrize("dtype,param_dtype", PRECISIONS, ids=_name)
-def test_looped_and_split_paths(shape, dtype, param_dtype, device, tiny_tiles):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_looped_and_split_paths(shape, dtype, param_dtype, device, looped):
     x, w, b = _inputs(shape, dtype, param_dtype, device)
     dy = torch.randn(shape[:-1], device=device).to(dtype)
     _check_all(x, w, b, dy)
 
 
-def test_tiny_tiles_take_the_split_and_multi_program_paths(tiny_tiles, device):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_tiny_tiles_take_the_split_and_multi_program_paths(looped, device):
     """The looped-path test above must actually reach the paths it is there for."""
     dev = torch.device(device)
-    cfg = tiny_tiles.weighted_sum
+    cfg = looped.weighted_sum
     block_m, block_d, _ = _launch.tile_2d(3, 1000, 4, cfg)
     wanted = math.ceil(_launch.num_sms(dev) * cfg.fwd_programs_per_sm / math.ceil(3 / block_m))
     assert _launch.split_range(1000, block_d, wanted)[1] > 1  # forward splits columns
@@ -148,7 +142,8 @@ def test_long_rows(dtype, device):
 
 @pytest.mark.parametrize("needs", [(True, False, False), (False, True, False), (False, False, True),
                                    (True, True, False), (False, True, True)], ids=str)
-def test_only_requested_gradients(needs, device, tiny_tiles):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_only_requested_gradients(needs, device, looped):
     x, w, b = _inputs((37, 300), torch.float32, torch.float32, device)
     for t, need in zip((x, w, b), needs):
         t.requires_grad_(need)
@@ -162,7 +157,8 @@ def test_only_requested_gradients(needs, device, tiny_tiles):
             assert t.grad is None, name
 
 
-def test_backward_launcher_skips_what_is_not_asked(device, tiny_tiles):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_backward_launcher_skips_what_is_not_asked(device, looped):
     x, w, _ = _inputs((45, 100), torch.bfloat16, torch.float32, device, bias=False)
     x, w = x.detach(), w.detach()
     dy = torch.randn(45, device=device).to(torch.bfloat16)
@@ -267,7 +263,8 @@ def test_row_strided_input_is_not_copied(device, monkeypatch):
     assert seen["x2"].data_ptr() == x.data_ptr() and seen["x2"].stride() == (100, 1)
 
 
-def test_bitwise_reproducible(device, tiny_tiles):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_bitwise_reproducible(device, looped):
     x, w, b = _inputs((301, 257), torch.bfloat16, torch.float32, device)
     dy = torch.randn(301, device=device).to(torch.bfloat16)
     results = []
