@@ -2,7 +2,7 @@
 
 Every check compares with an independent float64 result (``x.double() @ w.double()`` and
 its autograd); fp16/bf16 results may be off by at most 2x torch's own ``x @ w`` in that
-dtype plus a small atol (tests/tolerances.py). The kernels run on CPU through the Triton
+dtype plus a small atol (tests/oracle.py). The kernels run on CPU through the Triton
 interpreter (conftest.py), on the GPU where there is one.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ from triton_layers import functional as F
 from triton_layers.kernels import _launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._doors import direct
-from tests.tolerances import assert_close_to_reference
 
 from .conftest import DTYPES, LOW_DTYPES
+from .oracle import check, compare
 
 # (x dtype, parameter dtype): every dtype, and fp32 parameters with fp16/bf16 inputs.
 PRECISIONS = [
@@ -57,47 +57,23 @@ def _inputs(shape, dtype, param_dtype, device, bias=True):
     return x, w, b
 
 
-def _exact(x, w, b, dy):
-    """float64 ``x @ w + b`` and its gradients by torch autograd: the independent oracle."""
-    x64 = x.detach().double().requires_grad_()
-    w64 = w.detach().double().requires_grad_()
-    b64 = b.detach().double().requires_grad_() if b is not None else None
-    y = x64 @ w64
-    if b64 is not None:
-        y = y + b64
-    y.backward(dy.double())
-    return y, x64.grad, w64.grad, (b64.grad if b64 is not None else None)
+def _definition(x, w, b):
+    """``x @ w + b`` in torch: the independent oracle (float64), and torch's own low-precision result."""
+    y = x @ w
+    return y if b is None else y + b
 
 
-def _torch_low(x, w, b, dy):
-    """torch's own ``x @ w + b`` in x's dtype, with its gradients (the error yardstick)."""
-    xl = x.detach().clone().requires_grad_()
-    wl = w.detach().to(x.dtype).requires_grad_()
-    bl = b.detach().to(x.dtype).requires_grad_() if b is not None else None
-    y = xl @ wl
-    if bl is not None:
-        y = y + bl
-    y.backward(dy)
-    return y, xl.grad, wl.grad, (bl.grad if bl is not None else None)
-
-
-def _check_all(x, w, b, dy, use_triton=None):
-    """Forward and every gradient of ``F.weighted_sum`` against float64 ``x @ w``."""
-    y = F.weighted_sum(x, w, b, use_triton=use_triton)
-    assert y.shape == x.shape[:-1] and y.dtype == x.dtype
-    y.backward(dy)
-    exact = _exact(x, w, b, dy)
-    low = _torch_low(x, w, b, dy) if x.dtype != torch.float32 else (None,) * 4
+def _check_all(x, w, b, dy):
+    """Forward and every gradient of ``F.weighted_sum`` against float64 ``x @ w``; torch's
+    own ``x @ w`` in x's dtype (parameters cast to it) sets the fp16/bf16 bar."""
     rows = max(1, x.numel() // max(x.shape[-1], 1))
-    assert_close_to_reference(y, exact[0], low[0], name="y")
-    assert_close_to_reference(x.grad, exact[1], low[1], name="dx")
-    # Weight/bias gradients sum over rows: the fp32 tolerance grows with sqrt(rows).
-    rtol = 1e-5 * max(1.0, math.sqrt(rows) / 8)
-    assert w.grad.dtype == w.dtype
-    assert_close_to_reference(w.grad, exact[2], low[2], rtol32=rtol, name="dweight")
-    if b is not None:
-        assert b.grad.shape == b.shape and b.grad.dtype == b.dtype
-        assert_close_to_reference(b.grad, exact[3], low[3], rtol32=rtol, name="dbias")
+    res = check(lambda x, w, b: F.weighted_sum(x, w, b), _definition, dict(x=x, weight=w, bias=b), dy=dy,
+                lowp=True, summed=dict(weight=rows, bias=rows))
+    assert res.y.shape == x.shape[:-1] and res.y.dtype == x.dtype
+    for name, t in (("weight", w), ("bias", b)):
+        if name in res.grads:
+            assert res.grads[name].shape == t.shape and res.grads[name].dtype == t.dtype
+    return res
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -147,14 +123,8 @@ def test_only_requested_gradients(needs, device, looped):
     x, w, b = _inputs((37, 300), torch.float32, torch.float32, device)
     for t, need in zip((x, w, b), needs):
         t.requires_grad_(need)
-    dy = torch.randn(37, device=device)
-    F.weighted_sum(x, w, b).backward(dy)
-    exact = _exact(x, w, b, dy)
-    for t, need, g, name in zip((x, w, b), needs, exact[1:], ("dx", "dweight", "dbias")):
-        if need:
-            assert_close_to_reference(t.grad, g, rtol32=2e-5, name=name)
-        else:
-            assert t.grad is None, name
+    res = _check_all(x, w, b, torch.randn(37, device=device))
+    assert list(res.grads) == [name for name, need in zip(("x", "weight", "bias"), needs) if need]
 
 
 @pytest.mark.parametrize("looped", ["tiny"], indirect=True)
@@ -170,7 +140,7 @@ def test_backward_launcher_skips_what_is_not_asked(device, looped):
     grads = backward(direct, (dy,), dict(x=False, weight=True, bias=False), x, w, torch.bfloat16)
     dx, dw = grads["x"], grads["weight"]
     assert dx.numel() == 0 and dw.dtype == torch.float32
-    assert_close_to_reference(dw, x.double().T @ dy.double(), rtol32=2e-5, name="dweight")
+    compare(dw, x.double().T @ dy.double(), rtol=2e-5, name="dweight")
 
 
 def test_x_is_saved_only_for_the_weight_gradient(device):
@@ -192,12 +162,12 @@ def test_reference_against_independent_definitions(device):
     x, w, b = x.detach(), w.detach(), b.detach()
     exact = TF.linear(x.double(), w.double()[None], b.double()[None])[..., 0]
     assert torch.allclose(reference.weighted_sum(x.double(), w.double(), b.double()), exact, rtol=1e-12, atol=1e-12)
-    assert_close_to_reference(reference.weighted_sum(x, w, b), exact, name="reference fp32")
+    compare(reference.weighted_sum(x, w, b), exact, name="reference fp32")
     for dtype in LOW_DTYPES:
         xl = x.to(dtype)
         exact = xl.double() @ w.double() + b.double()
-        assert_close_to_reference(reference.weighted_sum(xl, w, b), exact, xl @ w.to(dtype) + b.to(dtype),
-                                  name=f"reference {dtype}")
+        low = xl @ w.to(dtype) + b.to(dtype)
+        compare(reference.weighted_sum(xl, w, b), exact, low=low, name=f"reference {dtype}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
@@ -231,21 +201,13 @@ def test_non_contiguous_views(device):
         x = x.detach().requires_grad_()
         w = wbig[: 2 * d : 2].detach().requires_grad_()
         b = torch.tensor(0.3, device=device, requires_grad=True)
-        y = F.weighted_sum(x, w, b)
-        dy = torch.randn(*y.shape, 2, device=device)[..., 1]
-        _check = _exact(x, w, b, dy)
-        y.backward(dy)
-        assert_close_to_reference(y, _check[0], name="y")
-        assert_close_to_reference(x.grad, _check[1], name="dx")
-        assert_close_to_reference(w.grad, _check[2], name="dweight")
-        assert_close_to_reference(b.grad, _check[3], name="dbias")
+        dy = torch.randn(*x.shape[:-1], 2, device=device)[..., 1]
+        res = check(lambda x, w, b: F.weighted_sum(x, w, b), _definition, dict(x=x, weight=w, bias=b), dy=dy)
         # y.sum() hands back an expanded dy of stride 0.
-        for t in (x, w, b):
-            t.grad = None
         F.weighted_sum(x, w, b).sum().backward()
-        assert_close_to_reference(w.grad, x.detach().double().reshape(-1, d).sum(0), name="dweight(sum)")
+        compare(w.grad, x.detach().double().reshape(-1, d).sum(0), name="dweight(sum)")
         assert torch.equal(x.grad, w.detach().expand_as(x))
-        assert b.grad.item() == y.numel()
+        assert b.grad.item() == res.y.numel()
 
 
 def test_row_strided_input_is_not_copied(device, monkeypatch):
@@ -291,10 +253,10 @@ def test_bias_of_shape_one_and_none(device):
     x, w, _ = _inputs((5, 9), torch.float32, torch.float32, device, bias=False)
     b1 = torch.tensor([0.7], device=device, requires_grad=True)
     y = F.weighted_sum(x, w, b1)
-    assert_close_to_reference(y, x.detach().double() @ w.detach().double() + 0.7, name="y")
+    compare(y, x.detach().double() @ w.detach().double() + 0.7, name="y")
     y.sum().backward()
     assert b1.grad.shape == (1,) and b1.grad.item() == 5
-    assert_close_to_reference(F.weighted_sum(x, w), x.detach().double() @ w.detach().double(), name="no bias")
+    compare(F.weighted_sum(x, w), x.detach().double() @ w.detach().double(), name="no bias")
 
 
 def test_bad_inputs_raise(device):
@@ -356,7 +318,7 @@ def test_from_linear(bias, device):
     assert module.weight.device == linear.weight.device and (module.bias is None) != bias
     x = torch.randn(2, 9, 300, device=device)
     exact = linear.double()(x.double())[..., 0]
-    assert_close_to_reference(module(x), exact, name="from_linear")
+    compare(module(x), exact, name="from_linear")
     with pytest.raises(ValueError, match="out_features=1"):
         WeightedSum.from_linear(nn.Linear(4, 2))
     with pytest.raises(TypeError, match="expects an nn.Linear"):
@@ -396,7 +358,7 @@ def test_module_mixed_precision_in_sequential(dtype, device):
     assert y.shape == (8, 16) and y.dtype == dtype
     y.float().sum().backward()
     assert model[2].weight.grad.dtype == torch.float32 and model[2].bias.grad.dtype == torch.float32
-    assert_close_to_reference(model[2].weight.grad, h.detach().double().reshape(-1, 64).sum(0), name="dweight")
+    compare(model[2].weight.grad, h.detach().double().reshape(-1, 64).sum(0), name="dweight")
     use_ref = WeightedSum(64, bias=True, use_triton=False).to(device)
     use_ref.load_state_dict(model[2].state_dict())
     assert torch.allclose(use_ref(h).float(), y.float(), rtol=2 * torch.finfo(dtype).eps, atol=1e-3)
@@ -411,8 +373,4 @@ def test_torch_compile_fullgraph(device):
         fullgraph=True, dynamic=False, backend="inductor" if on_gpu else "aot_eager",
     )
     x, w, b = _inputs((6, 7, 96), torch.float32, torch.float32, device)
-    dy = torch.randn(6, 7, device=device)
-    fn(x, w, b).backward(dy)
-    exact = _exact(x, w, b, dy)
-    for got, want, name in zip((x.grad, w.grad, b.grad), exact[1:], ("dx", "dweight", "dbias")):
-        assert_close_to_reference(got, want, name=name)
+    check(fn, _definition, dict(x=x, weight=w, bias=b), dy=torch.randn(6, 7, device=device))
