@@ -3,10 +3,10 @@
 TRITON_INTERPRET must be set before triton_layers (and its @triton.jit kernels) is
 imported, so it is set here, at collection time, when no CUDA device is present.
 
-In every test file ``F`` is ours (``from triton_layers import functional as F``) and
-``TF`` is torch's (``import torch.nn.functional as TF``); dtypes come from ``DTYPES`` /
-``LOW_DTYPES`` here; the ``looped`` fixture (or ``looped_config``) sends short rows down
-the long-row paths.
+Conventions of every test file: ``F`` is ours (``from triton_layers import functional as
+F``), ``TF`` is torch's (``import torch.nn.functional as TF``); dtypes come from
+``DTYPES`` / ``LOW_DTYPES`` here; results are checked by ``tests/oracle.py``; the
+``looped`` fixture (or ``looped_config``) sends short rows down the long-row paths.
 """
 import os
 
@@ -22,7 +22,7 @@ from triton_layers.kernels import _launch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-LOW_DTYPES = DTYPES[1:]  # fp16, bf16
+LOW_DTYPES = DTYPES[1:]  # fp16, bf16: torch's own error in them is the bar (tests/oracle.py)
 
 
 @pytest.fixture
