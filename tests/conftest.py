@@ -2,6 +2,11 @@
 
 TRITON_INTERPRET must be set before triton_layers (and its @triton.jit kernels) is
 imported, so it is set here, at collection time, when no CUDA device is present.
+
+Conventions of every test file: ``F`` is ours (``from triton_layers import functional as
+F``), ``TF`` is torch's (``import torch.nn.functional as TF``); dtypes come from
+``DTYPES`` / ``LOW_DTYPES`` here; results are checked by ``tests/oracle.py``; the
+``looped`` fixture (or ``looped_config``) sends short rows down the long-row paths.
 """
 import os
 
@@ -17,6 +22,7 @@ from triton_layers.kernels import _launch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+LOW_DTYPES = DTYPES[1:]  # fp16, bf16: torch's own error in them is the bar (tests/oracle.py)
 
 
 @pytest.fixture
@@ -30,28 +36,31 @@ def _seed():
     torch.manual_seed(0)
 
 
-# Launch configs that send small rows down the chunked (long-row) paths, from the library's
-# own presets (kernels/_launch.py): TINY (rows over 16 columns), SMALL (over 64).
+# Launch configs that send short rows down the chunked (long-row) paths: the `looped`
+# fixture's choices, by name. Small numbers keep the interpreter fast: it pays per loop
+# iteration, not per element, so tests of longer rows take a preset with wider chunks.
 SMALL = _launch.shrunk(64, 32, softmax_tile_elements=128)
+LOOPED = {
+    "fused": _launch.DEFAULT,  # the real limits: short rows stay in registers
+    # Rows over 16 columns in 8-wide chunks; 512-byte weighted-sum tiles (column loops,
+    # split columns, several partial rows): the library's own preset.
+    "tiny": _launch.TINY,
+    "small": SMALL,  # rows over 64 columns in 32-wide chunks; smaller softmax row tiles
+    "medium": _launch.shrunk(256, 128),  # rows over 256 columns in 128-wide chunks
+}
 
 
-def launch_config(config: "_launch.LaunchConfig"):
-    """``with launch_config(cfg):`` launches with ``cfg`` inside the block."""
-    return _launch.use_config(config)
+def looped_config(name: str):
+    """``with looped_config("small"):`` launches with ``LOOPED["small"]`` inside the block."""
+    return _launch.use_config(LOOPED[name])
 
 
 @pytest.fixture
-def small_blocks():
-    """Rows over 256 columns take the looped (long-row) paths, in 128-wide chunks."""
-    with _launch.use_config(_launch.shrunk(256, 128)) as config:
-        yield config
+def looped(request):
+    """Launch with a ``LOOPED`` preset for the test; yields the config.
 
-
-@pytest.fixture
-def softmax_small_blocks():
-    """Rows over 64 columns take the looped paths (32-wide chunks); smaller softmax row tiles.
-
-    Small numbers keep the interpreter fast: it pays per loop iteration, not per element.
+    "small" unless the test picks one: ``@pytest.mark.parametrize("looped", ["fused",
+    "medium"], indirect=True)`` runs it on the real limits and on "medium".
     """
-    with _launch.use_config(SMALL) as config:
+    with looped_config(getattr(request, "param", "small")) as config:
         yield config

@@ -12,9 +12,11 @@ import math
 import pytest
 import torch
 
-from tests.tolerances import assert_close_to_reference, max_abs_err
 from triton_layers import functional as F
 from triton_layers import reference
+
+from .conftest import LOW_DTYPES
+from .oracle import check, compare, max_abs_err, run
 
 ROUTER = dict(eps=0.03, eps_init=4.0, eps_decay=0.7)  # CoLT5's router settings
 
@@ -53,12 +55,9 @@ def _check_forward(ours, s, n_iters, k, kw, mask, name=""):
     """ours vs float64 of the same (rounded) inputs; fp32 bound: 2x torch fp32's error + 1e-5."""
     k64 = k.double() if torch.is_tensor(k) else k
     exact = reference.coor_descent(s.double(), n_iters, k64, mask=mask, **kw)
-    if s.dtype == torch.float32:
-        torch32 = reference.coor_descent(s, n_iters, k, mask=mask, **kw)
-        assert_close_to_reference(ours, exact, rtol32=1e-5, atol=2 * max_abs_err(torch32, exact), name=name)
-    else:
-        rounded = exact.to(s.dtype)  # the best any computation can return in this dtype
-        assert_close_to_reference(ours, exact, torch_low_precision=rounded, name=name)
+    # fp16/bf16: the bar is the exact result rounded to the dtype (compare's default).
+    torch32 = reference.coor_descent(s, n_iters, k, mask=mask, **kw) if s.dtype == torch.float32 else None
+    compare(ours, exact, low=torch32, atol=0.0 if torch32 is not None else None, name=name)
     return exact
 
 
@@ -110,7 +109,7 @@ def test_forward_fp32(device, rows, n, masked):
         assert (y[~mask] == 0).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
 @pytest.mark.parametrize("rows,n", [(3, 7), (4, 1000), (2, 3000)])
 def test_forward_low_precision(device, dtype, rows, n):
     s = _scores(rows, n, dtype, device)
@@ -152,33 +151,17 @@ def test_scores_sum_to_k(device):
 # --- kernels: backward -------------------------------------------------------------------
 
 
-def _grads(fn, s, k, dy):
-    y = fn(s, k)
-    inputs = (s, k) if torch.is_tensor(k) and k.requires_grad else (s,)
-    return torch.autograd.grad(y, inputs, dy)
-
-
 def _check_grads(s, k, mask, n_iters, kw, rtol=1e-4):
-    """Gradients of s (and of k when a tensor) vs float64 autograd of the definition."""
-    dy = torch.randn(s.shape, device=s.device).to(s.dtype)
-    s_ = s.detach().requires_grad_()
-    k_ = k.detach().requires_grad_() if torch.is_tensor(k) else k
-    ours = _grads(lambda a, b: F.coor_descent(a, n_iters=n_iters, k=b, mask=mask, **kw), s_, k_, dy)
-    s64 = s.detach().double().requires_grad_()
-    k64 = k.detach().double().requires_grad_() if torch.is_tensor(k) else k
-    exact = _grads(lambda a, b: reference.coor_descent(a, n_iters, b, mask=mask, **kw), s64, k64, dy.double())
-    for name, g, e in zip(("ds", "dk"), ours, exact):
-        assert g.dtype == (s.dtype if name == "ds" else k.dtype)
-        assert torch.isfinite(g).all(), name
-        if s.dtype == torch.float32:
-            scale = e.abs().max().item() or 1.0
-            err = max_abs_err(g, e)
-            assert err <= rtol * scale + 1e-7, f"{name}: {err:.3e} > {rtol:.0e} * {scale:.3e}"
-        else:
-            assert_close_to_reference(g, e, torch_low_precision=e.to(g.dtype), name=name)
+    """Output and gradients of s (and of k when a tensor) vs float64 autograd of the
+    definition; fp32 within ``rtol`` (relative) + 1e-7, fp16/bf16 by the oracle's default."""
+    inputs = dict(s=s.detach().requires_grad_(), k=k.detach().requires_grad_() if torch.is_tensor(k) else k)
+    res = check(lambda s, k: F.coor_descent(s, n_iters=n_iters, k=k, mask=mask, **kw),
+                lambda s, k: reference.coor_descent(s, n_iters, k, mask=mask, **kw), inputs,
+                **(dict(rtol=rtol, atol=1e-7) if s.dtype == torch.float32 else {}))
+    for name, g in res.grads.items():
+        assert g.dtype == inputs[name].dtype, name
     if mask is not None:
-        assert (ours[0][~mask] == 0).all()
-    return ours
+        assert (res.grads["s"][~mask] == 0).all()
 
 
 @pytest.mark.parametrize("rows,n", [(1, 1), (3, 7), (2, 127), (4, 1000), (2, 3000)])
@@ -197,7 +180,7 @@ def test_backward_scalar_k_no_mask(device, n_iters):
     _check_grads(s, 60.0, None, n_iters, dict(eps=0.1, eps_init=None, eps_decay=1.0))
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
 def test_backward_low_precision(device, dtype):
     s = _scores(3, 700, dtype, device)
     k = torch.rand(3, device=device, dtype=dtype) * 80 + 2
@@ -226,7 +209,8 @@ def test_k_below_clamp_has_zero_grad(device):
 
 
 @pytest.mark.parametrize("rows,n", [(2, 1000), (1, 3000), (3, 257)])
-def test_long_rows_looped(device, small_blocks, rows, n):
+@pytest.mark.parametrize("looped", ["medium"], indirect=True)
+def test_long_rows_looped(device, looped, rows, n):
     s = _scores(rows, n, torch.float32, device)
     mask = _random_mask(rows, n, device)
     k = torch.rand(rows, device=device) * n / 8 + 1
@@ -321,9 +305,10 @@ def test_bitwise_reproducible(device):
     s = _scores(3, 1000, torch.float32, device)
     k = torch.rand(3, device=device) * 100 + 1
     dy = torch.randn_like(s)
-    runs = [_grads(lambda a, b: F.coor_descent(a, n_iters=20, k=b, **ROUTER), s.clone().requires_grad_(),
-                   k.clone().requires_grad_(), dy) for _ in range(2)]
-    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    fn = lambda s, k: F.coor_descent(s, n_iters=20, k=k, **ROUTER)  # noqa: E731
+    (y1, g1, _), (y2, g2, _) = (run(fn, dict(s=s.clone().requires_grad_(), k=k.clone().requires_grad_()), dy)
+                                for _ in range(2))
+    assert torch.equal(y1, y2) and torch.equal(g1["s"], g2["s"]) and torch.equal(g1["k"], g2["k"])
 
 
 def test_autocast(device):
@@ -335,7 +320,7 @@ def test_autocast(device):
         y = F.coor_descent(s, n_iters=20, k=8.0, **ROUTER)
     assert s.dtype == dtype and y.dtype == dtype
     exact = reference.coor_descent(s.double(), 20, 8.0, mask=None, **ROUTER)
-    assert_close_to_reference(y, exact, torch_low_precision=exact.to(dtype))
+    compare(y, exact)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compile only on the GPU (docs/ARCHITECTURE.md)")

@@ -10,8 +10,9 @@ import torch
 
 from triton_layers.kernels import _launch
 from triton_layers.kernels import ops as kernel_ops
+from triton_layers.kernels._launch import use_config as launch_config
 
-from .conftest import SMALL, launch_config
+from .conftest import SMALL
 
 
 def _r(*shape, device, dtype=torch.float32, grad=True):

@@ -34,8 +34,8 @@ from triton_layers import reference
 
 from triton_layers.kernels import _launch
 
-from .conftest import DEVICE, SMALL, launch_config
-from .tolerances import assert_close_to_reference
+from .conftest import DEVICE, looped_config
+from .oracle import compare, run
 
 CUDA = torch.cuda.is_available()
 GIB = 2**30
@@ -57,20 +57,9 @@ MINI_LIMITS = dataclasses.replace(_launch.shrunk(16, 16), softmax=_launch.shrunk
 
 def _run(fn, inputs):
     """fn(*inputs) and the gradients of the inputs that require one, for a fixed dy."""
-    leaves = [t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
-              for t in inputs]
-    y = fn(*leaves)
-    gen = torch.Generator(device=y.device).manual_seed(1)
-    dy = torch.randn(y.shape, generator=gen, device=y.device).to(y.dtype)
-    wrt = [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
-    return [y.detach(), *torch.autograd.grad(y, wrt, dy)]
-
-
-def _small_limits(on: bool, config=None):
-    """On the CPU: shrink the row limits so that small rows take the chunked paths too."""
-    if not on:
-        return contextlib.nullcontext()
-    return launch_config(config or SMALL)
+    torch.manual_seed(1)  # the same dy every time
+    y, grads, _ = run(fn, {i: t.detach().clone().requires_grad_(t.requires_grad) for i, t in enumerate(inputs)})
+    return [y, *grads.values()]
 
 
 def _r(*shape, dtype=torch.float32, grad=True, scale=1.0, offset=0.0):
@@ -130,7 +119,7 @@ def _determinism_case(name: str):
 def test_bitwise_deterministic(name):
     torch.manual_seed(0)
     fn, inputs, small = _determinism_case(name)
-    with _small_limits(small):
+    with looped_config("small" if small else "fused"):
         first = _run(fn, inputs)
         second = _run(fn, inputs)
     assert len(first) == len(second) >= 2, name
@@ -153,7 +142,7 @@ def gpu_memory():
         if free < gib:
             pytest.skip(f"needs {gib:.0f} GiB of free GPU memory, {free:.0f} GiB free")
 
-    with _small_limits(not CUDA, MINI_LIMITS):
+    with contextlib.nullcontext() if CUDA else _launch.use_config(MINI_LIMITS):
         yield need
     if CUDA:
         torch.cuda.synchronize()
@@ -179,10 +168,6 @@ def _rows_past(n_cols: int, extra: int = 64) -> int:
     return BIG // n_cols + (extra if CUDA else min(extra, 3))
 
 
-def _check_low(ours, exact, name):
-    assert_close_to_reference(ours, exact, exact.to(ours.dtype), name=name)
-
-
 @pytest.mark.parametrize("n_cols", [cols(4096), cols(65536)], ids=["in-registers", "chunked"])
 def test_layer_norm_past_2_31(gpu_memory, n_cols):
     gpu_memory(28)  # x, y, dy, dx: 4 x 4 GiB in bf16, plus the float64 checks
@@ -198,8 +183,8 @@ def test_layer_norm_past_2_31(gpu_memory, n_cols):
     ws, bs = w.detach().double().requires_grad_(), b.detach().double().requires_grad_()
     y64 = reference.layer_norm(xs, ws, bs, 1e-5, False)
     (dx64,) = torch.autograd.grad(y64, xs, dy[rows].double())
-    _check_low(y.detach()[rows], y64, "y")
-    _check_low(x.grad[rows], dx64, "dx")
+    compare(y.detach()[rows], y64, name="y")
+    compare(x.grad[rows], dx64, name="dx")
     del y, x.grad
     # Weight and bias gradients: sums over all rows, in float64, a chunk of rows at a time.
     dw64 = torch.zeros(n_cols, dtype=torch.float64, device=DEVICE)
@@ -211,9 +196,8 @@ def test_layer_norm_past_2_31(gpu_memory, n_cols):
         dyc = dy[start:start + step].double()
         dw64 += (dyc * xhat).sum(0)
         db64 += dyc.sum(0)
-    rtol = 1e-5 * math.sqrt(n_rows) / 8
-    assert_close_to_reference(w.grad, dw64, rtol32=rtol, name="dweight")
-    assert_close_to_reference(b.grad, db64, rtol32=rtol, name="dbias")
+    compare(w.grad, dw64, rows=n_rows, name="dweight")
+    compare(b.grad, db64, rows=n_rows, name="dbias")
 
 
 @pytest.mark.parametrize("n_cols", [cols(4096), cols(65536)], ids=["in-registers", "chunked"])
@@ -286,8 +270,8 @@ def test_softmax_past_2_31(gpu_memory, shape, causal, padded):
     n_q = shape[-2] if len(shape) == 3 else 1
     pad_rows = None if pad is None else pad[rows // n_q]
     y64, dx64 = _softmax_rows_reference(flat(x.detach())[rows], flat(dy)[rows], rows, n_q, causal, 0.5, pad_rows)
-    _check_low(flat(y.detach())[rows], y64, "y")
-    _check_low(flat(x.grad)[rows], dx64, "dx")
+    compare(flat(y.detach())[rows], y64, name="y")
+    compare(flat(x.grad)[rows], dx64, name="dx")
 
 
 @pytest.mark.parametrize("shape", [(_rows_past(cols(32768)), cols(32768)), (2, BIG // 2 + 3)],
@@ -314,10 +298,10 @@ def test_weighted_sum_past_2_31(gpu_memory, shape):
     for c in range(0, n_cols, COL_CHUNK):
         y64 += x.detach()[rows, c:c + COL_CHUNK].double() @ w.detach()[c:c + COL_CHUNK].double()
     y64 += 0.25
-    _check_low(y.detach()[rows], y64, "y")
+    compare(y.detach()[rows], y64, name="y")
     dx64 = dy[rows].double()[:, None] * w.detach().double()[None, :]
-    _check_low(x.grad[rows], dx64, "dx")
-    assert_close_to_reference(w.grad, dw64, rtol32=1e-5 * math.sqrt(n_rows) / 8 + 1e-5, name="dweight")
+    compare(x.grad[rows], dx64, name="dx")
+    compare(w.grad, dw64, rows=n_rows, name="dweight")
     torch.testing.assert_close(b.grad.double(), dy.double().sum(), rtol=1e-5, atol=1e-3)
 
 

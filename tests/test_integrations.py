@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 import triton_layers
 from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
+from triton_layers import functional as F
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -160,7 +161,7 @@ def test_autocast_router(use_triton, device):
         out = router(x, num_tokens=4)
     assert out.scores.dtype == torch.bfloat16 and out.routed_tokens.dtype == torch.float32
     s = torch.einsum("bnd,rd->brn", x.bfloat16(), router.routing_token.bfloat16()).reshape(2, 13)
-    soft = triton_layers.functional.coor_descent(
+    soft = F.coor_descent(
         s, n_iters=8, k=4 * router.fetch_k_ratio, eps=router.eps, eps_init=router.eps_init,
         eps_decay=router.eps_decay, use_triton=use_triton,
     )

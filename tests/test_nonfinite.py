@@ -2,7 +2,7 @@
 
 Every test puts NaN / inf / -inf into a few entries of random inputs and compares the
 kernels' forward and backward with torch's op on the same inputs, NaN for NaN and inf
-for inf (``assert_close(..., equal_nan=True)``), on the in-register path and on the
+for inf (``oracle.agree(..., equal_nan=True)``), on the in-register path and on the
 chunked long-row path (limits shrunk so that rows of 100 take it). The deliberate
 differences (softmax rows with nothing to attend to, hidden causal keys in the backward)
 have tests of their own.
@@ -16,7 +16,8 @@ import torch.nn.functional as TF
 from triton_layers import functional as F
 from triton_layers import reference
 
-from .conftest import SMALL, launch_config
+from .conftest import looped_config
+from .oracle import agree, run
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy (the interpreter) on NaN/inf
 
@@ -28,24 +29,20 @@ FUSED_N, LOOPED_N = 37, 100
 @pytest.fixture(params=["fused", "looped"])
 def n_cols(request) -> int:
     """Row length for the in-register path, or for the chunked path with shrunk limits."""
-    if request.param == "fused":
-        yield FUSED_N
-        return
-    with launch_config(SMALL):
-        yield LOOPED_N
+    looped = request.param == "looped"
+    with looped_config("small" if looped else "fused"):
+        yield LOOPED_N if looped else FUSED_N
 
 
-def close(ours, expected, name, rtol=1e-5, atol=1e-5):
-    """Same NaN positions, same infs, finite values close."""
-    torch.testing.assert_close(ours, expected, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{name}: {m}")
+def close(ours, expected, name, rtol=None, atol=None):
+    """Same NaN positions, same infs, finite values close (by default, the oracle's agree bound)."""
+    agree(ours, expected, rtol=rtol, atol=atol, equal_nan=True, name=name)
 
 
 def grads(fn, *inputs, dy=None):
     """fn(*inputs) and the gradients of every input (each a fresh leaf), for a random dy."""
-    leaves = [t.detach().clone().requires_grad_() for t in inputs]
-    y = fn(*leaves)
-    dy = torch.randn_like(y) if dy is None else dy
-    return (y.detach(), *torch.autograd.grad(y, leaves, dy)), dy
+    y, g, dy = run(fn, {i: t.detach().clone().requires_grad_() for i, t in enumerate(inputs)}, dy)
+    return (y, *g.values()), dy
 
 
 def poisoned(rows: int, n: int, value: float, device) -> torch.Tensor:

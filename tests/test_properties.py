@@ -6,7 +6,7 @@ every other row, a stride-0 broadcast), the op's parameters and masks, and wheth
 kernels' long-row (chunked) path is forced by shrinking its limits (that, and the
 masks and modes, are pytest parameters, so that every kernel path is covered). The kernels' output
 and the gradients of every input are compared with ``triton_layers.reference`` run in
-float64 on the same (rounded) inputs, with the tolerances of tests/tolerances.py.
+float64 on the same (rounded) inputs, by tests/oracle.py.
 
 Bounded for CI: small sizes, a fixed number of examples, ``derandomize=True`` and no
 example database, so every run draws the same examples (about a minute on 2 CPU cores
@@ -14,9 +14,8 @@ through the Triton interpreter).
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Callable, Optional
+from typing import Callable
 
 import pytest
 import torch
@@ -27,11 +26,9 @@ from triton_layers import _checks
 from triton_layers import functional as F
 from triton_layers import reference
 
-from triton_layers.kernels import _launch
-
-from .conftest import DEVICE, DTYPES, launch_config
+from .conftest import DEVICE, DTYPES
+from .oracle import check
 from .test_softmax import independent
-from .tolerances import ATOL, assert_close_to_reference
 
 
 def bounded(max_examples: int):
@@ -42,16 +39,9 @@ def bounded(max_examples: int):
     return settings(
         max_examples=max_examples, deadline=None, derandomize=True, database=None, print_blob=True,
         phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        # (the function-scoped fixture is conftest's `looped`: one launch config for every example)
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
     )
-
-
-def limits(looped: bool):
-    """With ``looped``, shrink the kernels' row limits so that rows over 16 columns take the
-    chunked paths."""
-    if not looped:
-        return contextlib.nullcontext()
-    return launch_config(_launch.TINY)
 
 
 # --- inputs -----------------------------------------------------------------------------
@@ -68,17 +58,14 @@ LAYOUTS: dict[str, tuple[Callable, Callable]] = {
 BROADCAST_LAST = ("broadcast-last", (lambda s: s[:-1] + (1,), lambda b, s: b.expand(s)))
 
 
-class Input:
-    """Random values of ``shape`` in a drawn layout (a leaf that is itself a strided view,
-    so the op sees those strides and its gradient comes back in x's shape), and a float64 copy.
-    """
-
-    def __init__(self, shape, dtype, layout, scale, shift, gen):
-        make, view = dict([*LAYOUTS.items(), BROADCAST_LAST])[layout]
-        values = (torch.randn(make(tuple(shape)), generator=gen) * scale + shift * scale).to(dtype).to(DEVICE)
-        self.x = view(values, tuple(shape)).requires_grad_()
-        self.x64 = view(values.double(), tuple(shape)).requires_grad_()
-        assert tuple(self.x.shape) == tuple(shape)
+def drawn(shape, dtype, layout, scale, shift, gen) -> torch.Tensor:
+    """Random values of ``shape`` in a drawn layout: a leaf that is itself a strided view,
+    so the op sees those strides and its gradient comes back in x's shape."""
+    make, view = dict([*LAYOUTS.items(), BROADCAST_LAST])[layout]
+    values = (torch.randn(make(tuple(shape)), generator=gen) * scale + shift * scale).to(dtype).to(DEVICE)
+    x = view(values, tuple(shape)).requires_grad_()
+    assert tuple(x.shape) == tuple(shape)
+    return x
 
 
 def layouts(ndim: int, broadcast_last: bool = False):
@@ -86,37 +73,20 @@ def layouts(ndim: int, broadcast_last: bool = False):
     return st.sampled_from(names + ([BROADCAST_LAST[0]] if broadcast_last else []))
 
 
-def param(n: int, dtype, gen, strided: bool, offset: float = 0.0):
-    """A random (n,) parameter and its float64 copy; ``strided``: a stride-2 view."""
+def param(n: int, dtype, gen, strided: bool, offset: float = 0.0) -> torch.Tensor:
+    """A random parameter leaf: n values, or 2n with ``strided`` (the op gets ``view(leaf, strided)``)."""
     values = torch.randn(2 * n if strided else n, generator=gen) * 0.7 + offset
-    leaf = values.to(dtype).to(DEVICE).requires_grad_()
-    leaf64 = leaf.detach().double().requires_grad_()
-    return (leaf, leaf64) if not strided else (leaf, leaf64, slice(None, None, 2))
+    return values.to(dtype).to(DEVICE).requires_grad_()
+
+
+def view(leaf, strided: bool):
+    """What the op gets of a ``param`` leaf: itself, or its stride-2 view."""
+    return leaf[::2] if strided and leaf is not None else leaf
 
 
 # The Triton interpreter (3.9) converts fp32 to bf16 by truncation, where the GPU rounds
 # to nearest: bf16 results computed through it may be one ulp further off.
 TRUNCATING_BF16 = _checks.TRITON_INTERPRET and DEVICE == "cpu"
-
-
-def check(name: str, ours: torch.Tensor, exact: torch.Tensor, summed_rows: float = 1, rtol32: float = 1e-5,
-          low: Optional[torch.Tensor] = None, slack: float = 0.0):
-    """ours vs float64: fp32 within rtol32 (grown with sqrt of the rows summed into each
-    value, as quack); fp16/bf16 within twice the error of ``low`` (torch's own result in
-    that dtype; by default the exact value rounded to it) plus atol and ``slack``."""
-    assert ours.dtype != torch.float64 and ours.shape == exact.shape, name
-    if ours.dtype == torch.float32:
-        assert_close_to_reference(ours, exact, rtol32=rtol32 * max(1.0, math.sqrt(summed_rows)), name=name)
-        return
-    scale = max(exact.abs().max().item(), 1.0) if exact.numel() else 1.0
-    atol = ATOL[ours.dtype] * scale + slack
-    if ours.dtype == torch.bfloat16 and TRUNCATING_BF16:
-        atol += torch.finfo(torch.bfloat16).eps * scale
-    assert_close_to_reference(ours, exact, exact.to(ours.dtype) if low is None else low, atol=atol, name=name)
-
-
-def grads(y: torch.Tensor, leaves: list, dy: torch.Tensor) -> list:
-    return list(torch.autograd.grad(y, leaves, dy))
 
 
 @st.composite
@@ -140,12 +110,10 @@ def _rows(shape) -> int:
     return math.prod(shape[:-1])
 
 
-
-
 # --- layer_norm -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["fused", "looped"])
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
 @bounded(10)
 @given(c=common(), data=st.data())
@@ -157,39 +125,25 @@ def test_layer_norm(looped, stable, c, data):
     param_dtype = data.draw(st.sampled_from([dtype, torch.float32]), "param_dtype")
     strided_params = data.draw(st.booleans(), "strided_params")
     eps = data.draw(st.sampled_from([1e-5, 1e-3, 0.1]), "eps")
-    inp = Input(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
+    x = drawn(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
+    w = param(n, param_dtype, c["gen"], strided_params, 1.0) if has_w else None
+    b = param(n, param_dtype, c["gen"], strided_params) if has_b else None
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
 
-    leaves, leaves64, w, w64, b, b64 = [inp.x], [inp.x64], None, None, None, None
-    for present, offset in ((has_w, 1.0), (has_b, 0.0)):
-        if not present:
-            continue
-        leaf, leaf64, *view = param(n, param_dtype, c["gen"], strided_params, offset)
-        leaves.append(leaf)
-        leaves64.append(leaf64)
-        p, p64 = (leaf[view[0]], leaf64[view[0]]) if view else (leaf, leaf64)
-        if offset:
-            w, w64 = p, p64
-        else:
-            b, b64 = p, p64
+    def v(p):
+        return view(p, strided_params)
 
-    with limits(looped):
-        y = F.layer_norm(inp.x, w, b, eps=eps, stable=stable, use_triton=True)
-        dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
-        got = grads(y, leaves, dy)
-    y64 = reference.layer_norm(inp.x64.reshape(-1, n), w64, b64, eps, stable).reshape(shape)
-    want = grads(y64, leaves64, dy.double())
-    assert y.dtype == dtype and y.shape == shape
-    check("y", y, y64)
-    check("dx", got[0], want[0])
-    for name, g, g64 in zip(["dweight" if has_w else "dbias", "dbias"], got[1:], want[1:]):
-        assert g.dtype == param_dtype
-        check(name, g, g64, summed_rows=_rows(shape))
+    res = check(lambda x, w, b: F.layer_norm(x, v(w), v(b), eps=eps, stable=stable, use_triton=True),
+                lambda x, w, b: reference.layer_norm(x.reshape(-1, n), v(w), v(b), eps, stable).reshape(shape),
+                dict(x=x, weight=w, bias=b), dy=dy, summed=dict(weight=_rows(shape), bias=_rows(shape)))
+    assert res.y.dtype == dtype and res.y.shape == shape
+    assert all(g.dtype == param_dtype for name, g in res.grads.items() if name != "x")
 
 
 # --- softmax ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["fused", "looped"])
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
 @pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "padding"])
 @bounded(6)
@@ -198,7 +152,7 @@ def test_softmax(looped, causal, masked, c, data):
     shape, dtype = c["shape"], c["dtype"]
     scale = data.draw(st.one_of(st.none(), st.floats(0.05, 3.0)), "scale")
     layout = data.draw(layouts(len(shape), broadcast_last=True), "layout")
-    inp = Input(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
+    x = drawn(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
     mask = None
     if masked:
         p_pad = data.draw(st.sampled_from([0.1, 0.5, 0.9]), "padding")
@@ -206,25 +160,19 @@ def test_softmax(looped, causal, masked, c, data):
         if data.draw(st.booleans(), "an all-padding entry"):
             mask[0] = True
         mask = mask.to(DEVICE)
-
-    with limits(looped):
-        y = F.softmax(inp.x, causal=causal, scale=scale, key_padding_mask=mask, use_triton=True)
-        dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
-        (dx,) = grads(y, [inp.x], dy)
-    y64 = reference.softmax(inp.x64, causal, scale, mask)
-    (dx64,) = grads(y64, [inp.x64], dy.double())
-    assert y.dtype == dtype and y.shape == shape
-    # fp16/bf16: the backward starts from the saved, rounded y, as torch's own softmax in
-    # that dtype does: its error is the bar (test_softmax.independent: masked_fill + softmax).
-    low = (None, None) if dtype == torch.float32 else independent(inp.x, causal, 1.0 if scale is None else scale,
-                                                                  mask, dy)
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
+    s = 1.0 if scale is None else scale
     # A truncated y (interpreter, bf16) is off by up to one ulp (eps * y) per entry; through
     # dx = s * y * (dy - sum(y * dy)) that is at most 2 * s * eps * max|dy| more.
     slack = 0.0
     if dtype == torch.bfloat16 and TRUNCATING_BF16:
-        slack = 2 * (1.0 if scale is None else scale) * torch.finfo(dtype).eps * dy.abs().max().item()
-    check("y", y, y64, low=low[0])
-    check("dx", dx, dx64, low=low[1], slack=slack)
+        slack = 2 * s * torch.finfo(dtype).eps * dy.abs().max().item()
+    # fp16/bf16: the backward starts from the saved, rounded y, as torch's own softmax in
+    # that dtype does: its error is the bar (test_softmax.independent: masked_fill + softmax).
+    res = check(lambda x: F.softmax(x, causal=causal, scale=scale, key_padding_mask=mask, use_triton=True),
+                lambda x: reference.softmax(x, causal, scale, mask), dict(x=x), dy=dy,
+                lowp=lambda x: independent(x, causal, s, mask), slack=dict(x=slack))
+    assert res.y.dtype == dtype and res.y.shape == shape
 
 
 # --- weighted_sum -----------------------------------------------------------------------
@@ -241,34 +189,28 @@ def test_weighted_sum(long_rows, bias_shape, c, data):
     n = shape[-1]
     layout = data.draw(layouts(len(shape), broadcast_last=True), "layout")
     param_dtype = data.draw(st.sampled_from([dtype, torch.float32]), "param_dtype")
-    inp = Input(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
-    w, w64, *view = param(n, param_dtype, c["gen"], data.draw(st.booleans(), "strided weight"))
-    leaves, leaves64 = [inp.x, w], [inp.x64, w64]
-    w_use, w64_use = (w[view[0]], w64[view[0]]) if view else (w, w64)
-    b = b64 = None
+    x = drawn(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
+    strided = data.draw(st.booleans(), "strided weight")
+    w = param(n, param_dtype, c["gen"], strided)
+    b = None
     if bias_shape is not None:
         b = (torch.randn(bias_shape, generator=c["gen"])).to(param_dtype).to(DEVICE).requires_grad_()
-        b64 = b.detach().double().requires_grad_()
-        leaves.append(b)
-        leaves64.append(b64)
-
-    y = F.weighted_sum(inp.x, w_use, b, use_triton=True)  # (no row-length limits to shrink)
     dy = torch.randn(shape[:-1], generator=c["gen"]).to(dtype).to(DEVICE)
-    got = grads(y, leaves, dy)
-    y64 = reference.weighted_sum(inp.x64, w64_use, None if b64 is None else b64.reshape(()))
-    want = grads(y64, leaves64, dy.double())
-    assert y.dtype == dtype and y.shape == shape[:-1]
-    check("y", y, y64, summed_rows=n / 64)  # a sum over the row: error grows with n
-    check("dx", got[0], want[0])
-    for name, g, g64 in zip(["dweight", "dbias"], got[1:], want[1:]):
-        assert g.dtype == param_dtype and g.shape == g64.shape
-        check(name, g, g64, summed_rows=_rows(shape))
+
+    res = check(lambda x, w, b: F.weighted_sum(x, view(w, strided), b, use_triton=True),  # (no row limits to shrink)
+                lambda x, w, b: reference.weighted_sum(x, view(w, strided), None if b is None else b.reshape(())),
+                dict(x=x, weight=w, bias=b), dy=dy,
+                summed=dict(y=n, weight=_rows(shape), bias=_rows(shape)))  # y: a sum over the row
+    assert res.y.dtype == dtype and res.y.shape == shape[:-1]
+    for name, t in (("weight", w), ("bias", b)):
+        if t is not None:
+            assert res.grads[name].dtype == param_dtype and res.grads[name].shape == t.shape
 
 
 # --- coor_descent -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["fused", "looped"])
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @bounded(7)
 @given(c=common(max_dims=3, max_n=60), data=st.data())
@@ -281,16 +223,12 @@ def test_coor_descent(looped, masked, c, data):
     eps_init = data.draw(st.sampled_from([None, 1.0, 4.0]), "eps_init")
     eps_decay = data.draw(st.sampled_from([0.7, 1.0]), "eps_decay")
     k_kind = data.draw(st.sampled_from(["number", "per-row", "broadcast"]), "k")
-    inp = Input(shape, dtype, layout, min(c["scale"], 2.0), c["shift"], c["gen"])
-    leaves, leaves64 = [inp.x], [inp.x64]
+    x = drawn(shape, dtype, layout, min(c["scale"], 2.0), c["shift"], c["gen"])
     if k_kind == "number":
-        k = k64 = data.draw(st.floats(0.5, float(n)), "k value")
+        k = data.draw(st.floats(0.5, float(n)), "k value")
     else:
         k_shape = lead if k_kind == "per-row" else (1,) * len(lead)
         k = (torch.rand(k_shape, generator=c["gen"]) * n + 0.5).to(DEVICE).requires_grad_()
-        k64 = k.detach().double().requires_grad_()
-        leaves.append(k)
-        leaves64.append(k64)
     mask = None
     if masked:
         mask = torch.rand(shape, generator=c["gen"]) > data.draw(st.sampled_from([0.2, 0.7]), "p")
@@ -298,19 +236,14 @@ def test_coor_descent(looped, masked, c, data):
             mask.reshape(-1, n)[0] = False
         mask = mask.to(DEVICE)
     kw = dict(n_iters=n_iters, eps=eps, eps_init=eps_init, eps_decay=eps_decay, mask=mask)
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
 
-    with limits(looped):
-        y = F.coor_descent(inp.x, k=k, use_triton=True, **kw)
-        dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
-        got = grads(y, leaves, dy)
-    y64 = F.coor_descent(inp.x64, k=k64, use_triton=False, **kw)  # float64: the reference
-    want = grads(y64, leaves64, dy.double())
-    assert y.dtype == dtype and y.shape == shape
-    if mask is not None:
-        assert (y[~mask] == 0).all()
     # exp(s / eps) amplifies fp32 rounding by |s| / eps (test_coor_descent.py): looser bounds.
-    check("y", y, y64, rtol32=1e-4)
-    check("ds", got[0], want[0], rtol32=1e-3)
-    if len(got) > 1:
-        assert got[1].dtype == k.dtype
-        check("dk", got[1], want[1], rtol32=1e-3, summed_rows=_rows(shape))
+    res = check(lambda s, k: F.coor_descent(s, k=k, use_triton=True, **kw),
+                lambda s, k: F.coor_descent(s, k=k, use_triton=False, **kw),  # float64: the reference
+                dict(s=x, k=k), dy=dy, rtol=dict(y=1e-4, s=1e-3, k=1e-3), summed=dict(k=_rows(shape)))
+    assert res.y.dtype == dtype and res.y.shape == shape
+    if mask is not None:
+        assert (res.y[~mask] == 0).all()
+    if "k" in res.grads:
+        assert res.grads["k"].dtype == k.dtype

@@ -13,6 +13,8 @@ from torch import nn
 from triton_layers import CoordinateDescentRouter, RouterReturn
 from triton_layers import functional as F
 
+from .conftest import LOW_DTYPES
+
 DIM = 16
 
 
@@ -224,7 +226,7 @@ def test_route_back_none_needs_the_whole_sequence(device):
         router.route_back(torch.zeros(2, 6, DIM, device=device), torch.ones(2, 5, DIM, device=device), None)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
 def test_low_precision(device, dtype):
     router = CoordinateDescentRouter(DIM, device=device, dtype=dtype)
     x, mask = _inputs(2, 64, device)

@@ -14,7 +14,7 @@ from triton_layers.kernels import _launch
 from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import DTYPES
-from .tolerances import assert_close_to_reference
+from .oracle import agree, check, run
 
 # (shape of the scores, whether it is batch-first (B, [H,] Nq, Nk) so a padding mask applies)
 SHAPES = [
@@ -38,13 +38,12 @@ def random_padding(batch: int, n_k: int, device, all_padded: int | None = None) 
     return mask
 
 
-def independent(x, causal, scale, mask, dy=None):
-    """torch's masked_fill + softmax in x's dtype, fully masked rows set to 0 (y and grad).
+def independent(x, causal, scale, mask):
+    """torch's masked_fill + softmax in x's dtype, fully masked rows set to 0 (differentiable).
 
     Written without the library's code: the causal mask comes from tril with the
     diagonal offset Nk - Nq, the padding mask is broadcast by indexing.
     """
-    x = x.detach().requires_grad_(dy is not None)
     keep = torch.ones(x.shape, dtype=torch.bool, device=x.device)
     if causal:
         n_q, n_k = x.shape[-2], x.shape[-1]
@@ -52,28 +51,17 @@ def independent(x, causal, scale, mask, dy=None):
     if mask is not None:
         pad = mask[:, None, :] if x.dim() == 3 else mask[:, None, None, :]
         keep = keep & ~pad
-    z = (x * scale).masked_fill(~keep, float("-inf"))
-    y = torch.softmax(z, dim=-1)
-    dead = ~keep.any(dim=-1, keepdim=True)
-    y_fixed = torch.where(dead, torch.zeros_like(y), y)
-    if dy is None:
-        return y_fixed.detach(), None
-    (dx,) = torch.autograd.grad(y, x, dy.to(x.dtype))
-    return y_fixed.detach(), torch.where(dead, torch.zeros_like(dx), dx)
+    y = torch.softmax((x * scale).masked_fill(~keep, float("-inf")), dim=-1)
+    # The NaN rows' gradient is zeroed by masked_fill's backward (every entry is masked there).
+    return torch.where(keep.any(dim=-1, keepdim=True), y, torch.zeros_like(y))
 
 
-def check_against_torch(x, causal, scale, mask, use_triton=None, name=""):
+def check_against_torch(x, causal, scale, mask, name=""):
     """Forward and dx of functional.softmax vs float64 torch (and torch in x's dtype for the bound)."""
-    xg = x.detach().requires_grad_()
-    y = F.softmax(xg, causal=causal, scale=scale, key_padding_mask=mask, use_triton=use_triton)
-    dy = torch.randn_like(y)
-    (dx,) = torch.autograd.grad(y, xg, dy)
     s = 1.0 if scale is None else scale
-    y64, dx64 = independent(x.double(), causal, s, mask, dy.double())
-    y_lo, dx_lo = (None, None) if x.dtype == torch.float32 else independent(x, causal, s, mask, dy)
-    assert_close_to_reference(y, y64, y_lo, name=f"{name} y")
-    assert_close_to_reference(dx, dx64, dx_lo, name=f"{name} dx")
-    return y, dx
+    res = check(lambda x: F.softmax(x, causal=causal, scale=scale, key_padding_mask=mask),
+                lambda x: independent(x, causal, s, mask), dict(x=x.detach().requires_grad_()), lowp=True, name=name)
+    return res.y, res.grads["x"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -85,11 +73,9 @@ def test_kernels_match_torch_and_reference(device, dtype, shape, causal, masked)
     scale = 0.37 if masked else None
     y, dx = check_against_torch(x, causal, scale, mask, name=f"{shape} {dtype}")
     # The kernels against the reference path (same inputs, same dtype out).
-    xr = x.detach().requires_grad_()
-    yr = reference.softmax(xr, causal, scale, mask)
+    yr = reference.softmax(x, causal, scale, mask)
     assert yr.dtype == y.dtype == dtype and y.shape == x.shape
-    tol = {torch.float32: (1e-5, 1e-6), torch.float16: (2e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}[dtype]
-    torch.testing.assert_close(y, yr, rtol=tol[0], atol=tol[1])
+    agree(y, yr)
 
 
 @pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (False, True), (True, True)])
@@ -97,10 +83,9 @@ def test_kernels_match_torch_and_reference(device, dtype, shape, causal, masked)
 def test_reference_matches_independent_float64(shape, causal, masked):
     x = 3 * torch.randn(shape, dtype=torch.float64, requires_grad=True)
     mask = random_padding(shape[0], shape[-1], "cpu") if masked else None
-    y = reference.softmax(x, causal, 0.8, mask)
-    dy = torch.randn_like(y)
-    (dx,) = torch.autograd.grad(y, x, dy)
-    y64, dx64 = independent(x, causal, 0.8, mask, dy)
+    y, grads, dy = run(lambda x: reference.softmax(x, causal, 0.8, mask), dict(x=x))
+    y64, grads64, _ = run(lambda x: independent(x, causal, 0.8, mask), dict(x=x), dy)
+    dx, dx64 = grads["x"], grads64["x"]
     torch.testing.assert_close(y, y64, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(dx, dx64, rtol=1e-12, atol=1e-14)
     if shape[-2] > 0:
@@ -126,8 +111,8 @@ def test_causal_alignment_matches_sdpa_lower_right(device, n_q, n_k):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(2, 3, 5, 67), (1, 3, 401), (1, 1, 66, 66), (1, 2, 9, 70)], ids=str)
 @pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (True, True)])
-def test_looped_path(device, softmax_small_blocks, dtype, shape, causal, masked):
-    assert not _launch.softmax_tile(1, shape[-1], softmax_small_blocks.softmax)[2], "expected the looped path"
+def test_looped_path(device, looped, dtype, shape, causal, masked):
+    assert not _launch.softmax_tile(1, shape[-1], looped.softmax)[2], "expected the looped path"
     x = (3 * torch.randn(shape, device=device)).to(dtype)
     mask = random_padding(shape[0], shape[-1], device, all_padded=0 if shape[0] > 1 else None) if masked else None
     check_against_torch(x, causal, 1.3, mask, name=f"looped {shape} {dtype}")
@@ -148,12 +133,10 @@ def test_largest_fused_row(device):
     check_against_torch(x, True, 0.5, None, name="largest fused row")
 
 
-@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("looped", ["fused", "small"], indirect=True)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fully_masked_rows_give_zeros_and_zero_grad(device, dtype, looped, request):
-    if looped:
-        request.getfixturevalue("softmax_small_blocks")
-    n_k = 70 if looped else 6
+def test_fully_masked_rows_give_zeros_and_zero_grad(device, dtype, looped):
+    n_k = 6 if looped is _launch.DEFAULT else 70
     # Causal with Nq > Nk: the top Nq - Nk rows see no key; batch entry 1 is all padding.
     x = torch.randn(2, 1, n_k + 4, n_k, device=device).to(dtype).requires_grad_()
     mask = torch.zeros(2, n_k, dtype=torch.bool, device=device)
@@ -170,12 +153,10 @@ def test_fully_masked_rows_give_zeros_and_zero_grad(device, dtype, looped, reque
     check_against_torch(x.detach(), True, None, mask, name="fully masked")
 
 
-@pytest.mark.parametrize("looped", [False, True])
-def test_masked_entries_are_never_used(device, looped, request):
+@pytest.mark.parametrize("looped", ["fused", "small"], indirect=True)
+def test_masked_entries_are_never_used(device, looped):
     """inf/NaN in masked scores and NaN in dy at masked keys leave every result finite."""
-    if looped:
-        request.getfixturevalue("softmax_small_blocks")
-    n = 70 if looped else 12
+    n = 12 if looped is _launch.DEFAULT else 70
     x = torch.randn(2, n, n, device=device)
     hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
     x = x.masked_fill(hidden, float("inf")).requires_grad_()
@@ -184,9 +165,10 @@ def test_masked_entries_are_never_used(device, looped, request):
     y.backward(dy)
     assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
     assert (y[:, hidden] == 0).all() and (x.grad[:, hidden] == 0).all()
-    y_ok, dx_ok = independent(x.detach().masked_fill(hidden, 0.0), True, 1.0, None, dy.nan_to_num(0.0))
-    torch.testing.assert_close(y, y_ok, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(x.grad, dx_ok, rtol=1e-5, atol=1e-6)
+    x_ok = x.detach().masked_fill(hidden, 0.0).requires_grad_()
+    y_ok, grads_ok, _ = run(lambda x: independent(x, True, 1.0, None), dict(x=x_ok), dy.nan_to_num(0.0))
+    agree(y, y_ok)
+    agree(x.grad, grads_ok["x"])
 
 
 @pytest.mark.parametrize("scale", [-0.7, 0.0, 2.5, 3])
@@ -242,7 +224,7 @@ def test_empty_inputs(device, shape, causal, masked):
 def test_any_rank_plain_softmax(device, shape):
     x = torch.randn(shape, device=device)
     y, _ = check_against_torch(x, False, None, None, name=f"rank {len(shape)}")
-    torch.testing.assert_close(y, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    agree(y, torch.softmax(x, -1))
 
 
 def test_bad_inputs(device, monkeypatch):
@@ -286,9 +268,9 @@ def test_module(device):
     y = layer(x, key_padding_mask=mask)
     torch.testing.assert_close(y, F.softmax(x, causal=True, scale=0.25, key_padding_mask=mask))
     y_ref = CausalSoftmax(scale=0.25, use_triton=False)(x, mask)
-    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+    agree(y, y_ref)
     plain = CausalSoftmax(causal=False)
-    torch.testing.assert_close(plain(x), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    agree(plain(x), torch.softmax(x, -1))
     # Inside a tiny attention block, through nn.Sequential-style composition.
     q, k, v = (torch.randn(2, 3, 6, 4, device=device, requires_grad=True) for _ in range(3))
     out = CausalSoftmax(scale=0.5)(q @ k.transpose(-1, -2)) @ v
@@ -323,7 +305,7 @@ def test_kernel_path_compiles_fullgraph(device):
     mask = random_padding(2, 70, device)
     y = fn(x, mask)
     y.backward(torch.ones_like(y))
-    torch.testing.assert_close(y, reference.softmax(x, True, 0.5, mask), rtol=1e-5, atol=1e-6)
+    agree(y, reference.softmax(x, True, 0.5, mask))
 
 
 @pytest.mark.parametrize("dtype,big", [(torch.float16, 6e4), (torch.bfloat16, 1e30), (torch.float32, 1e30)], ids=str)

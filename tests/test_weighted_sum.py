@@ -2,7 +2,7 @@
 
 Every check compares with an independent float64 result (``x.double() @ w.double()`` and
 its autograd); fp16/bf16 results may be off by at most 2x torch's own ``x @ w`` in that
-dtype plus a small atol (tests/tolerances.py). The kernels run on CPU through the Triton
+dtype plus a small atol (tests/oracle.py). The kernels run on CPU through the Triton
 interpreter (conftest.py), on the GPU where there is one.
 """
 from __future__ import annotations
@@ -12,16 +12,19 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as TF
 from torch import nn
 
 import triton_layers
-from triton_layers import WeightedSum, functional as F, reference
+from triton_layers import WeightedSum, reference
+from triton_layers import functional as F
 from triton_layers.kernels import _launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._doors import direct
-from tests.tolerances import assert_close_to_reference
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+from .conftest import DTYPES, LOW_DTYPES
+from .oracle import check, compare
+
 # (x dtype, parameter dtype): every dtype, and fp32 parameters with fp16/bf16 inputs.
 PRECISIONS = [
     (torch.float32, torch.float32),
@@ -45,14 +48,6 @@ def _name(p):
     return str(p).replace("torch.", "") if isinstance(p, torch.dtype) else None
 
 
-@pytest.fixture
-def tiny_tiles(monkeypatch):
-    """Tiles of a few hundred bytes: the column loop, the forward's column split (with its
-    reduction kernel) and several backward programs per column block on small inputs."""
-    with _launch.use_config(_launch.TINY) as config:
-        yield config
-
-
 def _inputs(shape, dtype, param_dtype, device, bias=True):
     """Fresh random inputs (no zeros, no ones) that require grad."""
     d = shape[-1]
@@ -62,47 +57,23 @@ def _inputs(shape, dtype, param_dtype, device, bias=True):
     return x, w, b
 
 
-def _exact(x, w, b, dy):
-    """float64 ``x @ w + b`` and its gradients by torch autograd: the independent oracle."""
-    x64 = x.detach().double().requires_grad_()
-    w64 = w.detach().double().requires_grad_()
-    b64 = b.detach().double().requires_grad_() if b is not None else None
-    y = x64 @ w64
-    if b64 is not None:
-        y = y + b64
-    y.backward(dy.double())
-    return y, x64.grad, w64.grad, (b64.grad if b64 is not None else None)
+def _definition(x, w, b):
+    """``x @ w + b`` in torch: the independent oracle (float64), and torch's own low-precision result."""
+    y = x @ w
+    return y if b is None else y + b
 
 
-def _torch_low(x, w, b, dy):
-    """torch's own ``x @ w + b`` in x's dtype, with its gradients (the error yardstick)."""
-    xl = x.detach().clone().requires_grad_()
-    wl = w.detach().to(x.dtype).requires_grad_()
-    bl = b.detach().to(x.dtype).requires_grad_() if b is not None else None
-    y = xl @ wl
-    if bl is not None:
-        y = y + bl
-    y.backward(dy)
-    return y, xl.grad, wl.grad, (bl.grad if bl is not None else None)
-
-
-def _check_all(x, w, b, dy, use_triton=None):
-    """Forward and every gradient of ``F.weighted_sum`` against float64 ``x @ w``."""
-    y = F.weighted_sum(x, w, b, use_triton=use_triton)
-    assert y.shape == x.shape[:-1] and y.dtype == x.dtype
-    y.backward(dy)
-    exact = _exact(x, w, b, dy)
-    low = _torch_low(x, w, b, dy) if x.dtype != torch.float32 else (None,) * 4
+def _check_all(x, w, b, dy):
+    """Forward and every gradient of ``F.weighted_sum`` against float64 ``x @ w``; torch's
+    own ``x @ w`` in x's dtype (parameters cast to it) sets the fp16/bf16 bar."""
     rows = max(1, x.numel() // max(x.shape[-1], 1))
-    assert_close_to_reference(y, exact[0], low[0], name="y")
-    assert_close_to_reference(x.grad, exact[1], low[1], name="dx")
-    # Weight/bias gradients sum over rows: the fp32 tolerance grows with sqrt(rows).
-    rtol = 1e-5 * max(1.0, math.sqrt(rows) / 8)
-    assert w.grad.dtype == w.dtype
-    assert_close_to_reference(w.grad, exact[2], low[2], rtol32=rtol, name="dweight")
-    if b is not None:
-        assert b.grad.shape == b.shape and b.grad.dtype == b.dtype
-        assert_close_to_reference(b.grad, exact[3], low[3], rtol32=rtol, name="dbias")
+    res = check(lambda x, w, b: F.weighted_sum(x, w, b), _definition, dict(x=x, weight=w, bias=b), dy=dy,
+                lowp=True, summed=dict(weight=rows, bias=rows))
+    assert res.y.shape == x.shape[:-1] and res.y.dtype == x.dtype
+    for name, t in (("weight", w), ("bias", b)):
+        if name in res.grads:
+            assert res.grads[name].shape == t.shape and res.grads[name].dtype == t.dtype
+    return res
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -115,16 +86,18 @@ def test_forward_backward_against_float64(shape, dtype, param_dtype, device):
 
 @pytest.mark.parametrize("shape", [(3, 1000), (13, 300), (1, 129), (200, 70), (9, 5, 100)], ids=str)
 @pytest.mark.parametrize("dtype,param_dtype", PRECISIONS, ids=_name)
-def test_looped_and_split_paths(shape, dtype, param_dtype, device, tiny_tiles):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_looped_and_split_paths(shape, dtype, param_dtype, device, looped):
     x, w, b = _inputs(shape, dtype, param_dtype, device)
     dy = torch.randn(shape[:-1], device=device).to(dtype)
     _check_all(x, w, b, dy)
 
 
-def test_tiny_tiles_take_the_split_and_multi_program_paths(tiny_tiles, device):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_tiny_tiles_take_the_split_and_multi_program_paths(looped, device):
     """The looped-path test above must actually reach the paths it is there for."""
     dev = torch.device(device)
-    cfg = tiny_tiles.weighted_sum
+    cfg = looped.weighted_sum
     block_m, block_d, _ = _launch.tile_2d(3, 1000, 4, cfg)
     wanted = math.ceil(_launch.num_sms(dev) * cfg.fwd_programs_per_sm / math.ceil(3 / block_m))
     assert _launch.split_range(1000, block_d, wanted)[1] > 1  # forward splits columns
@@ -145,21 +118,17 @@ def test_long_rows(dtype, device):
 
 @pytest.mark.parametrize("needs", [(True, False, False), (False, True, False), (False, False, True),
                                    (True, True, False), (False, True, True)], ids=str)
-def test_only_requested_gradients(needs, device, tiny_tiles):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_only_requested_gradients(needs, device, looped):
     x, w, b = _inputs((37, 300), torch.float32, torch.float32, device)
     for t, need in zip((x, w, b), needs):
         t.requires_grad_(need)
-    dy = torch.randn(37, device=device)
-    F.weighted_sum(x, w, b).backward(dy)
-    exact = _exact(x, w, b, dy)
-    for t, need, g, name in zip((x, w, b), needs, exact[1:], ("dx", "dweight", "dbias")):
-        if need:
-            assert_close_to_reference(t.grad, g, rtol32=2e-5, name=name)
-        else:
-            assert t.grad is None, name
+    res = _check_all(x, w, b, torch.randn(37, device=device))
+    assert list(res.grads) == [name for name, need in zip(("x", "weight", "bias"), needs) if need]
 
 
-def test_backward_launcher_skips_what_is_not_asked(device, tiny_tiles):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_backward_launcher_skips_what_is_not_asked(device, looped):
     x, w, _ = _inputs((45, 100), torch.bfloat16, torch.float32, device, bias=False)
     x, w = x.detach(), w.detach()
     dy = torch.randn(45, device=device).to(torch.bfloat16)
@@ -171,7 +140,7 @@ def test_backward_launcher_skips_what_is_not_asked(device, tiny_tiles):
     grads = backward(direct, (dy,), dict(x=False, weight=True, bias=False), x, w, torch.bfloat16)
     dx, dw = grads["x"], grads["weight"]
     assert dx.numel() == 0 and dw.dtype == torch.float32
-    assert_close_to_reference(dw, x.double().T @ dy.double(), rtol32=2e-5, name="dweight")
+    compare(dw, x.double().T @ dy.double(), rtol=2e-5, name="dweight")
 
 
 def test_x_is_saved_only_for_the_weight_gradient(device):
@@ -191,14 +160,14 @@ def test_reference_against_independent_definitions(device):
     """reference.weighted_sum is F.linear with a (1, D) weight, squeezed (float64 and fp32)."""
     x, w, b = _inputs((4, 5, 300), torch.float32, torch.float32, device)
     x, w, b = x.detach(), w.detach(), b.detach()
-    exact = nn.functional.linear(x.double(), w.double()[None], b.double()[None])[..., 0]
+    exact = TF.linear(x.double(), w.double()[None], b.double()[None])[..., 0]
     assert torch.allclose(reference.weighted_sum(x.double(), w.double(), b.double()), exact, rtol=1e-12, atol=1e-12)
-    assert_close_to_reference(reference.weighted_sum(x, w, b), exact, name="reference fp32")
-    for dtype in (torch.float16, torch.bfloat16):
+    compare(reference.weighted_sum(x, w, b), exact, name="reference fp32")
+    for dtype in LOW_DTYPES:
         xl = x.to(dtype)
         exact = xl.double() @ w.double() + b.double()
-        assert_close_to_reference(reference.weighted_sum(xl, w, b), exact, xl @ w.to(dtype) + b.to(dtype),
-                                  name=f"reference {dtype}")
+        low = xl @ w.to(dtype) + b.to(dtype)
+        compare(reference.weighted_sum(xl, w, b), exact, low=low, name=f"reference {dtype}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
@@ -232,21 +201,13 @@ def test_non_contiguous_views(device):
         x = x.detach().requires_grad_()
         w = wbig[: 2 * d : 2].detach().requires_grad_()
         b = torch.tensor(0.3, device=device, requires_grad=True)
-        y = F.weighted_sum(x, w, b)
-        dy = torch.randn(*y.shape, 2, device=device)[..., 1]
-        _check = _exact(x, w, b, dy)
-        y.backward(dy)
-        assert_close_to_reference(y, _check[0], name="y")
-        assert_close_to_reference(x.grad, _check[1], name="dx")
-        assert_close_to_reference(w.grad, _check[2], name="dweight")
-        assert_close_to_reference(b.grad, _check[3], name="dbias")
+        dy = torch.randn(*x.shape[:-1], 2, device=device)[..., 1]
+        res = check(lambda x, w, b: F.weighted_sum(x, w, b), _definition, dict(x=x, weight=w, bias=b), dy=dy)
         # y.sum() hands back an expanded dy of stride 0.
-        for t in (x, w, b):
-            t.grad = None
         F.weighted_sum(x, w, b).sum().backward()
-        assert_close_to_reference(w.grad, x.detach().double().reshape(-1, d).sum(0), name="dweight(sum)")
+        compare(w.grad, x.detach().double().reshape(-1, d).sum(0), name="dweight(sum)")
         assert torch.equal(x.grad, w.detach().expand_as(x))
-        assert b.grad.item() == y.numel()
+        assert b.grad.item() == res.y.numel()
 
 
 def test_row_strided_input_is_not_copied(device, monkeypatch):
@@ -264,7 +225,8 @@ def test_row_strided_input_is_not_copied(device, monkeypatch):
     assert seen["x2"].data_ptr() == x.data_ptr() and seen["x2"].stride() == (100, 1)
 
 
-def test_bitwise_reproducible(device, tiny_tiles):
+@pytest.mark.parametrize("looped", ["tiny"], indirect=True)
+def test_bitwise_reproducible(device, looped):
     x, w, b = _inputs((301, 257), torch.bfloat16, torch.float32, device)
     dy = torch.randn(301, device=device).to(torch.bfloat16)
     results = []
@@ -291,10 +253,10 @@ def test_bias_of_shape_one_and_none(device):
     x, w, _ = _inputs((5, 9), torch.float32, torch.float32, device, bias=False)
     b1 = torch.tensor([0.7], device=device, requires_grad=True)
     y = F.weighted_sum(x, w, b1)
-    assert_close_to_reference(y, x.detach().double() @ w.detach().double() + 0.7, name="y")
+    compare(y, x.detach().double() @ w.detach().double() + 0.7, name="y")
     y.sum().backward()
     assert b1.grad.shape == (1,) and b1.grad.item() == 5
-    assert_close_to_reference(F.weighted_sum(x, w), x.detach().double() @ w.detach().double(), name="no bias")
+    compare(F.weighted_sum(x, w), x.detach().double() @ w.detach().double(), name="no bias")
 
 
 def test_bad_inputs_raise(device):
@@ -357,7 +319,7 @@ def test_from_linear(bias, device):
     assert module.weight.device == linear.weight.device and (module.bias is None) != bias
     x = torch.randn(2, 9, 300, device=device)
     exact = linear.double()(x.double())[..., 0]
-    assert_close_to_reference(module(x), exact, name="from_linear")
+    compare(module(x), exact, name="from_linear")
     with pytest.raises(ValueError, match="out_features=1"):
         WeightedSum.from_linear(nn.Linear(4, 2))
     with pytest.raises(TypeError, match="expects an nn.Linear"):
@@ -385,7 +347,7 @@ def test_state_dict_round_trip_and_linear_checkpoint(device):
         other.load_state_dict(nn.Linear(34, 1).state_dict())
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
+@pytest.mark.parametrize("dtype", LOW_DTYPES, ids=_name)
 def test_module_mixed_precision_in_sequential(dtype, device):
     """An attention-pooling style head: fp32 parameters, low-precision activations."""
     model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), WeightedSum(64, bias=True)).to(device)
@@ -397,7 +359,7 @@ def test_module_mixed_precision_in_sequential(dtype, device):
     assert y.shape == (8, 16) and y.dtype == dtype
     y.float().sum().backward()
     assert model[2].weight.grad.dtype == torch.float32 and model[2].bias.grad.dtype == torch.float32
-    assert_close_to_reference(model[2].weight.grad, h.detach().double().reshape(-1, 64).sum(0), name="dweight")
+    compare(model[2].weight.grad, h.detach().double().reshape(-1, 64).sum(0), name="dweight")
     use_ref = WeightedSum(64, bias=True, use_triton=False).to(device)
     use_ref.load_state_dict(model[2].state_dict())
     assert torch.allclose(use_ref(h).float(), y.float(), rtol=2 * torch.finfo(dtype).eps, atol=1e-3)
@@ -412,8 +374,4 @@ def test_torch_compile_fullgraph(device):
         fullgraph=True, dynamic=False, backend="inductor" if on_gpu else "aot_eager",
     )
     x, w, b = _inputs((6, 7, 96), torch.float32, torch.float32, device)
-    dy = torch.randn(6, 7, device=device)
-    fn(x, w, b).backward(dy)
-    exact = _exact(x, w, b, dy)
-    for got, want, name in zip((x.grad, w.grad, b.grad), exact[1:], ("dx", "dweight", "dbias")):
-        assert_close_to_reference(got, want, name=name)
+    check(fn, _definition, dict(x=x, weight=w, bias=b), dy=torch.randn(6, 7, device=device))
