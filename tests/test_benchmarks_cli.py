@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchmarks import harness, report, run_all
-from benchmarks.bench_train_step import StepResult
+from benchmarks.train_loop import StepResult
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 COPY = 1000.0  # GB/s of the fake runs
@@ -144,12 +144,17 @@ def test_step_ratio_tie():
 
 
 def test_train_step_split_over_commands_keeps_both_configs(tmp_path):
-    from benchmarks import bench_train_step
+    from benchmarks import train_loop
 
     harness.write_csv(_steps("B2 T16") + _steps("B4 T32"), str(tmp_path / "train_step.csv"))
-    kept = bench_train_step.earlier_rows(str(tmp_path / "train_step.csv"), {"B2 T16"})
+    kept = train_loop.earlier_rows(str(tmp_path / "train_step.csv"), {"B2 T16"})
     assert list(map(repr, kept)) == list(map(repr, _steps("B4 T32")))  # (nan != nan: compared as text)
-    assert bench_train_step.earlier_rows(str(tmp_path / "none.csv"), {"B2 T16"}) == []
+    assert train_loop.earlier_rows(str(tmp_path / "none.csv"), {"B2 T16"}) == []
+    # a CSV from before the swapped column: its rows are kept, swapped takes its default
+    text = (tmp_path / "train_step.csv").read_text().splitlines()
+    (tmp_path / "old.csv").write_text("\n".join(line.rsplit(",", 1)[0] for line in text) + "\n")
+    assert list(map(repr, train_loop.earlier_rows(str(tmp_path / "old.csv"), {"B2 T16"}))) == \
+        list(map(repr, _steps("B4 T32")))
 
 
 def test_old_csvs_render_a_dash_and_say_so(tmp_path):
@@ -288,7 +293,8 @@ def test_gpu_time_takes_the_profiler_where_the_graph_capture_fails(monkeypatch, 
 def _dry_run(monkeypatch):
     """Make harness and the benchmarks run on CPU at tiny shapes: fake timers, a fake CUDA-graph
     time (the profiler's is a fallback of it), compile peers eager, a tiny training step."""
-    from benchmarks import bench_coor_descent, bench_layernorm, bench_softmax, bench_train_step, bench_weighted_sum
+    from benchmarks import (bench_coor_descent, bench_layernorm, bench_softmax, bench_train_step,
+                            bench_weighted_sum, train_loop)
 
     monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
     monkeypatch.setattr(harness, "device", lambda: torch.device("cpu"))
@@ -305,12 +311,13 @@ def _dry_run(monkeypatch):
     monkeypatch.setattr(bench_coor_descent, "QUICK_SHAPES", [(3, 50)])
     tiny = bench_train_step.TrainConfig(2, dict(seq_len=16, dim=32, heads=2, depth=1, heavy_tokens=4), 1)
     monkeypatch.setattr(bench_train_step, "CONFIGS", {"small": tiny, "large": tiny})
-    monkeypatch.setattr(bench_train_step, "compile_model", lambda model, mode: model)
+    # the training-step loop (train_loop, shared with bench_llama_step): no compile, one warm-up step
+    monkeypatch.setattr(train_loop, "compile_model", lambda model, mode: model)
+    monkeypatch.setattr(train_loop, "WARMUP", dict.fromkeys(train_loop.MODES, 1))
     # the model's kernel path is tested in test_train_example (the interpreter takes ~0.5 s a step):
-    # here our layers take the reference path, and fewer rounds and warm-up steps
+    # here our layers take the reference path, and fewer rounds
     monkeypatch.setattr(bench_train_step, "USE_TRITON", False)
     monkeypatch.setattr(bench_train_step, "ROUNDS", {True: 2, False: 2})
-    monkeypatch.setattr(bench_train_step, "WARMUP", dict.fromkeys(bench_train_step.MODES, 1))
 
 
 TRAIN_COLUMNS = ["config", "mode", "impl", "step_ms", "step_ms_min", "step_ms_max", "tokens_per_s", "peak_mib",
