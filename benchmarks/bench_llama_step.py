@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import sys
 from typing import Callable, Optional
@@ -85,11 +86,19 @@ def _transformers():
     return transformers
 
 
+@functools.lru_cache(maxsize=None)
 def liger_rms_norm() -> Optional[type]:
-    """Liger's LigerRMSNorm class, or None where liger_kernel does not import."""
+    """Liger's LigerRMSNorm class, or None where liger_kernel does not import (said on stderr
+    when it is installed but fails to import)."""
     try:
         from liger_kernel.transformers import LigerRMSNorm
-    except Exception:  # not installed, or its import fails here (e.g. no GPU backend)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "liger_kernel":
+            print(f"    {OP}: no liger rows, liger_kernel does not import: {exc}", file=sys.stderr)
+        return None
+    except Exception as exc:  # e.g. a transformers it does not know, or no GPU backend
+        print(f"    {OP}: no liger rows, liger_kernel does not import: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
         return None
     return LigerRMSNorm
 
