@@ -29,7 +29,8 @@ setup(
         # CI's 2 cores) for tests/test_integrations.py, which skips their tests without them.
         "test": ["pytest>=7", "hypothesis>=6", "colt5-attention>=0.11", "safetensors>=0.4",
                  "transformers>=4.40"],
-        # matplotlib and tqdm: the plots and progress bar of python -m benchmarks.
-        "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11", "matplotlib", "tqdm"],
+        # matplotlib and tqdm: the plots and progress bar of python -m benchmarks; transformers:
+        # the Llama of its llama_step.
+        "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11", "matplotlib", "tqdm", "transformers>=4.56"],
     },
 )

@@ -75,9 +75,9 @@ def read_csv(path: str) -> list[dict]:
 
 
 def load(results_dir: str) -> dict[str, list[dict]]:
-    """op -> rows for each ``<op>.csv`` (and ``train_step.csv``) present in the folder."""
+    """op -> rows for each ``<op>.csv`` (and ``train_step.csv``, ``llama_step.csv``) present in the folder."""
     found = {}
-    for op in OPS + ("train_step",):
+    for op in OPS + ("train_step", "llama_step"):
         path = os.path.join(results_dir, f"{op}.csv")
         if os.path.exists(path):
             found[op] = read_csv(path)
@@ -209,9 +209,10 @@ OLD_TRAIN_METHOD = ("**Old method**: each variant timed alone (median of 20 step
                     "no ties), `compile` was `torch.compile(dynamic=False)`, no profile (GPU busy, kernels).")
 
 
-def train_rows(rows: list[dict]) -> list[dict]:
-    """train_step.csv rows with a ``mode``, by config, mode, then torch before ours: older CSVs named
-    the variant in ``impl`` (torch-compile = torch.compile(dynamic=False) of the torch model)."""
+def train_rows(rows: list[dict], baseline: str = "torch") -> list[dict]:
+    """Training-step rows with a ``mode``, by config, mode, then the ``baseline`` impl before the
+    others (in their CSV order): older train_step.csv files named the variant in ``impl``
+    (torch-compile = torch.compile(dynamic=False) of the torch model)."""
     out = []
     for r in rows:
         if "mode" not in r:
@@ -220,7 +221,7 @@ def train_rows(rows: list[dict]) -> list[dict]:
         out.append(r)
     configs = list(dict.fromkeys(r["config"] for r in out))
     rank = lambda r: (configs.index(r["config"]),  # noqa: E731
-                      TRAIN_MODES.index(r["mode"]) if r["mode"] in TRAIN_MODES else len(TRAIN_MODES), is_ours(r["impl"]))
+                      TRAIN_MODES.index(r["mode"]) if r["mode"] in TRAIN_MODES else len(TRAIN_MODES), r["impl"] != baseline)
     return sorted(out, key=rank)
 
 
@@ -246,44 +247,63 @@ def _opt(r: dict, key: str, fmt: str) -> str:
     return fmt.format(value) if finite(value) else DASH
 
 
-def train_table(rows: list[dict]) -> list[str]:
-    """Per config: every (mode, impl) with its step time (median, min-max), tokens/s, torch's step
-    over ours in the same mode, peak memory, GPU-busy %, kernels and launch calls per step."""
-    rows = train_rows(rows)
+def step_table(rows: list[dict], baseline: str, config_note: str, ratio_name: str,
+               swapped: bool = False) -> list[str]:
+    """Per config: every (mode, impl) with its step time (median, min-max), tokens/s, the
+    ``baseline`` impl's step over this impl's in the same mode (column ``ratio_name``), peak
+    memory, GPU-busy %, kernels and launch calls per step, the first loss and, with ``swapped``,
+    the modules each impl's conversion replaced. ``config_note`` explains the config's label."""
+    rows = train_rows(rows, baseline)
     lines: list[str] = []
+    extra = " modules swapped |" if swapped else ""
     for config in dict.fromkeys(r["config"] for r in rows):
         mine = [r for r in rows if r["config"] == config]
-        lines += [f"Config: {config} (B batch, T sequence length, d width, h heads, L layers, heavy: tokens "
-                  "routed to the heavy branch per sequence).", ""]
+        lines += [f"Config: {config} ({config_note}).", ""]
         first = mine[0]
         if "rounds" not in first:
             lines += [OLD_TRAIN_METHOD, ""]
         elif finite(first.get("rounds")):
             steps = f"{first['steps_per_round']:.0f} step" + ("s" if first["steps_per_round"] != 1 else "")
             lines += [f"Step time: median over {first['rounds']:.0f} rounds (min-max), each round timing "
-                      f"{steps} of every variant in turn; torch / ours: torch's "
-                      "step time over ours in the same mode, a tie where the min-max spread of that ratio "
+                      f"{steps} of every variant in turn; {ratio_name}: {baseline}'s "
+                      "step time over this row's in the same mode, a tie where the min-max spread of that ratio "
                       "crosses 1. GPU busy: kernel time (torch.profiler) over the step time; kernels: kernel "
                       "events per step (a CUDA graph's kernels each count); launch calls: host calls that "
                       "launch a kernel or a graph.", ""]
-        lines += ["| mode | impl | step | tokens/s | torch / ours | peak memory | GPU busy | kernels / step | "
-                  "launch calls / step | first loss |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| mode | impl | step | tokens/s | {ratio_name} | peak memory | GPU busy | kernels / step | "
+                  "launch calls / step | first loss |" + extra,
+                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if swapped else "")]
         for r in mine:
             if not finite(r["step_ms"]):
-                lines.append(f"| {r['mode']} | {r['impl']} | failed | | | | | | | |")
+                lines.append(f"| {r['mode']} | {r['impl']} | failed | | | | | | | |" + (" |" if swapped else ""))
                 continue
             spread = (f" ({r['step_ms_min']:.1f}-{r['step_ms_max']:.1f})"
                       if finite(r.get("step_ms_min")) and finite(r.get("step_ms_max")) else "")
-            torch_row = next((t for t in mine if t["mode"] == r["mode"] and t["impl"] == "torch"
-                              and finite(t["step_ms"])), None)
-            ratio = ratio_text(*step_ratio(torch_row, r)) if is_ours(r["impl"]) and torch_row else ""
+            base = next((t for t in mine if t["mode"] == r["mode"] and t["impl"] == baseline
+                         and finite(t["step_ms"])), None)
+            ratio = ratio_text(*step_ratio(base, r)) if r["impl"] != baseline and base else ""
             cells = [r["mode"], r["impl"], f"{r['step_ms']:.1f} ms{spread}", f"{r['tokens_per_s']:,.0f}", ratio,
                      _opt(r, "peak_mib", "{:,.0f} MiB"), _opt(r, "gpu_busy_pct", "{:.0f}%"),
                      _opt(r, "launches_per_step", "{:,.0f}"), _opt(r, "launch_calls_per_step", "{:,.0f}"),
-                     _opt(r, "loss", "{:.4f}")]
+                     _opt(r, "loss", "{:.4f}")] + ([_opt(r, "swapped", "{:.0f}")] if swapped else [])
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return lines
+
+
+def train_table(rows: list[dict]) -> list[str]:
+    """The example model's training steps (train_step.csv): torch's step over ours per mode."""
+    return step_table(rows, "torch", "B batch, T sequence length, d width, h heads, L layers, heavy: tokens "
+                      "routed to the heavy branch per sequence", "torch / ours")
+
+
+def llama_table(rows: list[dict]) -> list[str]:
+    """The Hugging Face Llama's training steps (llama_step.csv): hf's step over each impl's per mode,
+    and how many modules each impl swapped in."""
+    return step_table(rows, "hf", "B batch, T sequence length, d width, L layers, h heads, kv key-value heads, "
+                      "ffn intermediate size, V vocabulary, weight dtype; hf: the model as transformers builds "
+                      "it, triton_layers: after `triton_layers.convert()`, liger: its RMSNorms swapped for "
+                      "LigerRMSNorm", "hf / this", swapped=True)
 
 
 def below(data: dict[str, list[dict]]) -> list[str]:
@@ -397,6 +417,10 @@ def render(results_dir: str, out_dir: str) -> str:
         lines += ["### Training step (forward + backward + AdamW) of the example model (examples/colt5_lm.py)", ""]
         lines += _image(results_dir, "train_step", out_dir, "training step tokens/s")
         lines += train_table(data["train_step"])
+    if "llama_step" in data:
+        lines += ["### Training step (forward + backward + AdamW) of a Hugging Face Llama, converted "
+                  "(benchmarks/bench_llama_step.py)", ""]
+        lines += llama_table(data["llama_step"])
     lines += [f"### Where we are below a peer or below {TARGET_PCT:.0f}% of copy", ""] + below(data)
     return "\n".join(lines).rstrip() + "\n"
 

@@ -3,8 +3,10 @@
     python -m benchmarks [--quick] [--out DIR] [--ops layernorm,softmax,...] [--no-compile]
 
 Runs the op benchmarks (layernorm, softmax, weighted_sum, coor_descent: ours against
-torch, torch.compile, Liger and colt5-attention where installed) and the end-to-end
-training step of the example model (examples/colt5_lm.py), with one progress bar. Each op
+torch, torch.compile, Liger and colt5-attention where installed), the end-to-end
+training step of the example model (examples/colt5_lm.py, train_step) and of a Hugging
+Face Llama converted by triton_layers.convert() (llama_step: needs transformers), with one
+progress bar. Each op
 cell has two times: the eager call (``us``: host-bound for kernels under ~150 us) and the
 GPU time of the same call (``gpu_us``: CUDA-graph replay, or the profiler's kernel sum
 where the call cannot be captured); GB/s, % of copy and peer ratios come from ``gpu_us``.
@@ -16,13 +18,13 @@ wall time per part), the PNG plots (benchmarks/plots.py) and summary.md
 
 Needs: a CUDA GPU (exits at once without one). Time, estimated for one H100 or H200 before a
 GPU run of this version (the last full pass, before gpu_us, took 5.5 min for the four ops on
-an H200; env.json and summary.md record each part's wall time): about 10-12 minutes for a
-full pass: layernorm ~1.5, softmax ~2, weighted_sum ~1, coor_descent ~2 and train_step ~4
-minutes, most of it torch.compile compiling the peers (one compile per shape and direction)
-and the 8 compiled training-step variants; ``--quick`` about 4-5 minutes. A run can be split
-over several commands into one --out folder (e.g. ``--ops layernorm,softmax``, then
-``--ops weighted_sum,coor_descent``, then ``--ops train_step``): the CSVs add up and
-env.json keeps the earlier parts' times and errors.
+an H200; env.json and summary.md record each part's wall time): about 13-16 minutes for a
+full pass: layernorm ~1.5, softmax ~2, weighted_sum ~1, coor_descent ~2, train_step ~4 and
+llama_step ~3-4 minutes, most of it torch.compile compiling the peers (one compile per shape
+and direction) and the compiled training-step variants; ``--quick`` about 4-5 minutes. A run
+can be split over several commands into one --out folder (e.g. ``--ops layernorm,softmax``,
+then ``--ops weighted_sum,coor_descent``, then ``--ops train_step,llama_step``): the CSVs add
+up and env.json keeps the earlier parts' times and errors.
 """
 from __future__ import annotations
 
@@ -38,13 +40,14 @@ import time
 import traceback
 from typing import Optional
 
-PARTS = ("layernorm", "softmax", "weighted_sum", "coor_descent", "train_step")
+PARTS = ("layernorm", "softmax", "weighted_sum", "coor_descent", "train_step", "llama_step")
 PEER_DISTRIBUTIONS = ("liger-kernel", "colt5-attention")
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    """The harness's options (--quick, --dtypes, --out, --no-compile) plus --ops and --no-plots."""
-    from benchmarks import harness
+    """The harness's options (--quick, --dtypes, --out, --no-compile) plus --ops, --no-plots and the
+    training steps' own (--train-configs, --llama-modes)."""
+    from benchmarks import bench_llama_step, harness
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,11 +57,17 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--no-plots", action="store_true", help="CSVs and summary only (no matplotlib)")
     parser.add_argument("--train-configs", default=None,
                         help="train_step configs to run (default: all of benchmarks/bench_train_step.py's)")
+    bench_llama_step.add_args(parser)
     opts = parser.parse_args(argv)
     opts.ops = [op.strip() for op in opts.ops.split(",") if op.strip()]
     unknown = [op for op in opts.ops if op not in PARTS]
     if unknown or not opts.ops:
         parser.error(f"--ops: unknown {unknown or 'empty list'}; choose from {','.join(PARTS)}")
+    if "llama_step" in opts.ops:
+        try:
+            bench_llama_step.modes(opts)
+        except ValueError as exc:
+            parser.error(str(exc))
     return opts
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchmarks import harness, report, run_all
-from benchmarks.bench_train_step import StepResult
+from benchmarks.train_loop import StepResult
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 COPY = 1000.0  # GB/s of the fake runs
@@ -25,11 +25,11 @@ def test_help_needs_no_gpu():
     out = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    for option in ("--quick", "--out", "--ops", "--no-compile", "--train-configs"):
+    for option in ("--quick", "--out", "--ops", "--no-compile", "--train-configs", "--llama-modes"):
         assert option in out.stdout
     # what it needs and how long it takes, before anyone starts it
     text = " ".join(out.stdout.split())
-    assert "Needs: a CUDA GPU" in text and "10-12 minutes for a full pass" in text
+    assert "Needs: a CUDA GPU" in text and "13-16 minutes for a full pass" in text
 
 
 def test_unknown_op_is_a_usage_error(capsys):
@@ -144,12 +144,17 @@ def test_step_ratio_tie():
 
 
 def test_train_step_split_over_commands_keeps_both_configs(tmp_path):
-    from benchmarks import bench_train_step
+    from benchmarks import train_loop
 
     harness.write_csv(_steps("B2 T16") + _steps("B4 T32"), str(tmp_path / "train_step.csv"))
-    kept = bench_train_step.earlier_rows(str(tmp_path / "train_step.csv"), {"B2 T16"})
+    kept = train_loop.earlier_rows(str(tmp_path / "train_step.csv"), {"B2 T16"})
     assert list(map(repr, kept)) == list(map(repr, _steps("B4 T32")))  # (nan != nan: compared as text)
-    assert bench_train_step.earlier_rows(str(tmp_path / "none.csv"), {"B2 T16"}) == []
+    assert train_loop.earlier_rows(str(tmp_path / "none.csv"), {"B2 T16"}) == []
+    # a CSV from before the swapped column: its rows are kept, swapped takes its default
+    text = (tmp_path / "train_step.csv").read_text().splitlines()
+    (tmp_path / "old.csv").write_text("\n".join(line.rsplit(",", 1)[0] for line in text) + "\n")
+    assert list(map(repr, train_loop.earlier_rows(str(tmp_path / "old.csv"), {"B2 T16"}))) == \
+        list(map(repr, _steps("B4 T32")))
 
 
 def test_old_csvs_render_a_dash_and_say_so(tmp_path):
@@ -288,7 +293,8 @@ def test_gpu_time_takes_the_profiler_where_the_graph_capture_fails(monkeypatch, 
 def _dry_run(monkeypatch):
     """Make harness and the benchmarks run on CPU at tiny shapes: fake timers, a fake CUDA-graph
     time (the profiler's is a fallback of it), compile peers eager, a tiny training step."""
-    from benchmarks import bench_coor_descent, bench_layernorm, bench_softmax, bench_train_step, bench_weighted_sum
+    from benchmarks import (bench_coor_descent, bench_layernorm, bench_softmax, bench_train_step,
+                            bench_weighted_sum, train_loop)
 
     monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
     monkeypatch.setattr(harness, "device", lambda: torch.device("cpu"))
@@ -305,12 +311,22 @@ def _dry_run(monkeypatch):
     monkeypatch.setattr(bench_coor_descent, "QUICK_SHAPES", [(3, 50)])
     tiny = bench_train_step.TrainConfig(2, dict(seq_len=16, dim=32, heads=2, depth=1, heavy_tokens=4), 1)
     monkeypatch.setattr(bench_train_step, "CONFIGS", {"small": tiny, "large": tiny})
-    monkeypatch.setattr(bench_train_step, "compile_model", lambda model, mode: model)
+    # the training-step loop (train_loop, shared with bench_llama_step): no compile, one warm-up step
+    monkeypatch.setattr(train_loop, "compile_model", lambda model, mode: model)
+    monkeypatch.setattr(train_loop, "WARMUP", dict.fromkeys(train_loop.MODES, 1))
+    measure = train_loop.measure
+    measured = []  # the names of the configs the shared loop measured
+
+    def recording(setup, variants, rounds, profiled_steps, name, progress=harness.no_progress):
+        measured.append(name)
+        return measure(setup, variants, rounds, profiled_steps, name, progress)
+
+    monkeypatch.setattr(train_loop, "measure", recording)
     # the model's kernel path is tested in test_train_example (the interpreter takes ~0.5 s a step):
-    # here our layers take the reference path, and fewer rounds and warm-up steps
+    # here our layers take the reference path, and fewer rounds
     monkeypatch.setattr(bench_train_step, "USE_TRITON", False)
     monkeypatch.setattr(bench_train_step, "ROUNDS", {True: 2, False: 2})
-    monkeypatch.setattr(bench_train_step, "WARMUP", dict.fromkeys(bench_train_step.MODES, 1))
+    return measured
 
 
 TRAIN_COLUMNS = ["config", "mode", "impl", "step_ms", "step_ms_min", "step_ms_max", "tokens_per_s", "peak_mib",
@@ -319,8 +335,8 @@ TRAIN_COLUMNS = ["config", "mode", "impl", "step_ms", "step_ms_min", "step_ms_ma
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run; on a GPU run python -m benchmarks")
 def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
-    _dry_run(monkeypatch)
-    parts = ["layernorm", "softmax", "weighted_sum", "coor_descent", "train_step"]
+    measured = _dry_run(monkeypatch)
+    parts = ["layernorm", "softmax", "weighted_sum", "coor_descent", "train_step"]  # llama_step: its own test
     # split over two commands into one folder, as a short GPU session may need
     options = ["--quick", "--dtypes", "float32", "--no-plots", "--out", str(tmp_path), "--ops"]
     assert run_all.main(options + ["layernorm"]) == 0
@@ -341,6 +357,7 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
         nbytes = {"fwd": 2, "bwd": 3}[r["direction"]] * 3 * 40 * {"bfloat16": 2, "float32": 4}[r["dtype"]]
         assert r["gbps"] == pytest.approx(nbytes / 50.0 / 1e3) and r["pct_copy"] == pytest.approx(100 * r["gbps"] / COPY)
     rows = report.read_csv(str(tmp_path / "train_step.csv"))
+    assert measured == ["train_step small"]  # through the loop shared with llama_step
     assert list(rows[0])[:3] == TRAIN_COLUMNS[:3] and set(TRAIN_COLUMNS) <= set(rows[0])
     assert [(r["mode"], r["impl"]) for r in rows] == [
         (mode, impl) for mode in ("eager", "compile", "cudagraphs") for impl in ("torch", "triton_layers")]
@@ -374,3 +391,66 @@ def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
     rows = report.read_csv(str(tmp_path / "weighted_sum_sweep.csv"))
     assert [r["shape"] for r in rows[::2]] == ["5x70 tile=8192 ept=16 bwd/sm=4", "5x70 tile=32768 ept=32 bwd/sm=16"]
     assert _launch.current() is _launch.DEFAULT
+
+
+class StandInLigerRMSNorm(torch.nn.Module):
+    """LigerRMSNorm's constructor and the Llama RMSNorm's math in torch: the liger variant's swap,
+    rows and report on a machine where liger_kernel is not installed (or has no GPU to run on)."""
+
+    def __init__(self, hidden_size, eps=1e-6, casting_mode="llama"):
+        super().__init__()
+        self.weight, self.variance_epsilon = torch.nn.Parameter(torch.ones(hidden_size)), eps
+
+    def forward(self, x):
+        h = x.float()
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)).to(x.dtype)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run; on a GPU run python -m benchmarks")
+def test_llama_step_dry_run_on_cpu(tmp_path, monkeypatch, capsys):
+    """The Hugging Face Llama's training step through python -m benchmarks: a tiny config (--quick),
+    fp32 on the CPU, compile modes run eagerly, a stand-in for Liger's RMSNorm."""
+    pytest.importorskip("transformers")
+    from benchmarks import bench_llama_step
+
+    measured = _dry_run(monkeypatch)
+    monkeypatch.setattr(bench_llama_step, "USE_TRITON", False)  # our layers' kernels: their own tests
+    monkeypatch.setattr(bench_llama_step, "liger_rms_norm", lambda: StandInLigerRMSNorm)
+    assert run_all.main(["--quick", "--no-plots", "--out", str(tmp_path), "--ops", "llama_step"]) == 0
+    assert measured == ["llama_step tiny"]  # the loop bench_train_step uses
+    assert "triton_layers.convert() replaced" in capsys.readouterr().out  # said, whatever convert() swaps
+    rows = report.read_csv(str(tmp_path / "llama_step.csv"))
+    assert list(rows[0])[:3] == TRAIN_COLUMNS[:3] and set(TRAIN_COLUMNS) <= set(rows[0])
+    assert [(r["mode"], r["impl"]) for r in rows] == [
+        (mode, impl) for mode in ("eager", "compile") for impl in ("hf", "triton_layers", "liger")]
+    assert {r["config"] for r in rows} == {"B2 T32 d64 L2 h4 kv2 ffn176 V512 float32"}
+    assert all(r["rounds"] == 2 and r["step_ms_min"] <= r["step_ms"] <= r["step_ms_max"] for r in rows)
+    assert all(r["tokens_per_s"] == pytest.approx(64 / (r["step_ms"] / 1e3)) for r in rows)
+    assert all(math.isnan(r["peak_mib"]) and math.isnan(r["gpu_busy_pct"]) for r in rows)  # no GPU: none
+    # hf swaps nothing, Liger all 2 * layers + 1 RMSNorms; convert() what it knows (none before the norms)
+    swapped = {r["impl"]: r["swapped"] for r in rows}
+    assert swapped["hf"] == 0 and swapped["liger"] == 5 and 0 <= swapped["triton_layers"] <= 5
+    # one state_dict and one batch: every variant starts from the same loss
+    assert all(r["loss"] == pytest.approx(rows[0]["loss"], rel=1e-5) for r in rows)
+    summary = open(tmp_path / "summary.md").read()
+    assert "of a Hugging Face Llama" in summary and "| mode | impl | step | tokens/s | hf / this |" in summary
+    assert "| compile | liger |" in summary and "| hf / this |" in summary
+
+
+def test_llama_step_options_and_missing_transformers(monkeypatch, capsys):
+    from benchmarks import bench_llama_step
+
+    opts = run_all.parse_args(["--ops", "llama_step", "--llama-modes", "eager,cudagraphs"])
+    assert bench_llama_step.modes(opts) == ["eager", "cudagraphs"]
+    assert bench_llama_step.modes(run_all.parse_args(["--ops", "llama_step", "--no-compile"])) == ["eager"]
+    assert bench_llama_step.modes(run_all.parse_args(["--ops", "llama_step"])) == ["eager", "compile"]
+    with pytest.raises(SystemExit):
+        run_all.parse_args(["--ops", "llama_step", "--llama-modes", "eager,turbo"])
+    assert "turbo" in capsys.readouterr().err
+    # the liger rows only where liger_kernel imports
+    assert bench_llama_step.impls()[:2] == ["hf", "triton_layers"]
+    assert ("liger" in bench_llama_step.impls()) == (bench_llama_step.liger_rms_norm() is not None)
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import fails
+    monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
+    with pytest.raises(SystemExit, match="needs Hugging Face transformers"):
+        bench_llama_step.main(["--quick"])
