@@ -151,13 +151,19 @@ def test_scores_sum_to_k(device):
 # --- kernels: backward -------------------------------------------------------------------
 
 
+def _fp32_atol(s, rtol):
+    """1e-7; ``rtol`` on rows of one element, whose exact ds is 0 (the score is k whatever s
+    is): the fp32 iterations leave ~1e-5 there on the GPU (seen on an H100)."""
+    return rtol if s.shape[-1] == 1 else 1e-7
+
+
 def _check_grads(s, k, mask, n_iters, kw, rtol=1e-4):
     """Output and gradients of s (and of k when a tensor) vs float64 autograd of the
     definition; fp32 within ``rtol`` (relative) + 1e-7, fp16/bf16 by the oracle's default."""
     inputs = dict(s=s.detach().requires_grad_(), k=k.detach().requires_grad_() if torch.is_tensor(k) else k)
     res = check(lambda s, k: F.coor_descent(s, n_iters=n_iters, k=k, mask=mask, **kw),
                 lambda s, k: reference.coor_descent(s, n_iters, k, mask=mask, **kw), inputs,
-                **(dict(rtol=rtol, atol=1e-7) if s.dtype == torch.float32 else {}))
+                **(dict(rtol=rtol, atol=_fp32_atol(s, rtol)) if s.dtype == torch.float32 else {}))
     for name, g in res.grads.items():
         assert g.dtype == inputs[name].dtype, name
     if mask is not None:

@@ -260,7 +260,7 @@ def test_bias_free_checkpoints_load_into_the_default_layer(kind, device):
     assert torch.equal(model[1].weight.detach(), weight)
     assert torch.equal(model[1].bias.detach(), torch.zeros(16, device=device))
     x = torch.randn(4, 16, device=device)
-    torch.testing.assert_close(model(x), F.layer_norm(x, (16,), weight), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model(x), TF.layer_norm(x, (16,), weight), rtol=1e-5, atol=1e-5)
 
 
 def test_missing_weight_is_still_reported():

@@ -135,18 +135,21 @@ def param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW: tl.constexpr, COMPUTE_D
 
 
 @triton.jit
-def bwd_prologue(W, Partials, program, n_programs, cols, col_mask, N, HAS_WEIGHT: tl.constexpr,
-                  UNIT_OFFSET: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The columns' weight factor, this program's rows of weight and bias partials in
-    ``Partials`` ((weight's if asked, then bias's if asked) x n_programs x N), and zeroed
-    accumulators for them."""
+def partial_rows(Partials, program, n_programs, N, COMPUTE_DW: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's rows of weight and bias partials in ``Partials`` ((weight's if asked,
+    then bias's if asked) x n_programs x N), and zeroed accumulators for them.
+
+    Takes no other pointer than ``Partials`` on purpose: torch.compile's analysis of which
+    tensors a kernel writes takes every pointer a helper returns as derived from every
+    pointer it was given, so a helper also given W made the stores to the partials count
+    as writes to the weight (a Parameter: functionalization then fails)."""
     DW_partial = Partials + program * N
     DB_partial = DW_partial
     if COMPUTE_DW:
         DB_partial += n_programs.to(tl.int64) * N
     dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    return load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET), DW_partial, DB_partial, dw_acc, db_acc
+    return DW_partial, DB_partial, dw_acc, db_acc
 
 
 @triton.jit

@@ -31,7 +31,7 @@ import triton.language as tl
 from torch import Tensor
 from . import _doors, _launch
 from ._norm_helpers import (
-    STABLE_MIN_SCALE, affine, bwd_prologue, div, dz_coefficients, load_bwd_tile, load_input, load_weight,
+    STABLE_MIN_SCALE, affine, div, dz_coefficients, load_bwd_tile, load_input, load_weight, partial_rows,
     param_grads, rounded_product, stat_rows, store_dz, store_partials,
 )
 
@@ -143,8 +143,8 @@ def _norm_bwd_kernel(
     tile_end = tl.minimum(tile_start + tiles_per_program, tl.cdiv(M, BLOCK_M))
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    w, DW_partial, DB_partial, dw_acc, db_acc = bwd_prologue(
-        W, Partials, pid, tl.num_programs(0), cols, col_mask, N, HAS_WEIGHT, UNIT_OFFSET, COMPUTE_DW, BLOCK_N)
+    w = load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)
+    DW_partial, DB_partial, dw_acc, db_acc = partial_rows(Partials, pid, tl.num_programs(0), N, COMPUTE_DW, BLOCK_N)
     # NUM_STAGES > 1 prefetches the next tiles' z and dy while this one is reduced.
     for tile in tl.range(tile_start, tile_end, num_stages=NUM_STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -202,8 +202,8 @@ def _norm_bwd_split_kernel(
     group = tl.program_id(1).to(tl.int64)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    w, DW_partial, DB_partial, dw_acc, db_acc = bwd_prologue(
-        W, Partials, group, tl.num_programs(1), cols, col_mask, N, HAS_WEIGHT, UNIT_OFFSET, COMPUTE_DW, BLOCK_N)
+    w = load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)
+    DW_partial, DB_partial, dw_acc, db_acc = partial_rows(Partials, group, tl.num_programs(1), N, COMPUTE_DW, BLOCK_N)
     chunk_ids = tl.arange(0, CHUNKS_POW2)
     row_begin = group * rows_per_group
     row_stop = tl.minimum(row_begin + rows_per_group, M)
