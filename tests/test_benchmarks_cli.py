@@ -293,7 +293,7 @@ def test_gpu_time_takes_the_profiler_where_the_graph_capture_fails(monkeypatch, 
 def _dry_run(monkeypatch):
     """Make harness and the benchmarks run on CPU at tiny shapes: fake timers, a fake CUDA-graph
     time (the profiler's is a fallback of it), compile peers eager, a tiny training step."""
-    from benchmarks import (bench_coor_descent, bench_layernorm, bench_softmax, bench_train_step,
+    from benchmarks import (bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_train_step,
                             bench_weighted_sum, train_loop)
 
     monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
@@ -306,6 +306,7 @@ def _dry_run(monkeypatch):
     monkeypatch.setattr(harness, "compiled", lambda fn: fn)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
     monkeypatch.setattr(bench_layernorm, "QUICK_SHAPES", [(3, 40)])
+    monkeypatch.setattr(bench_norms, "QUICK_SHAPES", [(3, 40)])
     monkeypatch.setattr(bench_softmax, "QUICK_SHAPES", [(2, 33)])
     monkeypatch.setattr(bench_weighted_sum, "QUICK_SHAPES", [(5, 70)])
     monkeypatch.setattr(bench_coor_descent, "QUICK_SHAPES", [(3, 50)])
@@ -390,6 +391,49 @@ def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
     harness.run_alone(bench_weighted_sum.Sweep, argv=["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
     rows = report.read_csv(str(tmp_path / "weighted_sum_sweep.csv"))
     assert [r["shape"] for r in rows[::2]] == ["5x70 tile=8192 ept=16 bwd/sm=4", "5x70 tile=32768 ept=32 bwd/sm=16"]
+    assert _launch.current() is _launch.DEFAULT
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_norms_alone_and_its_residual_limits_sweep_on_cpu(tmp_path, monkeypatch, capsys):
+    """bench_norms alone: a table per op, each op's peers only; --sweep-residual-limits: our
+    add_rmsnorm under each row-limit setting (forward and backward), the default restored after."""
+    from benchmarks import bench_norms
+    from triton_layers.kernels import _launch
+
+    _dry_run(monkeypatch)
+    options = ["--quick", "--dtypes", "float32", "--out", str(tmp_path)]
+    bench_norms.main(options)
+    out = capsys.readouterr().out
+    for op in ("rmsnorm", "add_rmsnorm", "add_layernorm"):
+        assert f"## {op} on cpu" in out and f"| 3x40 | float32 | bwd | 50 us, " in out
+    rows = report.read_csv(str(tmp_path / "norms.csv"))
+    impls = {op: [r["impl"] for r in rows if r["op"] == op and r["direction"] == "fwd"]
+             for op in ("rmsnorm", "add_rmsnorm", "add_layernorm")}
+    liger = ["liger"] if bench_norms._liger() is not None else []
+    assert impls == {"rmsnorm": ["triton_layers", "torch", "compile"] + liger,
+                     "add_rmsnorm": ["triton_layers", "torch", "compile"] + liger,
+                     "add_layernorm": ["triton_layers", "torch", "compile"]}  # Liger has no fused add + LayerNorm
+    assert all(math.isfinite(r["us"]) for r in rows)
+    for r in rows:  # the bytes models over the GPU time
+        nbytes = {("rmsnorm", "fwd"): 2, ("rmsnorm", "bwd"): 3}.get((r["op"], r["direction"]), 4) * 3 * 40 * 4
+        assert r["gbps"] == pytest.approx(nbytes / 50.0 / 1e3), (r["op"], r["direction"])
+
+    seen = []  # the residual's row limits (fwd, bwd) that each forward of ours ran under
+    ours = bench_norms.OURS_BY_OP["add_rmsnorm"]
+
+    def recording(x, r, w):
+        limits = _launch.current().layer_norm
+        seen.append((limits.fwd_residual_max_fused_cols, limits.bwd_residual_max_fused_cols))
+        return ours(x, r, w)
+
+    monkeypatch.setitem(bench_norms.OURS_BY_OP, "add_rmsnorm", recording)
+    bench_norms.main(["--sweep-residual-limits"] + options)
+    rows = report.read_csv(str(tmp_path / "norms_residual_limits.csv"))
+    assert [(r["shape"], r["direction"], r["impl"]) for r in rows] == [
+        (f"3x40 {name}", direction, "triton_layers") for name in bench_norms.LIMITS for direction in ("fwd", "bwd")]
+    assert all(math.isfinite(r["us"]) for r in rows)
+    assert set(seen) == {(16384, 8192), (32768, 8192), (16384, 4096)}
     assert _launch.current() is _launch.DEFAULT
 
 
