@@ -29,7 +29,7 @@ def test_help_needs_no_gpu():
         assert option in out.stdout
     # what it needs and how long it takes, before anyone starts it
     text = " ".join(out.stdout.split())
-    assert "Needs: a CUDA GPU" in text and "13-16 minutes for a full pass" in text
+    assert "Needs: a CUDA GPU" in text and "16-20 minutes for a full pass" in text
 
 
 def test_unknown_op_is_a_usage_error(capsys):
@@ -97,6 +97,43 @@ def _fake_results(folder, gpu="Fake GPU 9000"):
     with open(os.path.join(folder, "env.json"), "w") as f:
         json.dump({"gpu": gpu, "torch": "9.9", "triton": "9.9", "date": "2099-01-01",
                    "peers": {"liger-kernel": "1.0"}}, f)
+
+
+def _fake_norms(folder):
+    """norms.csv, three ops in one CSV, each against its own % of copy target: see the comments."""
+    mb = 100_000_000
+    rows = [
+        _result("rmsnorm", "64x1024", "bfloat16", "fwd", "triton_layers", 112.0, mb),  # 89% < 90%: listed
+        _result("rmsnorm", "64x1024", "bfloat16", "fwd", "torch", 200.0, mb),
+        _result("rmsnorm", "64x1024", "bfloat16", "bwd", "triton_layers", 118.0, mb),  # 85% >= its 80%
+        _result("rmsnorm", "64x1024", "bfloat16", "bwd", "compile", 130.0, mb),
+        _result("add_rmsnorm", "64x1024", "bfloat16", "fwd", "triton_layers", 115.0, mb),  # 87% >= its 85%
+        _result("add_rmsnorm", "64x1024", "bfloat16", "fwd", "liger", 150.0, mb),
+        _result("add_rmsnorm", "64x1024", "bfloat16", "bwd", "triton_layers", 115.0, mb),  # 87% < 90%: listed
+        _result("add_rmsnorm", "64x1024", "bfloat16", "bwd", "liger", 150.0, mb),
+        _result("add_layernorm", "64x1024", "bfloat16", "fwd", "triton_layers", 100.0, mb),  # slower than compile
+        _result("add_layernorm", "64x1024", "bfloat16", "fwd", "compile", 90.0, mb),
+    ]
+    harness.write_csv(rows, os.path.join(folder, "norms.csv"))
+
+
+def test_norms_csv_renders_three_ops_with_their_own_targets(tmp_path):
+    _fake_norms(tmp_path)
+    data = report.load(str(tmp_path))
+    assert list(data) == ["rmsnorm", "add_rmsnorm", "add_layernorm"]
+    assert all(r["op"] == op for op, rows in data.items() for r in rows)
+    text = report.render(str(tmp_path), str(tmp_path))
+    titles = [line for line in text.splitlines() if line.startswith("### ")]
+    assert titles[1:4] == ["### " + report.OP_INFO[op][0] for op in data]
+    assert "| 64x1024 | bfloat16 | fwd | 100 us (100%) / 140 us | 90 us (111%) / 130 us | 0.90x |" in text
+    assert "### Where we are below a peer or below the copy target" in text
+    slower = _section(text, "Slower than the fastest peer", "At least as fast")
+    assert _rows(slower) == ["| add_layernorm | 64x1024 | bfloat16 | fwd | 100 us / 140 us | 100% | compile 90 us "
+                             "| 0.90x |"]
+    low = text[text.index("At least as fast"):]
+    assert "(or the op's own target: rmsnorm bwd 80%, add_rmsnorm fwd 85%, add_layernorm fwd 85%)" in low
+    assert [row.split(" | ")[:4] for row in _rows(low)] == [["| rmsnorm", "64x1024", "bfloat16", "fwd"],
+                                                           ["| add_rmsnorm", "64x1024", "bfloat16", "bwd"]]
 
 
 def _section(text, start, stop):
@@ -219,9 +256,11 @@ def test_plots_from_csvs(tmp_path):
     from benchmarks import plots
 
     _fake_results(tmp_path)
+    _fake_norms(tmp_path)
     written = plots.plot_all(str(tmp_path))
     names = sorted(os.path.basename(p) for p in written)
-    assert names == ["coor_descent.png", "headline.png", "layernorm.png", "softmax.png", "train_step.png"]
+    assert names == ["add_layernorm.png", "add_rmsnorm.png", "coor_descent.png", "headline.png", "layernorm.png",
+                     "rmsnorm.png", "softmax.png", "train_step.png"]
     for path in written:
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -337,7 +376,7 @@ TRAIN_COLUMNS = ["config", "mode", "impl", "step_ms", "step_ms_min", "step_ms_ma
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run; on a GPU run python -m benchmarks")
 def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     measured = _dry_run(monkeypatch)
-    parts = ["layernorm", "softmax", "weighted_sum", "coor_descent", "train_step"]  # llama_step: its own test
+    parts = ["layernorm", "norms", "softmax", "weighted_sum", "coor_descent", "train_step"]  # llama_step: its own
     # split over two commands into one folder, as a short GPU session may need
     options = ["--quick", "--dtypes", "float32", "--no-plots", "--out", str(tmp_path), "--ops"]
     assert run_all.main(options + ["layernorm"]) == 0
@@ -346,7 +385,7 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     assert rc == 0 and env["errors"] == {}, env["errors"]
     assert set(env["wall_s"]) == set(parts)  # the first command's part is kept
     assert env["command"].count("python -m benchmarks") == 2
-    for op in parts[:4]:
+    for op in parts[:5]:
         rows = report.read_csv(str(tmp_path / f"{op}.csv"))
         ours = [r for r in rows if r["impl"].startswith("triton_layers")]
         # every case of ours ran (a kernel failure would be a nan time: try_peer swallows it)
@@ -370,6 +409,8 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     assert all(r["loss"] == pytest.approx(rows[0]["loss"], rel=1e-2) for r in rows)
     summary = open(tmp_path / "summary.md").read()
     assert "### Where we are below" in summary and "| cudagraphs | triton_layers |" in summary
+    for op in ("rmsnorm", "add_rmsnorm", "add_layernorm"):  # norms.csv: an op of its own each
+        assert f"### {report.OP_INFO[op][0]}" in summary and f"| {op} | 3x40 | float32 |" in summary
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
