@@ -79,23 +79,6 @@ SWEEP_KNOBS = ("tile_bytes", "elems_per_thread", "fwd_programs_per_sm", "bwd_pro
 SWEEP = list(itertools.product([8192, 16384, 32768], [16, 32], [8], [4, 8, 16]))
 
 
-def _with_knobs(knobs: dict, make):
-    """``make`` whose call (and a backward's forward) runs under the launch config with the
-    weighted-sum ``knobs`` (``_launch.use_config`` for the duration of each)."""
-    config = dataclasses.replace(
-        _launch.DEFAULT, weighted_sum=dataclasses.replace(_launch.DEFAULT.weighted_sum, **knobs))
-
-    def made(impl):
-        with _launch.use_config(config):
-            fn = make(impl)
-
-        def call():
-            with _launch.use_config(config):
-                return fn()
-        return call
-    return made
-
-
 class Sweep:
     """--sweep: our kernels only, at every case, under each SWEEP launch setting (a bench of its own)."""
 
@@ -113,10 +96,10 @@ class Sweep:
     def build(key: tuple, device: torch.device) -> harness.Case:
         dtype, shape, setting = key
         knobs = dict(zip(SWEEP_KNOBS, setting))
-        case = build((dtype, shape), device)
-        directions = [dataclasses.replace(d, make=_with_knobs(knobs, d.make)) for d in case.directions]
-        label = f"{case.shape} tile={setting[0]} ept={setting[1]} bwd/sm={setting[3]}"
-        return dataclasses.replace(case, shape=label, directions=directions)
+        config = dataclasses.replace(
+            _launch.DEFAULT, weighted_sum=dataclasses.replace(_launch.DEFAULT.weighted_sum, **knobs))
+        label = f"tile={setting[0]} ept={setting[1]} bwd/sm={setting[3]}"
+        return harness.under_config(build((dtype, shape), device), config, label)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@ A bench file (``bench_layernorm.py``, ...) is a module with
   ``Direction`` s (``fwd_bwd`` makes the usual forward + backward pair), each a bytes model
   and a ``make(impl)`` that returns the call to time.
 
+A bench of several ops (``bench_norms.py``: RMSNorm, and the fused add + RMSNorm or
+LayerNorm) names the op of each case (``Case.op``: the rows' op, ``OP`` names the CSV), and
+an implementation is then op -> callable: it times the cases of the ops it has.
+A launch-config sweep is a bench whose cases each run under one config (``under_config``).
+
 ``run_cases`` is the one loop: for every case, every implementation and every direction
 it times the eager call and the GPU time of the same call, then frees the case. It plays
 the role of ``triton.testing.perf_report`` (x values = cases, lines = implementations) and
@@ -35,6 +40,8 @@ from typing import Callable, Iterable, Optional
 
 import torch
 import triton
+
+from triton_layers.kernels import _launch
 
 NAN = float("nan")
 L2_FLUSH_BYTES = 256 * 2**20  # as do_bench's cache flush
@@ -79,6 +86,9 @@ class Case:
     # Called as check(impl, output of the first direction's call, run under no_grad): warns on a
     # wrong answer (the timing goes on).
     check: Optional[Callable[[str, object], None]] = None
+    # The op of the case's rows where the bench times several (its implementations are then
+    # op -> callable); "" for the bench's OP.
+    op: str = ""
 
 
 # Called with a label when a benchmark case starts (run_all draws a progress bar with it).
@@ -159,19 +169,41 @@ def gpu_timeline() -> bool:
 # --------------------------------------------------------------------------- the cases
 
 
-def backward_call(y: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
-    """The backward of an output ``y`` with ``dy`` (graph kept for the next call)."""
-    return lambda: y.backward(dy, retain_graph=True)
+def backward_call(y, dy) -> Callable[[], None]:
+    """The backward of an output ``y`` with ``dy``, or of a tuple of outputs with a tuple of
+    their gradients (graph kept for the next call)."""
+    return lambda: torch.autograd.backward(y, dy, retain_graph=True)
 
 
-def fwd_bwd(call: Callable[[Callable], torch.Tensor], dy: torch.Tensor, inputs: list,
+def fwd_bwd(call: Callable[[Callable], object], dy, inputs: list,
             fwd_bytes: int, bwd_bytes: int) -> list[Direction]:
-    """The forward ``call(impl)`` and the backward of its output with ``dy`` (the gradients
-    of ``inputs`` reset before each backward); the backward's make runs the forward once."""
+    """The forward ``call(impl)`` and the backward of its output with ``dy`` (of its outputs
+    with a tuple of gradients: the fused add + norm's (y, h)); the gradients of ``inputs`` are
+    reset before each backward; the backward's make runs the forward once."""
     return [
         Direction("fwd", fwd_bytes, lambda impl: (lambda: call(impl))),
         Direction("bwd", bwd_bytes, lambda impl: backward_call(call(impl), dy), grad_to_none=inputs),
     ]
+
+
+def under_config(case: Case, config: _launch.LaunchConfig, label: str) -> Case:
+    """``case`` with each direction's call, and the forward a backward's make runs, under the
+    launch ``config`` (``_launch.use_config`` around each), its shape followed by ``label``:
+    a case of a launch-config sweep (``bench_weighted_sum.Sweep``)."""
+
+    def configured(make: Callable[[Callable], Callable[[], object]]) -> Callable[[Callable], Callable[[], object]]:
+        def made(impl: Callable) -> Callable[[], object]:
+            with _launch.use_config(config):
+                fn = make(impl)
+
+            def call() -> object:
+                with _launch.use_config(config):
+                    return fn()
+            return call
+        return made
+
+    directions = [dataclasses.replace(d, make=configured(d.make)) for d in case.directions]
+    return dataclasses.replace(case, shape=f"{case.shape} {label}", directions=directions)
 
 
 def _reset(grads: Optional[list]) -> None:
@@ -184,17 +216,23 @@ def run_cases(bench: ModuleType, opts: argparse.Namespace, copy_gbps: float,
     """Time every implementation of ``bench`` at every case and direction; returns the Results.
 
     A peer that fails a direction (e.g. an unsupported shape) gets a nan row there and for
-    its later directions of that case (a backward cannot run without its forward)."""
+    its later directions of that case (a backward cannot run without its forward). Where
+    implementations are op -> callable, a case runs those that have its op (``Case.op``)."""
     impls = bench.implementations(opts)
     results: list[Result] = []
     for key in bench.cases(opts):
         case = bench.build(key, device())
-        progress(f"{bench.OP} {case.shape} {dtype_name(case.dtype)}")
+        op = case.op or bench.OP
+        progress(f"{op} {case.shape} {dtype_name(case.dtype)}")
         for name, impl in impls.items():
+            if isinstance(impl, dict):  # one callable per op: a peer without this op has no row
+                if op not in impl:
+                    continue
+                impl = impl[op]
             failed = False
             for k, direction in enumerate(case.directions):
                 check = case.check if k == 0 else None
-                res = measure(bench.OP, case, direction, name, lambda: direction.make(impl), copy_gbps,
+                res = measure(op, case, direction, name, lambda: direction.make(impl), copy_gbps,
                               opts.quick, skip=failed, check=check)
                 failed = failed or res.us != res.us
                 results.append(res)
@@ -476,13 +514,14 @@ def write_csv(results: Iterable, path: str) -> None:
 
 def run_alone(bench: ModuleType, after: Optional[Callable[[argparse.Namespace, list], object]] = None,
               argv: Optional[list[str]] = None) -> None:
-    """``main()`` of a single bench file: measure the copy bandwidth, run its cases, print the
-    table (and ``after(opts, results)``'s extra tables), write ``<out>/<OP>.csv``."""
+    """``main()`` of a single bench file: measure the copy bandwidth, run its cases, print a
+    table per op (and ``after(opts, results)``'s extra tables), write ``<out>/<OP>.csv``."""
     opts = parse_args(bench.__doc__, argv)
     copy = copy_bandwidth_gbps(require_cuda())
     results = run_cases(bench, opts, copy)
-    impls = list(dict.fromkeys(r.impl for r in results))
-    print_table(results, impls, f"{bench.OP} on {device_name()}", copy)
+    for op in dict.fromkeys(r.op for r in results):
+        rows = [r for r in results if r.op == op]
+        print_table(rows, list(dict.fromkeys(r.impl for r in rows)), f"{op} on {device_name()}", copy)
     if after is not None:
         after(opts, results)
     write_csv(results, os.path.join(results_dir(opts), f"{bench.OP}.csv"))

@@ -1,7 +1,8 @@
 """PNG plots from a results folder's CSVs: ``python -m benchmarks.plots DIR``.
 
 Writes into DIR, for each CSV found:
-- ``layernorm.png``, ``softmax.png``, ``weighted_sum.png``: GB/s (from the GPU time; from the
+- ``layernorm.png``, ``rmsnorm.png``, ``add_rmsnorm.png``, ``add_layernorm.png`` (the three
+  from norms.csv), ``softmax.png``, ``weighted_sum.png``: GB/s (from the GPU time; from the
   eager time in CSVs from before gpu_us) against the row length, one panel per dtype (rows)
   and direction (columns; softmax: plain and causal), ours and every peer, with the copy
   bandwidth of the same run as a dashed ceiling;
@@ -19,7 +20,7 @@ from typing import Optional
 
 from benchmarks.report import copy_gbps, finite, impl_order, is_ours, load, train_rows, variant
 
-BANDWIDTH_OPS = ("layernorm", "softmax", "weighted_sum")
+BANDWIDTH_OPS = ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm", "softmax", "weighted_sum")
 # One colour per implementation family, the same in every panel (ours stands out in red).
 COLORS = {
     "triton_layers": "tab:red", "torch": "tab:blue", "compile": "tab:orange", "liger": "tab:green",

@@ -2,8 +2,9 @@
 
     python -m benchmarks [--quick] [--out DIR] [--ops layernorm,softmax,...] [--no-compile]
 
-Runs the op benchmarks (layernorm, softmax, weighted_sum, coor_descent: ours against
-torch, torch.compile, Liger and colt5-attention where installed), the end-to-end
+Runs the op benchmarks (layernorm; norms: RMSNorm and the fused residual add + RMSNorm or
+LayerNorm; softmax, weighted_sum, coor_descent: ours against torch, torch.compile, Liger
+and colt5-attention where installed), the end-to-end
 training step of the example model (examples/colt5_lm.py, train_step) and of a Hugging
 Face Llama converted by triton_layers.convert() (llama_step: needs transformers), with one
 progress bar. Each op
@@ -18,13 +19,15 @@ wall time per part), the PNG plots (benchmarks/plots.py) and summary.md
 
 Needs: a CUDA GPU (exits at once without one). Time, estimated for one H100 or H200 before a
 GPU run of this version (the last full pass, before gpu_us, took 5.5 min for the four ops on
-an H200; env.json and summary.md record each part's wall time): about 13-16 minutes for a
-full pass: layernorm ~1.5, softmax ~2, weighted_sum ~1, coor_descent ~2, train_step ~4 and
-llama_step ~3-4 minutes, most of it torch.compile compiling the peers (one compile per shape
-and direction) and the compiled training-step variants; ``--quick`` about 4-5 minutes. A run
-can be split over several commands into one --out folder (e.g. ``--ops layernorm,softmax``,
-then ``--ops weighted_sum,coor_descent``, then ``--ops train_step,llama_step``): the CSVs add
-up and env.json keeps the earlier parts' times and errors.
+an H200; env.json and summary.md record each part's wall time): about 16-20 minutes for a
+full pass: layernorm ~1.5, norms ~3-4 (28 cases: RMSNorm and the fused add + RMSNorm at
+layernorm's 12 each, the fused add + LayerNorm at 4), softmax ~2, weighted_sum ~1,
+coor_descent ~2, train_step ~4 and llama_step ~3-4 minutes, most of it torch.compile
+compiling the peers (one compile per shape and direction) and the compiled training-step
+variants; ``--quick`` about 5-6 minutes. A run can be split over several commands into one
+--out folder (e.g. ``--ops layernorm,norms,softmax``, then ``--ops weighted_sum,coor_descent``,
+then ``--ops train_step,llama_step``): the CSVs add up and env.json keeps the earlier parts'
+times and errors.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ import time
 import traceback
 from typing import Optional
 
-PARTS = ("layernorm", "softmax", "weighted_sum", "coor_descent", "train_step", "llama_step")
+PARTS = ("layernorm", "norms", "softmax", "weighted_sum", "coor_descent", "train_step", "llama_step")
 PEER_DISTRIBUTIONS = ("liger-kernel", "colt5-attention")
 
 

@@ -29,7 +29,7 @@ def test_help_needs_no_gpu():
         assert option in out.stdout
     # what it needs and how long it takes, before anyone starts it
     text = " ".join(out.stdout.split())
-    assert "Needs: a CUDA GPU" in text and "13-16 minutes for a full pass" in text
+    assert "Needs: a CUDA GPU" in text and "16-20 minutes for a full pass" in text
 
 
 def test_unknown_op_is_a_usage_error(capsys):
@@ -97,6 +97,43 @@ def _fake_results(folder, gpu="Fake GPU 9000"):
     with open(os.path.join(folder, "env.json"), "w") as f:
         json.dump({"gpu": gpu, "torch": "9.9", "triton": "9.9", "date": "2099-01-01",
                    "peers": {"liger-kernel": "1.0"}}, f)
+
+
+def _fake_norms(folder):
+    """norms.csv, three ops in one CSV, each against its own % of copy target: see the comments."""
+    mb = 100_000_000
+    rows = [
+        _result("rmsnorm", "64x1024", "bfloat16", "fwd", "triton_layers", 112.0, mb),  # 89% < 90%: listed
+        _result("rmsnorm", "64x1024", "bfloat16", "fwd", "torch", 200.0, mb),
+        _result("rmsnorm", "64x1024", "bfloat16", "bwd", "triton_layers", 118.0, mb),  # 85% >= its 80%
+        _result("rmsnorm", "64x1024", "bfloat16", "bwd", "compile", 130.0, mb),
+        _result("add_rmsnorm", "64x1024", "bfloat16", "fwd", "triton_layers", 115.0, mb),  # 87% >= its 85%
+        _result("add_rmsnorm", "64x1024", "bfloat16", "fwd", "liger", 150.0, mb),
+        _result("add_rmsnorm", "64x1024", "bfloat16", "bwd", "triton_layers", 115.0, mb),  # 87% < 90%: listed
+        _result("add_rmsnorm", "64x1024", "bfloat16", "bwd", "liger", 150.0, mb),
+        _result("add_layernorm", "64x1024", "bfloat16", "fwd", "triton_layers", 100.0, mb),  # slower than compile
+        _result("add_layernorm", "64x1024", "bfloat16", "fwd", "compile", 90.0, mb),
+    ]
+    harness.write_csv(rows, os.path.join(folder, "norms.csv"))
+
+
+def test_norms_csv_renders_three_ops_with_their_own_targets(tmp_path):
+    _fake_norms(tmp_path)
+    data = report.load(str(tmp_path))
+    assert list(data) == ["rmsnorm", "add_rmsnorm", "add_layernorm"]
+    assert all(r["op"] == op for op, rows in data.items() for r in rows)
+    text = report.render(str(tmp_path), str(tmp_path))
+    titles = [line for line in text.splitlines() if line.startswith("### ")]
+    assert titles[1:4] == ["### " + report.OP_INFO[op][0] for op in data]
+    assert "| 64x1024 | bfloat16 | fwd | 100 us (100%) / 140 us | 90 us (111%) / 130 us | 0.90x |" in text
+    assert "### Where we are below a peer or below the copy target" in text
+    slower = _section(text, "Slower than the fastest peer", "At least as fast")
+    assert _rows(slower) == ["| add_layernorm | 64x1024 | bfloat16 | fwd | 100 us / 140 us | 100% | compile 90 us "
+                             "| 0.90x |"]
+    low = text[text.index("At least as fast"):]
+    assert "(or the op's own target: rmsnorm bwd 80%, add_rmsnorm fwd 85%, add_layernorm fwd 85%)" in low
+    assert [row.split(" | ")[:4] for row in _rows(low)] == [["| rmsnorm", "64x1024", "bfloat16", "fwd"],
+                                                           ["| add_rmsnorm", "64x1024", "bfloat16", "bwd"]]
 
 
 def _section(text, start, stop):
@@ -219,9 +256,11 @@ def test_plots_from_csvs(tmp_path):
     from benchmarks import plots
 
     _fake_results(tmp_path)
+    _fake_norms(tmp_path)
     written = plots.plot_all(str(tmp_path))
     names = sorted(os.path.basename(p) for p in written)
-    assert names == ["coor_descent.png", "headline.png", "layernorm.png", "softmax.png", "train_step.png"]
+    assert names == ["add_layernorm.png", "add_rmsnorm.png", "coor_descent.png", "headline.png", "layernorm.png",
+                     "rmsnorm.png", "softmax.png", "train_step.png"]
     for path in written:
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -293,7 +332,7 @@ def test_gpu_time_takes_the_profiler_where_the_graph_capture_fails(monkeypatch, 
 def _dry_run(monkeypatch):
     """Make harness and the benchmarks run on CPU at tiny shapes: fake timers, a fake CUDA-graph
     time (the profiler's is a fallback of it), compile peers eager, a tiny training step."""
-    from benchmarks import (bench_coor_descent, bench_layernorm, bench_softmax, bench_train_step,
+    from benchmarks import (bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_train_step,
                             bench_weighted_sum, train_loop)
 
     monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
@@ -306,6 +345,7 @@ def _dry_run(monkeypatch):
     monkeypatch.setattr(harness, "compiled", lambda fn: fn)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
     monkeypatch.setattr(bench_layernorm, "QUICK_SHAPES", [(3, 40)])
+    monkeypatch.setattr(bench_norms, "QUICK_SHAPES", [(3, 40)])
     monkeypatch.setattr(bench_softmax, "QUICK_SHAPES", [(2, 33)])
     monkeypatch.setattr(bench_weighted_sum, "QUICK_SHAPES", [(5, 70)])
     monkeypatch.setattr(bench_coor_descent, "QUICK_SHAPES", [(3, 50)])
@@ -336,7 +376,7 @@ TRAIN_COLUMNS = ["config", "mode", "impl", "step_ms", "step_ms_min", "step_ms_ma
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run; on a GPU run python -m benchmarks")
 def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     measured = _dry_run(monkeypatch)
-    parts = ["layernorm", "softmax", "weighted_sum", "coor_descent", "train_step"]  # llama_step: its own test
+    parts = ["layernorm", "norms", "softmax", "weighted_sum", "coor_descent", "train_step"]  # llama_step: its own
     # split over two commands into one folder, as a short GPU session may need
     options = ["--quick", "--dtypes", "float32", "--no-plots", "--out", str(tmp_path), "--ops"]
     assert run_all.main(options + ["layernorm"]) == 0
@@ -345,7 +385,7 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     assert rc == 0 and env["errors"] == {}, env["errors"]
     assert set(env["wall_s"]) == set(parts)  # the first command's part is kept
     assert env["command"].count("python -m benchmarks") == 2
-    for op in parts[:4]:
+    for op in parts[:5]:
         rows = report.read_csv(str(tmp_path / f"{op}.csv"))
         ours = [r for r in rows if r["impl"].startswith("triton_layers")]
         # every case of ours ran (a kernel failure would be a nan time: try_peer swallows it)
@@ -369,6 +409,8 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     assert all(r["loss"] == pytest.approx(rows[0]["loss"], rel=1e-2) for r in rows)
     summary = open(tmp_path / "summary.md").read()
     assert "### Where we are below" in summary and "| cudagraphs | triton_layers |" in summary
+    for op in ("rmsnorm", "add_rmsnorm", "add_layernorm"):  # norms.csv: an op of its own each
+        assert f"### {report.OP_INFO[op][0]}" in summary and f"| {op} | 3x40 | float32 |" in summary
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
@@ -390,6 +432,49 @@ def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
     harness.run_alone(bench_weighted_sum.Sweep, argv=["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
     rows = report.read_csv(str(tmp_path / "weighted_sum_sweep.csv"))
     assert [r["shape"] for r in rows[::2]] == ["5x70 tile=8192 ept=16 bwd/sm=4", "5x70 tile=32768 ept=32 bwd/sm=16"]
+    assert _launch.current() is _launch.DEFAULT
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_norms_alone_and_its_residual_limits_sweep_on_cpu(tmp_path, monkeypatch, capsys):
+    """bench_norms alone: a table per op, each op's peers only; --sweep-residual-limits: our
+    add_rmsnorm under each row-limit setting (forward and backward), the default restored after."""
+    from benchmarks import bench_norms
+    from triton_layers.kernels import _launch
+
+    _dry_run(monkeypatch)
+    options = ["--quick", "--dtypes", "float32", "--out", str(tmp_path)]
+    bench_norms.main(options)
+    out = capsys.readouterr().out
+    for op in ("rmsnorm", "add_rmsnorm", "add_layernorm"):
+        assert f"## {op} on cpu" in out and f"| 3x40 | float32 | bwd | 50 us, " in out
+    rows = report.read_csv(str(tmp_path / "norms.csv"))
+    impls = {op: [r["impl"] for r in rows if r["op"] == op and r["direction"] == "fwd"]
+             for op in ("rmsnorm", "add_rmsnorm", "add_layernorm")}
+    liger = ["liger"] if bench_norms._liger() is not None else []
+    assert impls == {"rmsnorm": ["triton_layers", "torch", "compile"] + liger,
+                     "add_rmsnorm": ["triton_layers", "torch", "compile"] + liger,
+                     "add_layernorm": ["triton_layers", "torch", "compile"]}  # Liger has no fused add + LayerNorm
+    assert all(math.isfinite(r["us"]) for r in rows)
+    for r in rows:  # the bytes models over the GPU time
+        nbytes = {("rmsnorm", "fwd"): 2, ("rmsnorm", "bwd"): 3}.get((r["op"], r["direction"]), 4) * 3 * 40 * 4
+        assert r["gbps"] == pytest.approx(nbytes / 50.0 / 1e3), (r["op"], r["direction"])
+
+    seen = []  # the residual's row limits (fwd, bwd) that each forward of ours ran under
+    ours = bench_norms.OURS_BY_OP["add_rmsnorm"]
+
+    def recording(x, r, w):
+        limits = _launch.current().layer_norm
+        seen.append((limits.fwd_residual_max_fused_cols, limits.bwd_residual_max_fused_cols))
+        return ours(x, r, w)
+
+    monkeypatch.setitem(bench_norms.OURS_BY_OP, "add_rmsnorm", recording)
+    bench_norms.main(["--sweep-residual-limits"] + options)
+    rows = report.read_csv(str(tmp_path / "norms_residual_limits.csv"))
+    assert [(r["shape"], r["direction"], r["impl"]) for r in rows] == [
+        (f"3x40 {name}", direction, "triton_layers") for name in bench_norms.LIMITS for direction in ("fwd", "bwd")]
+    assert all(math.isfinite(r["us"]) for r in rows)
+    assert set(seen) == {(16384, 8192), (32768, 8192), (16384, 4096)}
     assert _launch.current() is _launch.DEFAULT
 
 
