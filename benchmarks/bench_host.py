@@ -63,7 +63,8 @@ def _step(fn, leaves, backward: bool) -> Callable[[], None]:
     return lambda: torch.autograd.grad(fn(*leaves), leaves, dy)
 
 
-def _host_us(step: Callable[[], None], calls: int = CALLS) -> float:
+def host_us(step: Callable[[], None], calls: int = CALLS) -> float:
+    """Host time per call of ``calls`` calls of ``step`` followed by one sync, in us."""
     torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(calls):
@@ -105,11 +106,11 @@ def measure(dev) -> list[dict]:
         for backward in (False, True):
             steps = {"triton_layers": _step(ours, leaves, backward), "torch": _step(theirs, leaves, backward)}
             for step in steps.values():
-                _host_us(step, 30)  # warm-up: compiles, caches
+                host_us(step, 30)  # warm-up: compiles, caches
             times = {impl: [] for impl in steps}
             for _ in range(ROUNDS):  # interleaved: A B A B ...
                 for impl, step in steps.items():
-                    times[impl].append(_host_us(step))
+                    times[impl].append(host_us(step))
             for impl, step in steps.items():
                 t = times[impl]
                 rows.append(dict(op=op, mode="fwd+bwd" if backward else "fwd", impl=impl,
@@ -123,10 +124,10 @@ def profile(dev, out: str) -> None:
     buf = io.StringIO()
     for op, (leaves, ours, _) in _cases(dev).items():
         step = _step(ours, leaves, True)
-        _host_us(step, 30)
+        host_us(step, 30)
         prof = cProfile.Profile()
         prof.enable()
-        _host_us(step, 500)
+        host_us(step, 500)
         prof.disable()
         buf.write(f"\n===== {op}: 500 fwd+bwd calls =====\n")
         pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(22)

@@ -6,27 +6,16 @@ from measurements. Run: python -m benchmarks.tune_layernorm
 """
 import dataclasses
 import itertools
-import time
 
 import torch
 import torch.nn.functional as F
 
 from benchmarks import harness
+from benchmarks.bench_host import host_us
 from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 32768), (1024, 131072)]
-
-
-def host_overhead_us(fn, n=300):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 def main():
@@ -36,10 +25,10 @@ def main():
     xs = torch.randn(64, 1024, device=dev, requires_grad=True)
     ws = torch.randn(1024, device=dev, requires_grad=True)
     print("host us/call: ours fwd %.1f, torch fwd %.1f, ours fwd+bwd %.1f, torch fwd+bwd %.1f" % (
-        host_overhead_us(lambda: TF.layer_norm(xs, ws)),
-        host_overhead_us(lambda: F.layer_norm(xs, (1024,), ws)),
-        host_overhead_us(lambda: TF.layer_norm(xs, ws).sum().backward()),
-        host_overhead_us(lambda: F.layer_norm(xs, (1024,), ws).sum().backward())))
+        host_us(lambda: TF.layer_norm(xs, ws)),
+        host_us(lambda: F.layer_norm(xs, (1024,), ws)),
+        host_us(lambda: TF.layer_norm(xs, ws).sum().backward()),
+        host_us(lambda: F.layer_norm(xs, (1024,), ws).sum().backward())))
     # Grids over fields of _launch.LayerNormLaunch.
     fwd_grid = {"tile_elements": [2048, 4096, 8192]}
     bwd_short = dict(fwd_grid, bwd_programs_per_sm=[1, 2, 4, 8], bwd_stages=[1, 2, 3])
