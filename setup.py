@@ -23,7 +23,10 @@ setup(
     python_requires=">=3.9",
     # numpy: Triton's interpreter (TRITON_INTERPRET=1, how the kernels run on a CPU) imports
     # it, and neither torch nor triton requires it.
-    install_requires=["torch>=2.6", "triton>=3.2", "einops>=0.7", "packaging", "numpy"],
+    # Triton has wheels for Linux only: elsewhere (macOS, Windows) the package installs
+    # without it and CPU tensors take the pure-torch reference.
+    install_requires=["torch>=2.6", 'triton>=3.2; platform_system == "Linux"', "einops>=0.7", "packaging",
+                      "numpy"],
     extras_require={
         # safetensors and transformers (with tokenizers, huggingface_hub: ~45 s of install on
         # CI's 2 cores) for tests/test_integrations.py, which skips their tests without them.

@@ -364,3 +364,48 @@ def test_state_dicts_save_and_load(fmt, tmp_path, device):
         with torch.no_grad():
             assert torch.equal(_outputs(name, other, device), _outputs(name, module, device)), name
 
+
+
+# ------------------------------------------------------------------ platforms and tracing
+
+
+def test_import_and_reference_path_without_triton():
+    """Where Triton is not installed (macOS, Windows), the package imports, every op runs on
+    the reference path, and forcing the kernels says that Triton is missing."""
+    code = (
+        "import sys; sys.modules['triton'] = None\n"  # an import of triton now fails
+        "import torch, triton_layers\n"
+        "from triton_layers import functional as F\n"
+        "x = torch.randn(3, 8)\n"
+        "assert torch.allclose(F.layer_norm(x), torch.nn.functional.layer_norm(x, (8,)), atol=1e-6)\n"
+        "triton_layers.TritonRMSNorm(8)(x); triton_layers.CausalSoftmax()(torch.randn(2, 4, 4))\n"
+        "try:\n"
+        "    F.layer_norm(x, use_triton=True)\n"
+        "except ValueError as e:\n"
+        "    assert 'triton, which is not installed' in str(e), e\n"
+        "else:\n"
+        "    raise AssertionError('use_triton=True without triton did not raise')\n"
+        "print('ok')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(CUDA, reason="the CPU interpreter's fallback")
+def test_compile_and_export_trace_the_reference_under_the_interpreter():
+    """With TRITON_INTERPRET=1, torch.compile and torch.export of an op on CPU tensors trace
+    the reference path (the interpreter needs real data), and use_triton=True there says why."""
+    from triton_layers import _checks
+
+    if not _checks.TRITON_INTERPRET:
+        pytest.skip("needs TRITON_INTERPRET=1 (set by conftest without a GPU)")
+    x, w = torch.randn(4, 16, requires_grad=True), torch.randn(16)
+    eager = F.layer_norm(x, w)  # the kernels, through the interpreter
+    compiled = torch.compile(lambda x: F.layer_norm(x, w), backend="aot_eager", fullgraph=True)(x)
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    exported = torch.export.export(TritonLayerNorm(16), (x.detach(),))
+    torch.testing.assert_close(exported.module()(x.detach()), TritonLayerNorm(16)(x.detach()))
+    with pytest.raises(Exception, match="cannot run the Triton interpreter"):
+        torch.compile(lambda x: F.layer_norm(x, w, use_triton=True), backend="aot_eager", fullgraph=True)(x)
