@@ -7,8 +7,8 @@ all four triton_layers layers or from plain torch layers.
 
 The model (decoder-only, pre-norm). Every block is:
 
-    x = x + Attention(LayerNorm(x))                       light: every token, CausalSoftmax
-    h = LayerNorm(x)
+    a = Attention(LayerNorm(x))                           light: every token, CausalSoftmax
+    h, x = LayerNorm(a, residual=x)                       x = x + a, h = LayerNorm(x): one pass
     x = x + LightFF(h)                                    light: every token, a small MLP
     r = CoordinateDescentRouter(h, num_tokens=k)          picks k tokens per sequence
     x = x + route_back(HeavyFF(r.routed_tokens) * r.scores * sigmoid(WeightedSum(r.routed_tokens)))
@@ -16,7 +16,11 @@ The model (decoder-only, pre-norm). Every block is:
 so the heavy feed-forward (4x wider) runs on only k of the T tokens (CoLT5's conditional
 computation); the router's scores (1 in value, with the soft top-k's gradient) and a
 learned per-token gate (a WeightedSum: one scalar per token) weight what it adds back.
-TritonLayerNorm (without bias) is every normalization, including the final one.
+TritonLayerNorm (without bias) is every normalization, including the final one. The
+feed-forward's norm takes the residual stream as ``residual``: it adds the attention
+output to the stream and normalizes the sum in one pass (reading both, writing both once),
+where the torch twin adds, then normalizes. The stream keeps its own dtype (fp32 under
+bf16 autocast), and our norms write autocast's dtype, which the next matmul reads.
 
 Where each layer is: TritonLayerNorm, CausalSoftmax, CoordinateDescentRouter and
 WeightedSum are made by :func:`triton_layers_factory`; :func:`torch_factory` makes the
@@ -75,7 +79,7 @@ class LMConfig:
 class Layers(NamedTuple):
     """How to make the four swappable layers; everything else in the model is plain torch."""
 
-    norm: Callable[[int], nn.Module]  # dim -> LayerNorm without bias
+    norm: Callable[[int], nn.Module]  # dim -> LayerNorm without bias; forward(x, residual=None)
     causal_softmax: Callable[[float], nn.Module]  # scale -> causal softmax over the last dim
     router: Callable[[int, int], nn.Module]  # (dim, n_iters) -> CoLT5 router
     weighted_sum: Callable[[int], nn.Module]  # dim -> (..., dim) -> (...) with weight (dim,), bias (1,)
@@ -169,10 +173,22 @@ class TorchRouter(nn.Module):
         return src.scatter(1, indices.unsqueeze(-1).expand_as(routed_tokens), routed_tokens)
 
 
+class TorchLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` that also takes a residual as TritonLayerNorm does: with one, the
+    sum ``h = x + residual`` and ``(LayerNorm(h), h)``, in two torch ops."""
+
+    def forward(self, x: Tensor, residual: Optional[Tensor] = None):  # type: ignore[override]
+        """``LayerNorm(x)``, or ``(LayerNorm(h), h)`` with ``h = x + residual``."""
+        if residual is None:
+            return super().forward(x)
+        h = x + residual
+        return super().forward(h), h
+
+
 def torch_factory() -> Layers:
     """Plain torch layers with the same parameter names and shapes as triton_layers_factory()."""
     return Layers(
-        norm=lambda dim: nn.LayerNorm(dim, bias=False),
+        norm=lambda dim: TorchLayerNorm(dim, bias=False),
         causal_softmax=TorchCausalSoftmax,
         router=lambda dim, n_iters: TorchRouter(dim, n_iters=n_iters),
         weighted_sum=TorchWeightedSum,
@@ -227,8 +243,8 @@ class CoLT5Block(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(b, n, dim) -> (b, n, dim)."""
-        x = x + self.attn(self.attn_norm(x))
-        h = self.ff_norm(x)
+        # The residual stream x gains the attention output and is normalized in one pass.
+        h, x = self.ff_norm(self.attn(self.attn_norm(x)), residual=x)
         x = x + self.light_ff(h)
 
         # Route the same fraction of any input length (generation feeds shorter prefixes).
