@@ -165,15 +165,16 @@ def test_multi_dim_normalized_shape(device):
     torch.testing.assert_close(ours(x), torch_ln(x), rtol=1e-5, atol=1e-5)
 
 
-def test_empty_inputs(device):
+@pytest.mark.parametrize("norm", [F.layer_norm, F.rms_norm], ids=["layer_norm", "rms_norm"])
+def test_empty_inputs(device, norm):
     w = torch.randn(16, device=device, requires_grad=True)
     x = torch.randn(0, 16, device=device, requires_grad=True)
-    y = F.layer_norm(x, w)
+    y = norm(x, w)
     assert y.shape == (0, 16)
     y.sum().backward()
     assert x.grad.shape == (0, 16) and (w.grad == 0).all()
-    assert F.layer_norm(torch.randn(2, 0, 16, device=device)).shape == (2, 0, 16)
-    assert F.layer_norm(torch.randn(3, 0, device=device)).shape == (3, 0)
+    assert norm(torch.randn(2, 0, 16, device=device)).shape == (2, 0, 16)
+    assert norm(torch.randn(3, 0, device=device)).shape == (3, 0)
 
 
 def test_bad_inputs(device):
