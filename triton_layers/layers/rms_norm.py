@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as F
+from ._config import check_flag, check_normalized_shape, check_number, check_use_triton
 
 
 class TritonRMSNorm(nn.Module):
@@ -49,17 +50,13 @@ class TritonRMSNorm(nn.Module):
         dtype: Optional[torch.dtype] = None,
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(int(d) for d in normalized_shape)
-        if any(d < 0 for d in self.normalized_shape):
-            raise ValueError(f"normalized_shape must be non-negative, got {self.normalized_shape}")
+        self.normalized_shape = check_normalized_shape(normalized_shape)
+        self.eps = check_number(eps, "eps", minimum=0, allow_none=True)
+        self.elementwise_affine = check_flag(elementwise_affine, "elementwise_affine")
+        self.unit_offset = check_flag(unit_offset, "unit_offset")
+        self.use_triton = check_use_triton(use_triton)
         if unit_offset and not elementwise_affine:
             raise ValueError("unit_offset=True multiplies by 1 + weight: it needs elementwise_affine=True")
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.unit_offset = unit_offset
-        self.use_triton = use_triton
         if elementwise_affine:
             self.weight = nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
         else:
