@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from triton_layers import functional as F
 from triton_layers.kernels import _launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._launch import use_config as launch_config
@@ -125,3 +126,23 @@ def test_use_config_switches_and_restores():
             pass
     with pytest.raises(Exception):
         _launch.DEFAULT.layer_norm.loop_block = 8  # frozen
+
+
+@pytest.mark.parametrize("op,call", [
+    ("norm", lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device))),
+    ("residual_norm", lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0]),
+    ("softmax", lambda x: F.softmax(x, causal=True)),
+    ("weighted_sum", lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device))),
+    ("coor_descent", lambda x: F.coor_descent(x, n_iters=2, k=3.0)),
+])
+def test_contiguous_inputs_reach_the_kernels_as_they_are(op, call, device, monkeypatch):
+    """No reshape (a view node in the graph: host time each way) between a contiguous N-D
+    input and the kernel op; a non-contiguous one arrives as rows with last stride 1."""
+    seen = []
+    real = getattr(kernel_ops, op)
+    monkeypatch.setattr(kernel_ops, op, lambda x, *args: (seen.append(x), real(x, *args))[1])
+    x = torch.randn(2, 3, 5, 8, device=device, requires_grad=True)
+    call(x).sum().backward()
+    assert seen[-1] is x and x.grad.shape == x.shape
+    call(x.transpose(1, 2))
+    assert seen[-1].dim() == 2 and seen[-1].stride(-1) == 1

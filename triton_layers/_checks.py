@@ -100,6 +100,15 @@ def use_kernels(x: Tensor, use_triton: Optional[bool]) -> bool:
     return bool(use_triton)
 
 
+def kernel_rows(x: Tensor, n_cols: int) -> Tensor:
+    """``x`` for the kernels: as it is when it is contiguous rows of its last dim (the
+    launchers view it as (rows, n_cols) inside the autograd Function, where no view node
+    joins the graph: each costs host time, forward and backward), else :func:`as_rows`."""
+    if x.dim() and x.shape[-1] == n_cols and x.is_contiguous():
+        return x
+    return as_rows(x, n_cols)
+
+
 def as_rows(x: Tensor, n_cols: int) -> Tensor:
     """View ``x`` as (rows, n_cols) with last stride 1, copying only when that is impossible.
 

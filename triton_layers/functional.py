@@ -15,7 +15,7 @@ from torch import Tensor
 from . import reference
 from ._checks import (
     FLOAT_DTYPES, KERNELS as _kernels, as_rows, check_positive, check_same_device, check_shape, check_tensor,
-    use_kernels,
+    kernel_rows, use_kernels,
 )
 
 __all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent"]
@@ -165,18 +165,13 @@ def _norm(
     n_cols = math.prod(normalized_shape)
     # Empty inputs take the reference: no launch, and autograd still gives (empty or zero) grads.
     kernels = use_kernels(x, use_triton) and x.numel() > 0
-    # Contiguous inputs normalized over their last dim go to the kernels as they are (the
-    # launchers view them as rows, outside autograd's graph: no view nodes, no host time).
-    as_is = (kernels and len(normalized_shape) == 1 and x.is_contiguous()
-             and (residual is None or residual.is_contiguous()))
     # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
-    if as_is:
-        x2, r2 = x, residual
-    elif n_cols:
-        x2 = as_rows(x, n_cols)
-        r2 = None if residual is None else as_rows(residual, n_cols)
+    if n_cols:
+        rows = kernel_rows if kernels else as_rows
+        x2 = rows(x, n_cols)
+        r2 = None if residual is None else rows(residual, n_cols)
     else:  # as_rows needs n_cols > 0 (reshape(-1, 0) is ambiguous): count the rows
         x2 = x.reshape(math.prod(x.shape[: x.dim() - len(normalized_shape)]), 0)
         r2 = None if residual is None else residual.reshape(x2.shape)
@@ -197,10 +192,10 @@ def _norm(
                            residual_dtype=residual_dtype, out_dtype=out_dtype)
         if r2 is not None:
             y, h = y
-    if not as_is:
-        y = y if y.shape == x.shape else y.reshape(x.shape)
-        h = None if residual is None else h if h.shape == x.shape else h.reshape(x.shape)
-    return y if residual is None else (y, h)
+    y = y if y.shape == x.shape else y.reshape(x.shape)
+    if residual is None:
+        return y
+    return y, (h if h.shape == x.shape else h.reshape(x.shape))
 
 
 def weighted_sum(
@@ -231,9 +226,7 @@ def weighted_sum(
     # Empty inputs take the reference: no launch, and autograd still gives (zero) grads.
     if x.numel() == 0 or not kernels:
         return reference.weighted_sum(x, weight, b)
-    # Contiguous inputs go as they are (the kernels view them as rows, outside autograd's
-    # graph); others as a matrix of rows, copied only where no view has last stride 1.
-    x2 = x if x.is_contiguous() else as_rows(x, n_cols)
+    x2 = kernel_rows(x, n_cols)
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
     y = _kernels.weighted_sum(x2, w, b)
     return y if x2 is x else y.reshape(x.shape[:-1])
@@ -299,15 +292,14 @@ def coor_descent(
     if not kernels:
         return reference.coor_descent(s, n_iters, k if k_rows is None else k_rows, float(eps),
                                       eps_init, float(eps_decay), mask)
-    as_is = s.is_contiguous() and (mask is None or mask.is_contiguous())
-    s2 = s if as_is else as_rows(s, n_cols)
-    m2 = mask if as_is or mask is None else as_rows(mask, n_cols)
+    s2 = kernel_rows(s, n_cols)
+    m2 = None if mask is None else kernel_rows(mask, n_cols)
     k2 = k_rows.reshape(-1) if k_rows is not None else None
     y = _kernels.coor_descent(
         s2, m2, k2, 0.0 if k2 is not None else float(k), n_iters, float(eps),
         float(eps if eps_init is None else eps_init), float(eps_decay),
     )
-    return y if as_is else y.reshape(s.shape)
+    return y if s2 is s else y.reshape(s.shape)
 
 
 def softmax(
@@ -361,7 +353,7 @@ def softmax(
     if not kernels or x.numel() == 0:
         return reference.softmax(x, causal, scale, key_padding_mask)
     n_cols = x.shape[-1] if x.dim() else 1
-    x2 = x if x.is_contiguous() else as_rows(x, n_cols)
+    x2 = kernel_rows(x, n_cols)
     rows_per_batch = x.numel() // n_cols // x.shape[0] if key_padding_mask is not None else 1
     n_q = x.shape[-2] if causal else 1
     y = _kernels.softmax(x2, key_padding_mask, n_q, rows_per_batch, causal, scale)
