@@ -4,7 +4,9 @@ At these shapes the GPU work is negligible, so an eager call is timed at the hos
 Python, argument checks, autograd, the launcher. Each cell is the time per call of N
 calls followed by one sync, ours and torch's interleaved (ABAB...) over several rounds so
 that the host's drift hits both alike: the median, with the min-max of the rounds. Beside
-it, the same call replayed from a CUDA graph (what is left once the host is out of the way).
+it, the GPU time of the same call (``harness.gpu_time_us``: replayed from a CUDA graph, or
+the profiler's kernel time where it cannot be captured): what is left once the host is
+out of the way.
 
     python -m benchmarks.bench_host --out DIR            # host.csv, and a table
     python -m benchmarks.bench_host --out DIR --profile  # + host_profile.txt (cProfile of ours)
@@ -19,14 +21,16 @@ import os
 import pstats
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
+from benchmarks import harness
 from triton_layers import functional as F
 
 CALLS = 300
 ROUNDS = 7
+WARMUP = 30  # calls before timing: compiles, caches
 
 
 def _cases(dev) -> dict[str, tuple[list, Callable, Callable]]:
@@ -63,8 +67,9 @@ def _step(fn, leaves, backward: bool) -> Callable[[], None]:
     return lambda: torch.autograd.grad(fn(*leaves), leaves, dy)
 
 
-def host_us(step: Callable[[], None], calls: int = CALLS) -> float:
-    """Host time per call of ``calls`` calls of ``step`` followed by one sync, in us."""
+def host_us(step: Callable[[], None], calls: Optional[int] = None) -> float:
+    """Host time per call of ``calls`` (default CALLS) calls of ``step`` followed by one sync, in us."""
+    calls = CALLS if calls is None else calls
     torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(calls):
@@ -73,40 +78,13 @@ def host_us(step: Callable[[], None], calls: int = CALLS) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
-def _graph_us(step: Callable[[], None], calls: int = 20) -> float:
-    """Per-call time of ``calls`` steps replayed from one CUDA graph (nan if not capturable)."""
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                step()
-    except Exception as e:  # noqa: BLE001 - report, don't stop the table
-        print(f"    not capturable: {type(e).__name__}: {str(e)[:120]}")
-        return float("nan")
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (10 * calls)
-
-
 def measure(dev) -> list[dict]:
     rows = []
     for op, (leaves, ours, theirs) in _cases(dev).items():
         for backward in (False, True):
             steps = {"triton_layers": _step(ours, leaves, backward), "torch": _step(theirs, leaves, backward)}
             for step in steps.values():
-                host_us(step, 30)  # warm-up: compiles, caches
+                host_us(step, WARMUP)
             times = {impl: [] for impl in steps}
             for _ in range(ROUNDS):  # interleaved: A B A B ...
                 for impl, step in steps.items():
@@ -115,7 +93,8 @@ def measure(dev) -> list[dict]:
                 t = times[impl]
                 rows.append(dict(op=op, mode="fwd+bwd" if backward else "fwd", impl=impl,
                                  host_us=round(statistics.median(t), 1), host_us_min=round(min(t), 1),
-                                 host_us_max=round(max(t), 1), graph_us=round(_graph_us(step), 2)))
+                                 host_us_max=round(max(t), 1),
+                                 graph_us=round(harness.gpu_time_us(lambda step=step: step)[0], 2)))
     return rows
 
 
@@ -124,7 +103,7 @@ def profile(dev, out: str) -> None:
     buf = io.StringIO()
     for op, (leaves, ours, _) in _cases(dev).items():
         step = _step(ours, leaves, True)
-        host_us(step, 30)
+        host_us(step, WARMUP)
         prof = cProfile.Profile()
         prof.enable()
         host_us(step, 500)
@@ -137,7 +116,7 @@ def profile(dev, out: str) -> None:
 
 def print_table(rows: list[dict]) -> None:
     print(f"host time per eager call (median of {ROUNDS} interleaved rounds of {CALLS} calls, [min-max]); "
-          f"graph: the same call replayed from a CUDA graph")
+          f"graph: the GPU time of the same call (CUDA-graph replay, or the profiler's kernel time)")
     by = {(r["op"], r["mode"], r["impl"]): r for r in rows}
     print(f"{'op':34} {'mode':8} {'ours us':>18} {'torch us':>18} {'ratio':>6} {'graph ours':>10} {'graph torch':>11}")
     for (op, mode, impl), r in by.items():

@@ -539,3 +539,23 @@ def test_llama_step_options_and_missing_transformers(monkeypatch, capsys):
     monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
     with pytest.raises(SystemExit, match="needs Hugging Face transformers"):
         bench_llama_step.main(["--quick"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_bench_host_dry_run(monkeypatch, capsys):
+    """bench_host's loop on the CPU: every op, ours and torch's, forward and forward + backward,
+    interleaved rounds, and the GPU time through the harness (faked here as in _dry_run)."""
+    from benchmarks import bench_host
+
+    _dry_run(monkeypatch)
+    monkeypatch.setattr(bench_host, "CALLS", 1)
+    monkeypatch.setattr(bench_host, "ROUNDS", 2)
+    monkeypatch.setattr(bench_host, "WARMUP", 1)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    rows = bench_host.measure(torch.device("cpu"))
+    assert len(rows) == 5 * 2 * 2  # ops x (fwd, fwd+bwd) x (ours, torch's)
+    assert {r["impl"] for r in rows} == {"triton_layers", "torch"}
+    assert all(r["host_us_min"] <= r["host_us"] <= r["host_us_max"] for r in rows)
+    assert all(r["graph_us"] == 50.0 for r in rows)  # _dry_run's CUDA-graph time
+    bench_host.print_table(rows)
+    assert "coor_descent 4x1024, 20 iters" in capsys.readouterr().out
