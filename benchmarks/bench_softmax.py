@@ -2,8 +2,8 @@
 
 Attention-shaped scores (B*H, N, N). Bytes model: forward reads x and writes y
 (2*rows*N*s); backward reads y and dy and writes dx (3*rows*N*s); causal is counted as
-full, as in shared/perf/peers-*.md, so a causal run that skips the masked half shows
-more than 100% of the copy bandwidth. Peers: torch eager and torch.compile of
+full (the same model for every implementation), so a causal run that skips the masked
+half shows more than 100% of the copy bandwidth. Peers: torch eager and torch.compile of
 ``softmax`` and of the causal ``masked_fill(triu) + softmax``; Liger (plain) if installed.
 Run: python -m benchmarks.bench_softmax [--quick] [--out DIR]
 """
