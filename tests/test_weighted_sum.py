@@ -128,7 +128,7 @@ def test_only_requested_gradients(needs, device, looped):
 
 
 @pytest.mark.parametrize("looped", ["tiny"], indirect=True)
-def test_backward_launcher_skips_what_is_not_asked(device, looped):
+def test_backward_launcher_skips_what_is_not_asked(device, looped, monkeypatch):
     x, w, _ = _inputs((45, 100), torch.bfloat16, torch.float32, device, bias=False)
     x, w = x.detach(), w.detach()
     dy = torch.randn(45, device=device).to(torch.bfloat16)
@@ -138,9 +138,18 @@ def test_backward_launcher_skips_what_is_not_asked(device, looped):
     assert "weight" not in grads and dx.dtype == torch.bfloat16
     assert torch.equal(dx, _kernel_round(dy.float()[:, None] * w[None, :], torch.bfloat16))
     grads = backward(direct, (dy,), dict(x=False, weight=True, bias=False), x, w, torch.bfloat16)
-    dx, dw = grads["x"], grads["weight"]
-    assert dx.numel() == 0 and dw.dtype == torch.float32
+    dw = grads["weight"]
+    assert "x" not in grads and "bias" not in grads and dw.dtype == torch.float32
     compare(dw, x.double().T @ dy.double(), rtol=2e-5, name="dweight")
+    # The bias's gradient comes from the same pass: torch adds at most the programs'
+    # partials, never reduces dy itself.
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "sum", lambda t, *a, **k: calls.append(t.shape) or torch.sum(t, *a, **k))
+    grads = backward(direct, (dy,), dict(x=True, weight=False, bias=True), None, w, torch.bfloat16)
+    monkeypatch.undo()
+    assert tuple(dy.shape) not in calls, calls
+    assert set(grads) == {"x", "bias"} and grads["bias"].shape == ()
+    compare(grads["bias"], dy.double().sum(), rtol=2e-5, name="dbias")
 
 
 def test_x_is_saved_only_for_the_weight_gradient(device):

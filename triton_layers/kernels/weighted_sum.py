@@ -14,7 +14,8 @@ and read (or write) every element of x exactly once:
   dy * x, stored as one row of partials. The partials are reduced with torch: no atomics,
   the reduction order is fixed by the launch, so dw is bitwise identical from run to run.
   dx is skipped when x needs no gradient, and x is not read when the weight needs none.
-  db = sum(dy) in fp32 is done with torch.
+  db = sum(dy) in fp32 comes from the same pass: one partial per row range, written by the
+  programs of the first column block (torch sums them when there are several).
 """
 from __future__ import annotations
 
@@ -80,9 +81,9 @@ def _weighted_sum_fwd_reduce_kernel(
 
 @triton.jit
 def _weighted_sum_bwd_kernel(
-    DY, X, W, DX, DW_partial,
+    DY, X, W, DX, DW_partial, DB_partial,
     stride_dy, stride_x_row, stride_dx_row, M, D, rows_per_program,
-    COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr,
+    COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     # Program (pid_d, pid_m) owns columns [pid_d * BLOCK_D, +BLOCK_D) of the rows
@@ -96,12 +97,14 @@ def _weighted_sum_bwd_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start in range(row_start, row_end, BLOCK_M):
         rows = start + offs_m
         # Rows past row_end belong to the next program: they must not enter its partials.
         row_mask = rows < row_end
         mask = row_mask[:, None] & col_mask[None, :]
         dy = tl.load(DY + rows * stride_dy, mask=row_mask, other=0.0).to(tl.float32)
+        db_acc += dy
         if COMPUTE_DX:
             dx = dy[:, None] * w[None, :]
             tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
@@ -110,6 +113,11 @@ def _weighted_sum_bwd_kernel(
             acc += x.to(tl.float32) * dy[:, None]
     if COMPUTE_DW:
         tl.store(DW_partial + pid_m * D + cols, tl.sum(acc, axis=0), mask=col_mask)
+    # The bias's partial, from the programs of the first column block: at small shapes the
+    # whole db, without the separate reduction kernel (a launch's host time) it once took.
+    if COMPUTE_DB:
+        if pid_d == 0:
+            tl.store(DB_partial + pid_m, tl.sum(db_acc, axis=0))
 
 
 def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor]:
@@ -118,14 +126,16 @@ def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple
     shape x.shape[:-1] (contiguous) in x's dtype."""
     cfg = _launch.current().weighted_sum
     y = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)
-    x = _launch.matrix(x)
+    if x.dim() != 2:
+        x = _launch.matrix(x)
     n_rows, n_cols = x.shape
     aligned = _launch.rows_aligned(x, n_cols)
     block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), cfg, aligned)
     row_blocks = _launch.cdiv(n_rows, block_m)
     wanted = _launch.cdiv(_launch.num_sms(x.device) * cfg.fwd_programs_per_sm, row_blocks)
     cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
-    partial = torch.empty((splits if splits > 1 else 0, n_rows), dtype=torch.float32, device=x.device)
+    # (no buffer, not even an empty one, where it is not written: each allocation costs host time)
+    partial = x.new_empty((splits, n_rows), dtype=torch.float32) if splits > 1 else None
     launch(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
         x, weight, bias, y, partial,
         x.stride(0), n_rows, n_cols, cols_per_program,
@@ -147,12 +157,9 @@ def _backward(launch, grads: tuple, needs: dict, x: Optional[Tensor], weight: Te
     took it, or None when the weight needs no gradient; dx comes out contiguous."""
     cfg = _launch.current().weighted_sum
     dy = grads[0]
-    compute_dx, compute_dw = needs["x"], needs["weight"]
-    out = {}
-    if needs["bias"]:
-        out["bias"] = dy.sum(dtype=torch.float32)
+    compute_dx, compute_dw, compute_db = needs["x"], needs["weight"], needs["bias"]
     if not (compute_dx or compute_dw):
-        return out
+        return {"bias": dy.sum(dtype=torch.float32)} if compute_db else {}
     dx_shape = (*dy.shape, weight.shape[0])
     dy = dy.reshape(-1)
     if x is not None:
@@ -164,17 +171,20 @@ def _backward(launch, grads: tuple, needs: dict, x: Optional[Tensor], weight: Te
     col_blocks = _launch.cdiv(n_cols, block_d)
     wanted = _launch.cdiv(_launch.num_sms(dy.device) * cfg.bwd_programs_per_sm, col_blocks)
     rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
-    dx = torch.empty(dx_shape if compute_dx else (0, n_cols), dtype=x_dtype, device=dy.device)
-    dw_partial = torch.empty((programs if compute_dw else 0, n_cols), dtype=torch.float32, device=dy.device)
+    dx = torch.empty(dx_shape, dtype=x_dtype, device=dy.device) if compute_dx else None
+    dw_partial = dy.new_empty((programs, n_cols), dtype=torch.float32) if compute_dw else None
+    db_partial = dy.new_empty(programs, dtype=torch.float32) if compute_db else None
     launch(_weighted_sum_bwd_kernel)[(col_blocks, programs)](
-        dy, x, weight, dx, dw_partial,
+        dy, x, weight, dx, dw_partial, db_partial,
         dy.stride(0), x.stride(0) if compute_dw else 0, n_cols, n_rows, n_cols, rows_per_program,
-        COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw,
+        COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db,
         BLOCK_M=block_m, BLOCK_D=block_d, num_warps=warps,
     )
-    out["x"] = dx
+    out = {"x": dx} if compute_dx else {}
     if compute_dw:
         out["weight"] = dw_partial[0] if programs == 1 else dw_partial.sum(0)
+    if compute_db:
+        out["bias"] = db_partial[0] if programs == 1 else db_partial.sum()
     return out
 
 
@@ -186,8 +196,8 @@ weighted_sum = _doors.build(_doors.OpDescription(
     forward=_forward,
     # x is needed only for the weight's gradient: not kept alive otherwise.
     saved=(("x", Optional[Tensor]), ("weight", Tensor), ("x_dtype", torch.dtype)),
-    save=lambda inputs, results, needs: (inputs["x"] if needs["weight"] else None, inputs["weight"],
-                                         inputs["x"].dtype),
+    save=lambda inputs, results, needs: (inputs.x if needs["weight"] else None, inputs.weight,
+                                         inputs.x.dtype),
     backward=_backward,
     differentiable=("x", "weight", "bias"),
 ))
