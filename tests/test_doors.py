@@ -72,6 +72,34 @@ def test_custom_op_door_matches_eager_door(case, looped, device):
         assert a.dtype == b.dtype and torch.equal(a, b)
 
 
+@pytest.mark.parametrize("how", ["no_grad", "inference_mode", "no_input_needs_grad"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_calls_without_gradients_skip_autograd(case, how, device, monkeypatch):
+    """Where no gradient can flow (no_grad, inference mode, inputs that need none) the op
+    runs its forward alone, without the autograd.Function: the same outputs, bitwise."""
+    op = getattr(kernel_ops, case.split("-")[0])
+    args = CASES[case](device)
+    with_grad = op(*args)
+    with_grad = (with_grad,) if isinstance(with_grad, torch.Tensor) else with_grad
+    assert all(y.grad_fn is not None for y in with_grad)
+
+    def autograd_door(*_):
+        raise AssertionError("the autograd.Function ran for a call that needs no gradient")
+
+    monkeypatch.setattr(op, "_apply", autograd_door)
+    if how == "no_input_needs_grad":
+        args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+        without = op(*args)
+    else:
+        with torch.no_grad() if how == "no_grad" else torch.inference_mode():
+            without = op(*args)
+    without = (without,) if isinstance(without, torch.Tensor) else without
+    assert len(without) == len(with_grad) == len(op.desc.outputs)
+    for a, b in zip(with_grad, without):
+        assert b.grad_fn is None and not b.requires_grad
+        assert a.dtype == b.dtype and torch.equal(a.detach(), b)
+
+
 @pytest.mark.parametrize("door", ["eager", "custom_op"])
 def test_output_without_consumer(door, device):
     """Only h of residual_norm is used: its gradient reaches x and residual as is, the

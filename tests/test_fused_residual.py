@@ -150,8 +150,8 @@ class _TorchOps(TorchDispatchMode):
 
 
 # Ops that move no x-sized data: allocations, views; sum reduces the weight partials.
-QUIET_OPS = {"empty", "empty_strided", "new_empty", "new_empty_strided", "detach", "view", "select", "alias",
-             "_unsafe_view", "sum"}
+QUIET_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "view", "select",
+             "unbind", "alias", "_unsafe_view", "sum"}
 
 
 @pytest.mark.parametrize("kind", ["layer", "rms"])

@@ -80,7 +80,9 @@ def use_kernels(x: Tensor, use_triton: Optional[bool]) -> bool:
     was set before triton_layers was imported; the reference otherwise. ``True`` forces
     the kernels and raises where they cannot run; ``False`` forces the reference.
     """
-    if x.device.type == "cuda":
+    if x.is_cuda:
+        if use_triton is None and KERNELS is not None:
+            return True  # the common case, first
         can_run, why = KERNELS is not None, KERNELS_MISSING
     elif x.device.type == "cpu" and TRITON_INTERPRET and KERNELS is not None:
         # The interpreter runs kernels on real data only: under torch.compile or export the

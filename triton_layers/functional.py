@@ -114,15 +114,18 @@ def _norm(
     normalized value is rounded to the input's dtype before the product with the weight,
     and ``y``'s default dtype is that of the product, as torch types ``weight * x``.
     """
+    # (every line here runs on every call: at small shapes the host sets the pace)
     check_tensor(x, "x")
     if weight is not None:
         check_tensor(weight, "weight")
     if bias is not None:
         check_tensor(bias, "bias")
-    check_same_device(x=x, weight=weight, bias=bias)
+    device = x.device
+    if (weight is not None and weight.device != device) or (bias is not None and bias.device != device):
+        check_same_device(x=x, weight=weight, bias=bias)  # raises, naming them
     if residual is not None:
         check_tensor(residual, "residual")
-        if residual.shape != x.shape or residual.device != x.device:
+        if residual.shape != x.shape or residual.device != device:
             raise ValueError(
                 f"residual must have x's shape and device; got x of shape {tuple(x.shape)} on {x.device}, "
                 f"residual of shape {tuple(residual.shape)} on {residual.device}"
@@ -130,6 +133,65 @@ def _norm(
         residual_dtype = residual.dtype if residual_dtype is None else _out_dtype(residual_dtype, "residual_dtype")
     elif residual_dtype is not None:
         raise ValueError(f"residual_dtype={residual_dtype} is given without a residual")
+    last = x.shape[-1] if x.dim() else -1
+    if ((normalized_shape is None or normalized_shape == (last,)) and last >= 0
+            and (weight is None or (weight.dim() == 1 and weight.shape[0] == last))
+            and (bias is None or (bias.dim() == 1 and bias.shape[0] == last))):
+        n_cols, n_dims = last, 1  # the common case (the modules'): the last dim, checked without building shapes
+    else:
+        n_cols, n_dims = _normalized_cols(x, weight, bias, normalized_shape)
+    if not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    device_type = "cuda" if x.is_cuda else device.type
+    if out_dtype is not None:
+        out_dtype = _out_dtype(out_dtype, "out_dtype")
+    elif (device_type == "cuda" or device_type == "cpu") and torch.is_autocast_enabled(device_type):
+        # What the next matmul reads under autocast: written directly, no cast kernel.
+        out_dtype = torch.get_autocast_dtype(device_type)
+    elif cast_before_weight and weight is not None:
+        out_dtype = torch.promote_types(x.dtype if residual is None else residual_dtype, weight.dtype)
+    else:
+        out_dtype = x.dtype
+
+    # Empty inputs take the reference: no launch, and autograd still gives (empty or zero) grads.
+    kernels = use_kernels(x, use_triton) and x.numel() > 0
+    # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
+    w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
+    b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
+    if n_cols:
+        rows = kernel_rows if kernels else as_rows
+        x2 = rows(x, n_cols)
+        r2 = None if residual is None else rows(residual, n_cols)
+    else:  # as_rows needs n_cols > 0 (reshape(-1, 0) is ambiguous): count the rows
+        x2 = x.reshape(math.prod(x.shape[: x.dim() - n_dims]), 0)
+        r2 = None if residual is None else residual.reshape(x2.shape)
+    eps, stable = float(eps), bool(stable)
+    if kernels:
+        if w is not None and w.stride(-1) != 1:
+            w = w.contiguous()
+        if b is not None and b.stride(-1) != 1:
+            b = b.contiguous()
+        flags = (eps, rms, stable, bool(unit_offset), bool(cast_before_weight), out_dtype)
+        if r2 is None:
+            y = _kernels.norm(x2, w, b, *flags)
+        else:
+            y, h = _kernels.residual_norm(x2, r2, w, b, *flags, residual_dtype)
+    else:
+        y = reference.norm(x2, w, b, eps, rms=rms, stable=stable, unit_offset=bool(unit_offset),
+                           cast_before_weight=bool(cast_before_weight), residual=r2,
+                           residual_dtype=residual_dtype, out_dtype=out_dtype)
+        if r2 is not None:
+            y, h = y
+    if x2 is not x:  # (the launchers return x's shape for x as it is)
+        y = y.reshape(x.shape)
+        h = None if residual is None else h.reshape(x.shape)
+    return y if residual is None else (y, h)
+
+
+def _normalized_cols(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                     normalized_shape: Optional[Union[int, Sequence[int]]]) -> tuple[int, int]:
+    """The number of normalized columns and of normalized dims, checking ``normalized_shape`` (or the weight's
+    shape, else x's last dim) against x, the weight and the bias."""
     if normalized_shape is None:
         normalized_shape = tuple(weight.shape) if weight is not None else tuple(x.shape[-1:])
     elif isinstance(normalized_shape, int):
@@ -149,53 +211,7 @@ def _norm(
         )
     check_shape(weight, "weight", normalized_shape)
     check_shape(bias, "bias", normalized_shape)
-    if not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
-    device_type = x.device.type
-    if out_dtype is not None:
-        out_dtype = _out_dtype(out_dtype, "out_dtype")
-    elif (device_type == "cuda" or device_type == "cpu") and torch.is_autocast_enabled(device_type):
-        # What the next matmul reads under autocast: written directly, no cast kernel.
-        out_dtype = torch.get_autocast_dtype(device_type)
-    elif cast_before_weight and weight is not None:
-        out_dtype = torch.promote_types(x.dtype if residual is None else residual_dtype, weight.dtype)
-    else:
-        out_dtype = x.dtype
-
-    n_cols = math.prod(normalized_shape)
-    # Empty inputs take the reference: no launch, and autograd still gives (empty or zero) grads.
-    kernels = use_kernels(x, use_triton) and x.numel() > 0
-    # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
-    w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
-    b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
-    if n_cols:
-        rows = kernel_rows if kernels else as_rows
-        x2 = rows(x, n_cols)
-        r2 = None if residual is None else rows(residual, n_cols)
-    else:  # as_rows needs n_cols > 0 (reshape(-1, 0) is ambiguous): count the rows
-        x2 = x.reshape(math.prod(x.shape[: x.dim() - len(normalized_shape)]), 0)
-        r2 = None if residual is None else residual.reshape(x2.shape)
-    eps, stable = float(eps), bool(stable)
-    if kernels:
-        if w is not None and w.stride(-1) != 1:
-            w = w.contiguous()
-        if b is not None and b.stride(-1) != 1:
-            b = b.contiguous()
-        flags = (eps, rms, stable, bool(unit_offset), bool(cast_before_weight), out_dtype)
-        if r2 is None:
-            y = _kernels.norm(x2, w, b, *flags)
-        else:
-            y, h = _kernels.residual_norm(x2, r2, w, b, *flags, residual_dtype)
-    else:
-        y = reference.norm(x2, w, b, eps, rms=rms, stable=stable, unit_offset=bool(unit_offset),
-                           cast_before_weight=bool(cast_before_weight), residual=r2,
-                           residual_dtype=residual_dtype, out_dtype=out_dtype)
-        if r2 is not None:
-            y, h = y
-    y = y if y.shape == x.shape else y.reshape(x.shape)
-    if residual is None:
-        return y
-    return y, (h if h.shape == x.shape else h.reshape(x.shape))
+    return math.prod(normalized_shape), len(normalized_shape)
 
 
 def weighted_sum(
@@ -213,7 +229,8 @@ def weighted_sum(
     check_tensor(weight, "weight")
     if bias is not None:
         check_tensor(bias, "bias")
-    check_same_device(x=x, weight=weight, bias=bias)
+    if weight.device != x.device or (bias is not None and bias.device != x.device):
+        check_same_device(x=x, weight=weight, bias=bias)  # raises, naming them
     if x.dim() < 1:
         raise ValueError("x must have at least one dim (the one summed over), got a 0-dim tensor")
     n_cols = x.shape[-1]
@@ -331,7 +348,7 @@ def softmax(
     check_tensor(x, "x")
     if key_padding_mask is not None:
         check_tensor(key_padding_mask, "key_padding_mask", (torch.bool,))
-    check_same_device(x=x, key_padding_mask=key_padding_mask)
+        check_same_device(x=x, key_padding_mask=key_padding_mask)
     if isinstance(scale, bool) or not (scale is None or isinstance(scale, (int, float))):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
     if scale is not None and not math.isfinite(scale):

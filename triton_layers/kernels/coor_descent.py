@@ -241,7 +241,7 @@ def _forward(
     2-D with last stride 1), ``mask`` bool of the same shape and layout or None, ``k`` one value per row (1-D) or None to use ``k_value``. stats
     (rows, 2, n_iters) fp32 holds a_t and L_t; eps_schedule (n_iters + 1,) fp32 holds e_0..e_T."""
     cfg = _launch.current().coor_descent
-    y = torch.empty(s.shape, dtype=s.dtype, device=s.device)
+    y = torch.empty_like(s, memory_format=torch.contiguous_format)  # (a third of torch.empty's host time)
     s, y2 = _launch.matrix(s), _launch.matrix(y)
     mask = None if mask is None else _launch.matrix(mask)
     n_rows, n_cols = s.shape
@@ -259,12 +259,12 @@ def _forward(
 
 
 def _backward(
-    launch, grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
-    stats: Tensor, eps_schedule: Tensor,
+    launch, grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], stats: Tensor,
+    eps_schedule: Tensor, k_value: float,
 ) -> dict:
     """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
     compute_dk = needs["k"]
-    ds = torch.empty(s.shape, dtype=s.dtype, device=s.device)
+    ds = torch.empty_like(s, memory_format=torch.contiguous_format)
     dy, s, ds2 = _launch.matrix(grads[0]), _launch.matrix(s), _launch.matrix(ds)
     mask = None if mask is None else _launch.matrix(mask)
     if dy.stride(-1) != 1:
@@ -273,7 +273,7 @@ def _backward(
     n_iters = stats.shape[-1]
     block, n_chunks = _launch.split_row(n_rows, n_cols, _launch.current().coor_descent, s.device)
     partial = torch.empty((n_rows, n_iters, n_chunks), dtype=torch.float32, device=s.device)
-    dk = torch.empty(n_rows if compute_dk else 0, dtype=torch.float32, device=s.device)
+    dk = s.new_empty(n_rows, dtype=torch.float32) if compute_dk else None
     flags = _doors.mask_bytes(mask, launch)
     stride_m = 0 if mask is None else mask.stride(0)
     warps = _launch.num_warps(block)
@@ -299,10 +299,10 @@ coor_descent = _doors.build(_doors.OpDescription(
     outputs=("y",),
     residuals=("stats", "eps_schedule"),
     forward=_forward,
-    saved=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("k_value", float),
-           ("stats", Tensor), ("eps_schedule", Tensor)),
-    save=lambda inputs, results, needs: (inputs["s"], inputs["mask"], inputs["k"], inputs["k_value"],
-                                         results["stats"], results["eps_schedule"]),
+    saved=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("stats", Tensor),
+           ("eps_schedule", Tensor), ("k_value", float)),
+    save=lambda inputs, results, needs: (inputs.s, inputs.mask, inputs.k, results.stats,
+                                         results.eps_schedule, inputs.k_value),
     backward=_backward,
     differentiable=("s", "k"),
 ))

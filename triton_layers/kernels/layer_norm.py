@@ -237,12 +237,17 @@ def _forward(
 ) -> tuple[Tensor, ...]:
     """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top)."""
     cfg = _launch.current().layer_norm
-    y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
-    h = None if residual is None else torch.empty(x.shape, dtype=residual_dtype, device=x.device)
+    # (empty_like: a third of torch.empty's host time for the same tensor)
+    y = torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format)
+    h = None if residual is None else torch.empty_like(x, dtype=residual_dtype, memory_format=torch.contiguous_format)
     shaped = (y,) if h is None else (y, h)  # the outputs in x's shape; the kernel sees matrices
-    x, residual, y, h = (None if t is None else _launch.matrix(t) for t in (x, residual, y, h))
+    if x.dim() != 2:
+        x, y = _launch.matrix(x), _launch.matrix(y)
+        h = None if h is None else _launch.matrix(h)
+    if residual is not None:
+        residual = _launch.matrix(residual)
     n_rows, n_cols = x.shape
-    stats = torch.empty(((1 if rms else 2) + int(stable), n_rows), dtype=torch.float32, device=x.device)
+    stats = x.new_empty(((1 if rms else 2) + int(stable), n_rows), dtype=torch.float32)
     max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
     launch(_norm_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
@@ -268,8 +273,10 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
     dy, dh = grads[0], grads[1] if len(grads) > 1 else None
     if dy is None:  # only h has consumers
         dy = torch.zeros_like(z)
-    z_shape = z.shape
-    z, dy, dh = (None if t is None else _launch.matrix(t) for t in (z, dy, dh))
+    z_nd = z
+    if z.dim() != 2:
+        z, dy = _launch.matrix(z), _launch.matrix(dy)
+        dh = None if dh is None else _launch.matrix(dh)
     if dy.stride(-1) != 1:
         dy = dy.contiguous()
     if dh is not None and dh.stride(-1) != 1:
@@ -284,9 +291,10 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
                  CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
     # dx, dr in the inputs' shape (contiguous: row stride n_cols), launched as matrices.
-    dx_out = torch.empty(z_shape if compute_dx else (0, n_cols), dtype=x_dtype if need_x else r_dtype,
-                         device=z.device)
-    dr_out = torch.empty(z_shape, dtype=r_dtype, device=z.device) if store_dr else None
+    contiguous = torch.contiguous_format
+    dx_out = (torch.empty_like(z_nd, dtype=x_dtype if need_x else r_dtype, memory_format=contiguous) if compute_dx
+              else z.new_empty((0, n_cols), dtype=x_dtype if need_x else r_dtype))
+    dr_out = torch.empty_like(z_nd, dtype=r_dtype, memory_format=contiguous) if store_dr else None
     dx, dr = _launch.matrix(dx_out), None if dr_out is None else _launch.matrix(dr_out)
     strides = (dy.stride(0), 0 if dh is None else dh.stride(0), z.stride(0), dx.stride(0),
                0 if dr is None else dr.stride(0))
@@ -294,7 +302,8 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
     if single_pass:
         n_tiles = _launch.cdiv(n_rows, block_m)
         programs, tiles_per_program = _launch.persistent_grid(n_tiles, z.device, cfg.bwd_programs_per_sm)
-        partials = z.new_empty((n_partials, programs, n_cols), dtype=torch.float32)
+        writers = programs
+        partials = z.new_empty((n_partials, writers * n_cols), dtype=torch.float32)
         launch(_norm_bwd_kernel)[(programs,)](
             dy, dh, z, weight, stats, dx, dr, partials, *strides, n_rows, n_cols, tiles_per_program,
             BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=cfg.bwd_stages,
@@ -314,15 +323,17 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
         split_m = cfg.split_block_m
         groups = _launch.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, z.device)
         rows_per_group = _launch.cdiv(n_rows, groups)
-        partials = z.new_empty((n_partials, groups, n_cols), dtype=torch.float32)
+        writers = groups
+        partials = z.new_empty((n_partials, writers * n_cols), dtype=torch.float32)
         launch(_norm_bwd_split_kernel)[(n_chunks, groups)](
             dy, dh, z, weight, stats, sums, dx, dr, partials, *strides, n_rows, n_cols, n_chunks, rows_per_group,
             BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
             num_warps=_launch.num_warps(split_m * block_n), **flags,
         )
     # One reduction for both parameters' partials (none when one program wrote them:
-    # small shapes, where the host sets the pace).
-    param_grads = (partials[:, 0] if partials.shape[1] == 1 else partials.sum(1)) if n_partials else None
+    # small shapes, where the host sets the pace), split into the two by one unbind.
+    if n_partials:
+        param_grads = (partials if writers == 1 else partials.view(n_partials, writers, n_cols).sum(1)).unbind(0)
     grads_out = {}
     if need_x:
         grads_out["x"] = dx_out
@@ -343,7 +354,6 @@ _SAVED_FLAGS = (("rms", bool), ("stable", bool), ("unit_offset", bool), ("cast_b
 
 def _describe(with_residual: bool) -> _doors.OpDescription:
     """The norm op, taking (and returning) the residual stream when ``with_residual``."""
-    flag_names = [n for n, _ in _SAVED_FLAGS]
     params = (("weight", Optional[Tensor]), ("bias", Optional[Tensor]))
     if with_residual:
         return _doors.OpDescription(
@@ -357,8 +367,8 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
             saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS,
                    ("x_dtype", torch.dtype), ("r_dtype", torch.dtype)),
             save=lambda inputs, results, needs: (
-                results["h"], inputs["weight"], results["stats"], *(inputs[n] for n in flag_names),
-                inputs["x"].dtype, inputs["residual"].dtype),
+                results.h, inputs.weight, results.stats, inputs.rms, inputs.stable, inputs.unit_offset, inputs.cast_before_weight,
+                inputs.x.dtype, inputs.residual.dtype),
             backward=_backward,
             differentiable=("x", "residual", "weight", "bias"),
             shared_grads=(("residual", "x"),),
@@ -371,7 +381,7 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         forward=lambda launch, x, *args: _forward(launch, x, None, *args, None),
         saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS),
         save=lambda inputs, results, needs: (
-            inputs["x"], inputs["weight"], results["stats"], *(inputs[n] for n in flag_names)),
+            inputs.x, inputs.weight, results.stats, inputs.rms, inputs.stable, inputs.unit_offset, inputs.cast_before_weight),
         backward=lambda launch, grads, needs, z, *saved: _backward(launch, grads, needs, z, *saved, z.dtype, None),
         differentiable=("x", "weight", "bias"),
     )
