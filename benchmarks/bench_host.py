@@ -10,6 +10,12 @@ out of the way.
 
     python -m benchmarks.bench_host --out DIR            # host.csv, and a table
     python -m benchmarks.bench_host --out DIR --profile  # + host_profile.txt (cProfile of ours)
+    python -m benchmarks.bench_host --out DIR --backward-on-caller  # host_caller.csv
+
+``--backward-on-caller`` runs every backward on the calling thread
+(``torch.autograd.set_multithreading_enabled(False)``), for ours and torch's alike: autograd
+hands a CUDA graph's backward to its device's worker thread, and a Python autograd.Function
+(ours) pays that thread's GIL on top; the difference between the two tables is that handoff.
 """
 from __future__ import annotations
 
@@ -132,13 +138,17 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("--profile", action="store_true", help="also write host_profile.txt (cProfile)")
+    parser.add_argument("--backward-on-caller", action="store_true",
+                        help="backward on the calling thread (set_multithreading_enabled(False)); writes host_caller.csv")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_host needs a CUDA GPU")
     dev = torch.device("cuda")
     os.makedirs(args.out, exist_ok=True)
-    rows = measure(dev)
-    with open(os.path.join(args.out, "host.csv"), "w", newline="") as f:
+    with torch.autograd.set_multithreading_enabled(not args.backward_on_caller):
+        rows = measure(dev)
+    name = "host_caller.csv" if args.backward_on_caller else "host.csv"
+    with open(os.path.join(args.out, name), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
