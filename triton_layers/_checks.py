@@ -11,20 +11,16 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
+from ._tracing import tracing
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # Triton picks the interpreter when its kernels are defined, i.e. when triton_layers is
 # imported; read the variable once so our path choice agrees with how they were built.
 TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
-def tracing() -> bool:
-    """Whether torch.compile or torch.export is tracing the caller (decided here alone)."""
-    return torch.compiler.is_compiling()
-
-
 # The kernel ops, or None where Triton is not installed (it has no wheels for macOS or
-# Windows): import triton_layers and the reference path work without it. (Imported after
-# tracing() is defined: the kernels' doors use it.)
+# Windows): import triton_layers and the reference path work without it.
 KERNELS = None
 KERNELS_MISSING: Optional[str] = None
 try:

@@ -11,7 +11,7 @@ autograd (eager calls of a ``triton_op`` already launch without ``wrap_triton``)
 Both doors are built here from one :class:`OpDescription` per op: its arguments, its
 forward and backward launchers, what the backward needs, and each gradient by argument
 name. A new argument is added in one place, and a gradient cannot land on the wrong input.
-Whether we are being traced is decided in one place (``_checks.tracing``).
+Whether we are being traced is decided in one place (``triton_layers._tracing``).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.library import triton_op, wrap_triton
 
-from .._checks import tracing
+from .._tracing import tracing
 
 
 def direct(kernel):
