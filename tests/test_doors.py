@@ -174,3 +174,26 @@ def test_contiguous_inputs_reach_the_kernels_as_they_are(op, call, device, monke
     assert seen[-1] is x and x.grad.shape == x.shape
     call(x.transpose(1, 2))
     assert seen[-1].dim() == 2 and seen[-1].stride(-1) == 1
+
+
+def test_fast_launch_key_separates_what_triton_specializes_on():
+    """The eager door's cache of compiled kernels (``_doors._key``) must give another key
+    wherever Triton could compile another kernel: a tensor's dtype or 16-byte alignment, an
+    argument's type (1, True and 1.0 are equal in Python), a constexpr's value, the device."""
+    from triton_layers.kernels._doors import _key
+
+    t = torch.zeros(16)
+    base = _key(0, (t, 1, 2.0), {"BLOCK": 64})
+    assert base == _key(0, (torch.ones(16), 1, 2.0), {"BLOCK": 64})  # same specialization
+    differing = [
+        _key(0, (t.half(), 1, 2.0), {"BLOCK": 64}),  # dtype
+        _key(0, (t[1:], 1, 2.0), {"BLOCK": 64}),  # 4-byte offset: not 16-byte aligned
+        _key(0, (t, True, 2.0), {"BLOCK": 64}),  # bool, equal to 1
+        _key(0, (t, 1.0, 2.0), {"BLOCK": 64}),  # float, equal to 1
+        _key(0, (t, 16, 2.0), {"BLOCK": 64}),  # another int value
+        _key(0, (t, 1, 2.0), {"BLOCK": 128}),  # constexpr
+        _key(0, (t, 1, 2.0), {"SIZE": 64}),  # constexpr name
+        _key(1, (t, 1, 2.0), {"BLOCK": 64}),  # device
+    ]
+    assert all(k != base for k in differing)
+    assert len(set(differing)) == len(differing)
