@@ -337,9 +337,9 @@ class Op:
             call = self._apply
         else:
             call = self._no_grad  # inference: no autograd node, nothing saved
-        device = args[0].device
-        if device.type == "cuda" and device.index != _current_device():
-            with torch.cuda.device(device):
+        x = args[0]
+        if x.is_cuda and x.get_device() != _current_device():  # (no torch.device built: host time)
+            with torch.cuda.device(x.device):
                 return call(*args)
         return call(*args)
 
