@@ -120,9 +120,8 @@ def _norm(
         check_tensor(weight, "weight")
     if bias is not None:
         check_tensor(bias, "bias")
+    check_same_device(x=x, weight=weight, bias=bias)
     device = x.device
-    if (weight is not None and weight.device != device) or (bias is not None and bias.device != device):
-        check_same_device(x=x, weight=weight, bias=bias)  # raises, naming them
     if residual is not None:
         check_tensor(residual, "residual")
         if residual.shape != x.shape or residual.device != device:
@@ -229,8 +228,7 @@ def weighted_sum(
     check_tensor(weight, "weight")
     if bias is not None:
         check_tensor(bias, "bias")
-    if weight.device != x.device or (bias is not None and bias.device != x.device):
-        check_same_device(x=x, weight=weight, bias=bias)  # raises, naming them
+    check_same_device(x=x, weight=weight, bias=bias)
     if x.dim() < 1:
         raise ValueError("x must have at least one dim (the one summed over), got a 0-dim tensor")
     n_cols = x.shape[-1]

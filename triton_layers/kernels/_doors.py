@@ -58,8 +58,8 @@ class _FastLaunch:
     every argument in Python on each call: measured on an H100 host (Triton 3.6), 21 us per
     launch against 7 us through the compiled kernel's launcher. The first call with a given
     specialization key (:func:`_key`) goes through Triton, which compiles or finds the
-    kernel; later calls launch that compiled kernel directly, as ``JITFunction.run`` does. Launch hooks (profilers
-    such as proton) send every call through Triton.
+    kernel; later calls launch that compiled kernel directly, as ``JITFunction.run`` does.
+    Launch hooks (profilers such as proton) send every call through Triton.
     """
 
     def __init__(self, kernel):

@@ -241,7 +241,7 @@ def _forward(
     2-D with last stride 1), ``mask`` bool of the same shape and layout or None, ``k`` one value per row (1-D) or None to use ``k_value``. stats
     (rows, 2, n_iters) fp32 holds a_t and L_t; eps_schedule (n_iters + 1,) fp32 holds e_0..e_T."""
     cfg = _launch.current().coor_descent
-    y = torch.empty_like(s, memory_format=torch.contiguous_format)  # (a third of torch.empty's host time)
+    y = _launch.new_output(s)
     s, y2 = _launch.matrix(s), _launch.matrix(y)
     mask = None if mask is None else _launch.matrix(mask)
     n_rows, n_cols = s.shape
@@ -264,7 +264,7 @@ def _backward(
 ) -> dict:
     """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
     compute_dk = needs["k"]
-    ds = torch.empty_like(s, memory_format=torch.contiguous_format)
+    ds = _launch.new_output(s)
     dy, s, ds2 = _launch.matrix(grads[0]), _launch.matrix(s), _launch.matrix(ds)
     mask = None if mask is None else _launch.matrix(mask)
     if dy.stride(-1) != 1:

@@ -237,15 +237,12 @@ def _forward(
 ) -> tuple[Tensor, ...]:
     """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top)."""
     cfg = _launch.current().layer_norm
-    # (empty_like: a third of torch.empty's host time for the same tensor)
-    y = torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format)
-    h = None if residual is None else torch.empty_like(x, dtype=residual_dtype, memory_format=torch.contiguous_format)
+    y = _launch.new_output(x, out_dtype)
+    h = None if residual is None else _launch.new_output(x, residual_dtype)
     shaped = (y,) if h is None else (y, h)  # the outputs in x's shape; the kernel sees matrices
-    if x.dim() != 2:
-        x, y = _launch.matrix(x), _launch.matrix(y)
-        h = None if h is None else _launch.matrix(h)
-    if residual is not None:
-        residual = _launch.matrix(residual)
+    x, y = _launch.matrix(x), _launch.matrix(y)
+    h = None if h is None else _launch.matrix(h)
+    residual = None if residual is None else _launch.matrix(residual)
     n_rows, n_cols = x.shape
     stats = x.new_empty(((1 if rms else 2) + int(stable), n_rows), dtype=torch.float32)
     max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
@@ -274,9 +271,8 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
     if dy is None:  # only h has consumers
         dy = torch.zeros_like(z)
     z_nd = z
-    if z.dim() != 2:
-        z, dy = _launch.matrix(z), _launch.matrix(dy)
-        dh = None if dh is None else _launch.matrix(dh)
+    z, dy = _launch.matrix(z), _launch.matrix(dy)
+    dh = None if dh is None else _launch.matrix(dh)
     if dy.stride(-1) != 1:
         dy = dy.contiguous()
     if dh is not None and dh.stride(-1) != 1:
@@ -291,10 +287,9 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
                  CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
     # dx, dr in the inputs' shape (contiguous: row stride n_cols), launched as matrices.
-    contiguous = torch.contiguous_format
-    dx_out = (torch.empty_like(z_nd, dtype=x_dtype if need_x else r_dtype, memory_format=contiguous) if compute_dx
-              else z.new_empty((0, n_cols), dtype=x_dtype if need_x else r_dtype))
-    dr_out = torch.empty_like(z_nd, dtype=r_dtype, memory_format=contiguous) if store_dr else None
+    dx_dtype = x_dtype if need_x else r_dtype
+    dx_out = _launch.new_output(z_nd, dx_dtype) if compute_dx else z.new_empty((0, n_cols), dtype=dx_dtype)
+    dr_out = _launch.new_output(z_nd, r_dtype) if store_dr else None
     dx, dr = _launch.matrix(dx_out), None if dr_out is None else _launch.matrix(dr_out)
     strides = (dy.stride(0), 0 if dh is None else dh.stride(0), z.stride(0), dx.stride(0),
                0 if dr is None else dr.stride(0))
@@ -367,8 +362,8 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
             saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS,
                    ("x_dtype", torch.dtype), ("r_dtype", torch.dtype)),
             save=lambda inputs, results, needs: (
-                results.h, inputs.weight, results.stats, inputs.rms, inputs.stable, inputs.unit_offset, inputs.cast_before_weight,
-                inputs.x.dtype, inputs.residual.dtype),
+                results.h, inputs.weight, results.stats, inputs.rms, inputs.stable, inputs.unit_offset,
+                inputs.cast_before_weight, inputs.x.dtype, inputs.residual.dtype),
             backward=_backward,
             differentiable=("x", "residual", "weight", "bias"),
             shared_grads=(("residual", "x"),),
@@ -381,7 +376,8 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         forward=lambda launch, x, *args: _forward(launch, x, None, *args, None),
         saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS),
         save=lambda inputs, results, needs: (
-            inputs.x, inputs.weight, results.stats, inputs.rms, inputs.stable, inputs.unit_offset, inputs.cast_before_weight),
+            inputs.x, inputs.weight, results.stats, inputs.rms, inputs.stable, inputs.unit_offset,
+            inputs.cast_before_weight),
         backward=lambda launch, grads, needs, z, *saved: _backward(launch, grads, needs, z, *saved, z.dtype, None),
         differentiable=("x", "weight", "bias"),
     )

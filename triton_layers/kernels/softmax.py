@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -187,8 +186,8 @@ def _forward(
     """``(y,)`` for ``x`` (..., Nk) whose rows are a matrix (contiguous, or 2-D with last stride 1). ``key_padding_mask`` is bool (B, Nk), True =
     padding; row ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the number of queries
     per score matrix (rows ``r % n_q``), used when ``causal``."""
-    y = torch.empty_like(x, memory_format=torch.contiguous_format)  # (a third of torch.empty's host time)
-    x, y2 = (x, y) if x.dim() == 2 else (_launch.matrix(x), _launch.matrix(y))
+    y = _launch.new_output(x)
+    x, y2 = _launch.matrix(x), _launch.matrix(y)
     n_rows, n_cols = x.shape
     pad_mask = _doors.mask_bytes(key_padding_mask, launch)
     block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax)
@@ -205,10 +204,8 @@ def _forward(
 def _backward(launch: Callable, grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool,
               scale: float) -> dict:
     """``dx`` from the saved output ``y`` and ``dy``."""
-    dx = torch.empty_like(y, memory_format=torch.contiguous_format)
-    dy, dx2 = grads[0], dx
-    if y.dim() != 2:
-        dy, y, dx2 = _launch.matrix(dy), _launch.matrix(y), _launch.matrix(dx)
+    dx = _launch.new_output(y)
+    dy, y, dx2 = _launch.matrix(grads[0]), _launch.matrix(y), _launch.matrix(dx)
     if dy.stride(-1) != 1:
         dy = dy.contiguous()
     n_rows, n_cols = y.shape

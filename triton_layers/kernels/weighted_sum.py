@@ -126,8 +126,7 @@ def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple
     shape x.shape[:-1] (contiguous) in x's dtype."""
     cfg = _launch.current().weighted_sum
     y = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)
-    if x.dim() != 2:
-        x = _launch.matrix(x)
+    x = _launch.matrix(x)
     n_rows, n_cols = x.shape
     aligned = _launch.rows_aligned(x, n_cols)
     block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), cfg, aligned)
