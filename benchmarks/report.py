@@ -96,9 +96,10 @@ def csv_name(op: str) -> str:
 
 def load(results_dir: str) -> dict[str, list[dict]]:
     """op -> rows for each op whose CSV is present in the folder: ``<op>.csv``, or its rows in a
-    GROUPED CSV (norms.csv); and ``train_step.csv``, ``llama_step.csv``."""
+    GROUPED CSV (norms.csv); and ``train_step.csv``, ``llama_step.csv``, ``host.csv``, ``host_caller.csv``
+    (bench_host: the host cost of one eager call)."""
     found, read = {}, {}
-    for op in OPS + ("train_step", "llama_step"):
+    for op in OPS + ("train_step", "llama_step", "host", "host_caller"):
         path = os.path.join(results_dir, f"{csv_name(op)}.csv")
         if path not in read and os.path.exists(path):
             read[path] = read_csv(path)
@@ -333,6 +334,43 @@ def llama_table(rows: list[dict]) -> list[str]:
                       "LigerRMSNorm", "hf / this", swapped=True)
 
 
+HOST_NOTE = ("Host time of one eager call at a tiny shape, where the GPU work is negligible "
+             "(`python -m benchmarks.bench_host`: median of 7 interleaved rounds of 300 calls, min-max in "
+             "parentheses), ours against torch's own op (`F.layer_norm`, `torch.softmax`, scale + `masked_fill` + "
+             "softmax, `x @ w`, colt5-attention's Triton `coor_descent`); the CUDA-graph columns are the GPU time "
+             "of the same call replayed from a graph (colt5's `coor_descent` copies from the host and cannot be "
+             "captured: its column is the profiler's kernel time). \"backward on the caller\": the same run with "
+             "`--backward-on-caller` (`torch.autograd.set_multithreading_enabled(False)` for both sides), which "
+             "removes the hand-off of the backward to autograd's device thread.")
+
+
+def host_table(rows: list[dict], caller: Optional[list[dict]] = None) -> list[str]:
+    """host.csv as one row per (op, call): ours and torch's host time, their ratio, the CUDA-graph
+    GPU time of each, and, from host_caller.csv when present, the ratio with backward on the caller."""
+    def pick(table, op, mode, impl):
+        return next((r for r in table or [] if r["op"] == op and r["mode"] == mode and r["impl"] == impl), None)
+
+    def host(r):
+        return f"{r['host_us']:.0f} us ({r['host_us_min']:.0f}-{r['host_us_max']:.0f})" if r else ""
+
+    def graph(r):
+        return f"{r['graph_us']:.1f} us" if r and finite(r.get("graph_us")) else DASH
+
+    lines = [HOST_NOTE, "",
+             "| op | call | ours (host) | torch (host) | ours / torch | ours / torch, backward on the caller "
+             "| ours (CUDA graph) | torch (CUDA graph) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for op, mode in dict.fromkeys((r["op"], r["mode"]) for r in rows):
+        ours, theirs = pick(rows, op, mode, OURS), pick(rows, op, mode, "torch")
+        ratio = f"{ours['host_us'] / theirs['host_us']:.2f}x" if ours and theirs else ""
+        c_ours, c_theirs = pick(caller, op, mode, OURS), pick(caller, op, mode, "torch")
+        c_ratio = (f"{c_ours['host_us']:.0f} / {c_theirs['host_us']:.0f} us = "
+                   f"{c_ours['host_us'] / c_theirs['host_us']:.2f}x" if c_ours and c_theirs else DASH)
+        lines.append(f"| {op} | {mode} | {host(ours)} | {host(theirs)} | {ratio} | {c_ratio} | "
+                     f"{graph(ours)} | {graph(theirs)} |")
+    return lines + [""]
+
+
 def below(data: dict[str, list[dict]]) -> list[str]:
     """Two tables: our rows slower than the fastest peer of their variant, then the rest of our
     rows under their % of copy target (TARGETS, else TARGET_PCT; coor_descent is not
@@ -451,6 +489,8 @@ def render(results_dir: str, out_dir: str) -> str:
         lines += ["### Training step (forward + backward + AdamW) of a Hugging Face Llama, converted "
                   "(benchmarks/bench_llama_step.py)", ""]
         lines += llama_table(data["llama_step"])
+    if "host" in data:
+        lines += ["### Host cost of one eager call", ""] + host_table(data["host"], data.get("host_caller"))
     target = "the copy target" if any(op in data for op, _ in TARGETS) else f"{TARGET_PCT:.0f}% of copy"
     lines += [f"### Where we are below a peer or below {target}", ""] + below(data)
     return "\n".join(lines).rstrip() + "\n"

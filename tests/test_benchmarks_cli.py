@@ -171,6 +171,20 @@ def test_report_lists_exactly_the_rows_below_a_peer_or_90_percent(tmp_path):
     assert "| cudagraphs | torch | failed |" in text and "| cudagraphs | triton_layers | 5.0 ms (4.9-5.1) | 6,400 |  |" in text
 
 
+def test_report_host_table_from_host_csvs(tmp_path):
+    """host.csv renders one row per (op, call): both host times, their ratio, the ratio with
+    backward on the caller from host_caller.csv, and each side's CUDA-graph time ('—' if none)."""
+    header = "op,mode,impl,host_us,host_us_min,host_us_max,graph_us\n"
+    (tmp_path / "host.csv").write_text(header + "ln 8x256,fwd,triton_layers,40,38,45,6.5\n"
+                                       "ln 8x256,fwd,torch,10,9,12,6.0\n"
+                                       "cd 4x1024,fwd,triton_layers,50,48,52,15\ncd 4x1024,fwd,torch,200,190,210,nan\n")
+    (tmp_path / "host_caller.csv").write_text(header + "ln 8x256,fwd,triton_layers,30,29,31,6.5\n"
+                                              "ln 8x256,fwd,torch,12,11,13,6.0\n")
+    text = report.render(str(tmp_path), str(tmp_path))
+    assert "| ln 8x256 | fwd | 40 us (38-45) | 10 us (9-12) | 4.00x | 30 / 12 us = 2.50x | 6.5 us | 6.0 us |" in text
+    assert "| cd 4x1024 | fwd | 50 us (48-52) | 200 us (190-210) | 0.25x | — | 15.0 us | — |" in text
+
+
 def test_step_ratio_tie():
     ours = dict(step_ms=10.0, step_ms_min=9.0, step_ms_max=11.0)
     assert report.ratio_text(*report.step_ratio(dict(step_ms=20.0, step_ms_min=19.0, step_ms_max=21.0), ours)) == \
