@@ -573,3 +573,12 @@ def test_bench_host_dry_run(monkeypatch, capsys):
     assert all(r["graph_us"] == 50.0 for r in rows)  # _dry_run's CUDA-graph time
     bench_host.print_table(rows)
     assert "coor_descent 4x1024, 20 iters" in capsys.readouterr().out
+
+
+def test_cast_kernels_counts_only_pure_casts():
+    """cast_kernels' pattern: Inductor's cast-only kernels, not kernels that fuse a cast into other work."""
+    from benchmarks import cast_kernels
+    pure = ["triton_poi_fused__to_copy_0", "triton_poi_fused__to_copy_view_4", "triton_poi_fused__to_copy"]
+    fused = ["triton_poi_fused__to_copy_add_mul_3", "triton_poi_fused__to_copy_t_1", "triton_red_fused__to_copy_sum_2"]
+    assert all(cast_kernels.CAST.fullmatch(name) for name in pure)
+    assert not any(cast_kernels.CAST.fullmatch(name) for name in fused)
