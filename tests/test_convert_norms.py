@@ -169,3 +169,52 @@ def test_llama_rounds_before_the_weight():
     assert (got == want).float().mean().item() >= 0.99
     no_cast = hf.weight * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
     assert (no_cast == want).float().mean().item() < 0.9
+
+
+def test_converted_norms_leave_traced_calls_to_inductor(monkeypatch):
+    """convert marks its layers torch_ops_when_compiled: a traced call without a residual takes
+    torch ops (Inductor then fuses the model's residual add and casts into its norm kernel),
+    eager calls and calls with a residual keep the kernels' path, and use_triton=True keeps
+    the kernels when traced too. Layers built directly are not marked."""
+    from triton_layers.layers import _compiled
+
+    llama_norm = getattr(transformers.models.llama.modeling_llama, "LlamaRMSNorm")
+    model = triton_layers.convert(nn.Sequential(nn.LayerNorm(8), nn.RMSNorm(8), llama_norm(8)))
+    forced = triton_layers.convert(nn.Sequential(nn.RMSNorm(8)), use_triton=True)
+    assert all(m.torch_ops_when_compiled for m in [*model, *forced])
+    assert "torch_ops_when_compiled=True" in repr(model[0]) and "torch_ops_when_compiled=True" in repr(model[2])
+    direct = [triton_layers.TritonLayerNorm(8), TritonRMSNorm(8)]
+    assert not any(m.torch_ops_when_compiled for m in direct)
+    residual = torch.randn(2, 8)
+    monkeypatch.setattr(_compiled, "tracing", lambda: True)
+    assert [_compiled.use_triton_for(m, None) for m in model] == [False, False, False]
+    assert [_compiled.use_triton_for(m, residual) for m in model] == [None, None, None]
+    assert _compiled.use_triton_for(forced[0], None) is True
+    assert [_compiled.use_triton_for(m, None) for m in direct] == [None, None]
+    monkeypatch.setattr(_compiled, "tracing", lambda: False)
+    assert [_compiled.use_triton_for(m, None) for m in model] == [None, None, None]
+
+
+def _custom_ops_in_compiled_graph(model: nn.Module, ids: torch.Tensor) -> int:
+    """Calls of triton_layers' custom ops in the graph torch.compile captures of ``model(ids)``."""
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(model, backend=capture)(ids)  # (graph breaks inside transformers would only add graphs)
+    torch._dynamo.reset()
+    return sum("triton_layers" in str(node.target) for gm in graphs for node in gm.graph.nodes)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels' custom ops are traced on a GPU only")
+def test_converted_llama_compiles_its_norms_as_torch_ops():
+    """A converted Llama under torch.compile: no custom op of ours in the graph (Inductor generates
+    the norms, as for the unconverted model); converted with use_triton=True, one per norm."""
+    ids = torch.randint(0, VOCAB, (2, 16), device=DEVICE)
+    model = triton_layers.convert(_model("llama", torch.bfloat16))
+    assert _custom_ops_in_compiled_graph(model, ids) == 0
+    forced = triton_layers.convert(_model("llama", torch.bfloat16), use_triton=True)
+    assert _custom_ops_in_compiled_graph(forced, ids) == 5  # 2 layers x 2 norms + the final norm

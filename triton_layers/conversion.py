@@ -75,7 +75,10 @@ def convert(model: nn.Module, *, return_summary: bool = False, **layer_kwargs: A
 
     Parameters are copied under the same names, so outputs match before and after and the
     state_dict still loads into the unconverted model. ``layer_kwargs`` (e.g. ``use_triton``)
-    go to each new layer. Other modules are left alone, norms we do not know included (a
+    go to each new layer. Under torch.compile the new layers run a call without a residual
+    as torch ops (``torch_ops_when_compiled``), so that Inductor fuses them with the model's
+    own residual adds and casts around them, which an opaque kernel would stop; eager calls
+    run the kernels. ``use_triton=True`` keeps the kernels when compiled too. Other modules are left alone, norms we do not know included (a
     warning names their classes). A module passed as ``model`` is returned converted; a
     module shared by several parents stays shared. One log line (logger ``triton_layers``,
     level INFO) says what was replaced; ``return_summary=True`` returns
@@ -89,6 +92,7 @@ def convert(model: nn.Module, *, return_summary: bool = False, **layer_kwargs: A
         if id(module) not in done:
             new = _replacement(module, hf, layer_kwargs)
             if new is not None:
+                new.torch_ops_when_compiled = True  # the model's own ops surround it (layers/_compiled.py)
                 summary.replaced[type(module).__name__] += 1
             done[id(module)] = new
         return done[id(module)]

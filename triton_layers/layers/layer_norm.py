@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as F
+from ._compiled import use_triton_for
 from ._config import check_flag, check_normalized_shape, check_number, check_use_triton
 
 
@@ -29,7 +30,13 @@ class TritonLayerNorm(nn.Module):
             or buffer at all when False.
         stable: divide each row by its max |x| (a constant for autograd) first.
         use_triton: ``None`` auto, ``True``/``False`` force the kernels / the reference.
+
+    ``torch_ops_when_compiled`` (an attribute, False here; True on the modules ``convert``
+    makes): under torch.compile, a call without a residual runs as torch ops, so that Inductor
+    fuses it with the ops around it (see ``layers/_compiled.py``).
     """
+
+    torch_ops_when_compiled: bool = False
 
     def __init__(
         self,
@@ -70,7 +77,7 @@ class TritonLayerNorm(nn.Module):
         under autocast). With a ``residual``: ``(y, h)``, ``h = x + residual`` in the residual's
         dtype and ``y`` its normalization, in one pass (``functional.layer_norm``)."""
         return F.layer_norm(
-            x, self.weight, self.bias, self.eps, self.stable, self.use_triton, self.normalized_shape,
+            x, self.weight, self.bias, self.eps, self.stable, use_triton_for(self, residual), self.normalized_shape,
             residual=residual,
         )
 
@@ -78,6 +85,7 @@ class TritonLayerNorm(nn.Module):
         return (
             f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
             f"bias={self.bias is not None}, stable={self.stable}"
+            + (", torch_ops_when_compiled=True" if self.torch_ops_when_compiled else "")
         )
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as F
+from ._compiled import use_triton_for
 from ._config import check_flag, check_normalized_shape, check_number, check_use_triton
 
 
@@ -34,9 +35,14 @@ class TritonRMSNorm(nn.Module):
     of Llama, Mistral and Qwen2 norms): round the normalized value to x's dtype before the
     product with the weight, whose result has the dtype torch gives ``weight * x``, as
     those models compute.
+
+    ``torch_ops_when_compiled`` (an attribute, False here; True on the modules ``convert``
+    makes): under torch.compile, a call without a residual runs as torch ops, so that Inductor
+    fuses it with the ops around it (see ``layers/_compiled.py``).
     """
 
     cast_before_weight: bool = False
+    torch_ops_when_compiled: bool = False
 
     def __init__(
         self,
@@ -83,13 +89,14 @@ class TritonRMSNorm(nn.Module):
         residual's dtype and ``y`` its normalization, in one pass."""
         return F._norm(
             x, self.weight, None, F.RMS_NORM_DEFAULT_EPS if self.eps is None else self.eps, residual, None, None,
-            self.use_triton, self.normalized_shape, rms=True, unit_offset=self.unit_offset,
+            use_triton_for(self, residual), self.normalized_shape, rms=True, unit_offset=self.unit_offset,
             cast_before_weight=self.cast_before_weight,
         )
 
     def extra_repr(self) -> str:
         extra = ", unit_offset=True" if self.unit_offset else ""
         extra += ", cast_before_weight=True" if self.cast_before_weight else ""
+        extra += ", torch_ops_when_compiled=True" if self.torch_ops_when_compiled else ""
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}{extra}"
 
     @classmethod
