@@ -20,10 +20,11 @@ The D-sized weight and bias are left out of the bytes. Run: python -m benchmarks
 (--quick, --dtypes, --out, --no-compile as the other benchmarks; GPU only), or as the
 ``norms`` part of ``python -m benchmarks``.
 
-``--sweep-residual-limits`` instead times only our add_rmsnorm, at each of its cases, under
-the default and the other choice of each of the residual's row limits (kernels/_launch.py:
-fwd_residual_max_fused_cols 32768 instead of 16384, bwd_residual_max_fused_cols 4096
-instead of 8192), so that one run decides them; it writes norms_residual_limits.csv.
+``--sweep-row-limits`` instead times only ours, under the default and under each other
+choice of the norms' row limits (kernels/_launch.py, ``ROW_LIMITS`` below: the rows up to
+which the backward, and the forward and backward with a residual, keep a row whole), at
+every shape of SHAPES (``--quick`` too) where that choice changes the path, so that one run
+decides them; it writes norms_row_limits.csv.
 """
 from __future__ import annotations
 
@@ -121,20 +122,42 @@ def build(key: tuple[str, torch.dtype, tuple[int, int]], device: torch.device) -
     return harness.Case(f"{m}x{d}", dtype, directions, op=op)
 
 
-# --sweep-residual-limits: name -> the residual's row limits it sets (kernels/_launch.py)
-LIMITS = {"default": {}, "res-fwd<=32768": {"fwd_residual_max_fused_cols": 32768},
-          "res-bwd<=4096": {"bwd_residual_max_fused_cols": 4096}}
+# --sweep-row-limits: name -> (the op it changes, the LayerNormLaunch knob, its value). The
+# defaults leave the slow rows of the norms tables on the split or chunked paths (BENCHMARKS.md:
+# RMSNorm backward of 16,384 columns at 52-57% of copy, the fused add forward of 32,768 at 61-63%).
+ROW_LIMITS = {
+    "bwd<=16384": ("rmsnorm", "bwd_max_fused_cols", 16384),
+    "bwd<=32768": ("rmsnorm", "bwd_max_fused_cols", 32768),
+    "res-fwd<=32768": ("add_rmsnorm", "fwd_residual_max_fused_cols", 32768),
+    "res-bwd<=4096": ("add_rmsnorm", "bwd_residual_max_fused_cols", 4096),
+    "res-bwd<=16384": ("add_rmsnorm", "bwd_residual_max_fused_cols", 16384),
+}
+DEFAULT_LIMITS = "default"
 
 
-class ResidualLimits:
-    """--sweep-residual-limits: our add_rmsnorm only, at each of its cases, under each LIMITS
-    launch setting (a bench of its own, as bench_weighted_sum's Sweep)."""
+def _changes_path(op: str, n_cols: int, name: str) -> bool:
+    """Whether ROW_LIMITS[name] sends op's rows of n_cols columns down another path than the default."""
+    limit_op, knob, value = ROW_LIMITS[name]
+    default = getattr(_launch.DEFAULT.layer_norm, knob)
+    return op == limit_op and min(default, value) < n_cols <= max(default, value)
 
-    OP = "norms_residual_limits"
+
+class RowLimits:
+    """--sweep-row-limits: ours only, at each (op, dtype, shape) of SHAPES that some ROW_LIMITS
+    choice moves to another path, under the default and under each such choice (a bench of its
+    own, as bench_weighted_sum's Sweep)."""
+
+    OP = "norms_row_limits"
 
     @staticmethod
     def cases(opts: argparse.Namespace) -> list:
-        return [(key, name) for key in cases(opts) if key[0] == "add_rmsnorm" for name in LIMITS]
+        out = []
+        for dtype in harness.dtypes(opts):
+            for op in dict.fromkeys(op for op, _, _ in ROW_LIMITS.values()):
+                for shape in SHAPES:
+                    moved = [name for name in ROW_LIMITS if _changes_path(op, shape[1], name)]
+                    out += [((op, dtype, shape), name) for name in ([DEFAULT_LIMITS] + moved if moved else [])]
+        return out
 
     @staticmethod
     def implementations(opts: argparse.Namespace) -> dict:
@@ -143,20 +166,21 @@ class ResidualLimits:
     @staticmethod
     def build(key: tuple, device: torch.device) -> harness.Case:
         case_key, name = key
-        layer_norm = dataclasses.replace(_launch.DEFAULT.layer_norm, **LIMITS[name])
+        knobs = {} if name == DEFAULT_LIMITS else {ROW_LIMITS[name][1]: ROW_LIMITS[name][2]}
+        layer_norm = dataclasses.replace(_launch.DEFAULT.layer_norm, **knobs)
         config = dataclasses.replace(_launch.DEFAULT, layer_norm=layer_norm)
         return harness.under_config(build(case_key, device), config, name)
 
 
-SWEEP_FLAG = "--sweep-residual-limits"
+SWEEP_FLAG = "--sweep-row-limits"
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """This file run alone; ``--sweep-residual-limits`` (this script's own option, taken out
-    before the harness parses the rest) runs ResidualLimits instead."""
+    """This file run alone; ``--sweep-row-limits`` (this script's own option, taken out
+    before the harness parses the rest) runs RowLimits instead."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if SWEEP_FLAG in argv:
-        harness.run_alone(ResidualLimits, argv=[a for a in argv if a != SWEEP_FLAG])
+        harness.run_alone(RowLimits, argv=[a for a in argv if a != SWEEP_FLAG])
     else:
         harness.run_alone(sys.modules[__name__], argv=argv)
 

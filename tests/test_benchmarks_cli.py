@@ -450,9 +450,9 @@ def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
-def test_norms_alone_and_its_residual_limits_sweep_on_cpu(tmp_path, monkeypatch, capsys):
-    """bench_norms alone: a table per op, each op's peers only; --sweep-residual-limits: our
-    add_rmsnorm under each row-limit setting (forward and backward), the default restored after."""
+def test_norms_alone_and_its_row_limits_sweep_on_cpu(tmp_path, monkeypatch, capsys):
+    """bench_norms alone: a table per op, each op's peers only; --sweep-row-limits: ours under the
+    default and each row limit, at the shapes it moves to another path only, the default restored after."""
     from benchmarks import bench_norms
     from triton_layers.kernels import _launch
 
@@ -474,21 +474,27 @@ def test_norms_alone_and_its_residual_limits_sweep_on_cpu(tmp_path, monkeypatch,
         nbytes = {("rmsnorm", "fwd"): 2, ("rmsnorm", "bwd"): 3}.get((r["op"], r["direction"]), 4) * 3 * 40 * 4
         assert r["gbps"] == pytest.approx(nbytes / 50.0 / 1e3), (r["op"], r["direction"])
 
-    seen = []  # the residual's row limits (fwd, bwd) that each forward of ours ran under
-    ours = bench_norms.OURS_BY_OP["add_rmsnorm"]
+    seen = []  # (op, the row limits) that each call of ours ran under
+    for op in ("rmsnorm", "add_rmsnorm"):
+        def recording(*args, op=op, ours=bench_norms.OURS_BY_OP[op]):
+            limits = _launch.current().layer_norm
+            seen.append((op, limits.bwd_max_fused_cols, limits.fwd_residual_max_fused_cols))
+            return ours(*args)
 
-    def recording(x, r, w):
-        limits = _launch.current().layer_norm
-        seen.append((limits.fwd_residual_max_fused_cols, limits.bwd_residual_max_fused_cols))
-        return ours(x, r, w)
-
-    monkeypatch.setitem(bench_norms.OURS_BY_OP, "add_rmsnorm", recording)
-    bench_norms.main(["--sweep-residual-limits"] + options)
-    rows = report.read_csv(str(tmp_path / "norms_residual_limits.csv"))
-    assert [(r["shape"], r["direction"], r["impl"]) for r in rows] == [
-        (f"3x40 {name}", direction, "triton_layers") for name in bench_norms.LIMITS for direction in ("fwd", "bwd")]
+        monkeypatch.setitem(bench_norms.OURS_BY_OP, op, recording)
+    # limits that move rows of 40 columns (not of 8) to the other path, at full shapes even with --quick
+    monkeypatch.setattr(bench_norms, "SHAPES", [(3, 8), (3, 40)])
+    monkeypatch.setattr(bench_norms, "ROW_LIMITS", {"bwd<=32": ("rmsnorm", "bwd_max_fused_cols", 32),
+                                                    "res-fwd<=32": ("add_rmsnorm", "fwd_residual_max_fused_cols", 32)})
+    bench_norms.main(["--sweep-row-limits"] + options)
+    rows = report.read_csv(str(tmp_path / "norms_row_limits.csv"))
+    assert [(r["op"], r["shape"], r["direction"], r["impl"]) for r in rows] == [
+        (op, f"3x40 {name}", direction, "triton_layers")
+        for op, names in (("rmsnorm", ("default", "bwd<=32")), ("add_rmsnorm", ("default", "res-fwd<=32")))
+        for name in names for direction in ("fwd", "bwd")]
     assert all(math.isfinite(r["us"]) for r in rows)
-    assert set(seen) == {(16384, 8192), (32768, 8192), (16384, 4096)}
+    assert set(seen) == {("rmsnorm", 8192, 16384), ("rmsnorm", 32, 16384),
+                         ("add_rmsnorm", 8192, 16384), ("add_rmsnorm", 8192, 32)}
     assert _launch.current() is _launch.DEFAULT
 
 
