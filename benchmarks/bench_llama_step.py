@@ -10,7 +10,11 @@ model with the same state_dict, on the same batch:
 - ``hf``: the model as transformers builds it;
 - ``triton_layers``: the same after ``triton_layers.convert(model)``. The number of modules it
   replaced is printed and is the ``swapped`` column: a convert() that swaps only nn.LayerNorm
-  replaces none in a Llama, and then this row times the same model as ``hf``;
+  replaces none in a Llama, and then this row times the same model as ``hf``. Compiled, the
+  converted norms run as torch ops for Inductor to fuse (``torch_ops_when_compiled``);
+- ``triton_layers-kernels`` (compiled modes only; eager it is ``triton_layers``):
+  ``convert(model, use_triton=True)``, our kernels kept under compile, so that one run shows
+  what handing the norms to Inductor is worth;
 - ``liger``: every LlamaRMSNorm swapped for ``liger_kernel.transformers.LigerRMSNorm`` (the
   peer; only where liger_kernel imports). Swapped per module rather than through
   ``apply_liger_kernel_to_llama``, which also patches transformers' LlamaRMSNorm class for every
@@ -26,8 +30,8 @@ Reference point (issue 16: one H100, torch 2.11, transformers 5.17, this config)
 eager (GPU busy 94%, 1,181 kernels per step), 24.2 ms compiled; with LigerRMSNorm 34.75 ms
 eager, 25.7 ms compiled.
 
-Needs transformers. Time on one H100, estimated: 3-4 minutes, nearly all of it compiling the
-three compiled variants (the hf and triton_layers graphs are the same while convert() swaps
+Needs transformers. Time on one H100, estimated: 3-4 minutes (about 90 s on 2026-11-23 with a
+warm cache, plus ~30 s for the kernels variant), nearly all of it compiling the compiled variants (the hf and triton_layers graphs are the same while convert() swaps
 nothing, so the second one hits Inductor's cache); about 2 minutes more with cudagraphs.
 ``--quick``: a tiny config (seconds; the CPU dry run of the tests uses it).
 Run: python -m benchmarks.bench_llama_step [--quick] [--no-compile] [--llama-modes eager,compile,cudagraphs] [--out DIR]
@@ -50,6 +54,8 @@ OP = "llama_step"
 OURS = "triton_layers"
 DEFAULT_MODES = ("eager", "compile")
 USE_TRITON = None  # convert()'s use_triton for our layers: auto, the kernels on CUDA
+KERNELS = f"{OURS}-kernels"  # convert(use_triton=KERNELS_USE_TRITON): our kernels under compile too
+KERNELS_USE_TRITON = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +131,9 @@ def impls() -> list[str]:
 
 
 def variants(opts: argparse.Namespace) -> list[tuple[str, str]]:
-    """The (mode, impl) pairs, in the order each round runs them."""
-    return [(mode, impl) for mode in modes(opts) for impl in impls()]
+    """The (mode, impl) pairs, in the order each round runs them; KERNELS in compiled modes only."""
+    return [(mode, impl) for mode in modes(opts)
+            for impl in impls() + ([KERNELS] if mode != "eager" else [])]
 
 
 def cases(opts: argparse.Namespace) -> list[tuple[str, str, str]]:
@@ -189,13 +196,13 @@ def ours_in(model: nn.Module) -> int:
     return sum(type(m).__module__.split(".")[0] == "triton_layers" for m in model.modules())
 
 
-def convert_ours(model: nn.Module) -> int:
-    """``triton_layers.convert(model)`` in place; the number of modules it replaced, said on stdout
-    with the norms it left (a Llama's are LlamaRMSNorm)."""
+def convert_ours(model: nn.Module, use_triton: Optional[bool] = None) -> int:
+    """``triton_layers.convert(model, use_triton=use_triton)`` in place; the number of modules it
+    replaced, said on stdout with the norms it left (a Llama's are LlamaRMSNorm)."""
     import triton_layers
 
     before = ours_in(model)
-    triton_layers.convert(model, use_triton=USE_TRITON)
+    triton_layers.convert(model, use_triton=use_triton)
     count = ours_in(model) - before
     left = sum(type(m).__name__.endswith("RMSNorm") and type(m).__module__.startswith("transformers")
                for m in model.modules())
@@ -223,7 +230,9 @@ def setup(name: str, swapped: dict[str, int]) -> train_loop.Setup:
         built = build_llama(size, device, dtype)
         built.load_state_dict(state)
         if impl == OURS:
-            swapped[impl] = convert_ours(built)
+            swapped[impl] = convert_ours(built, USE_TRITON)
+        elif impl == KERNELS:
+            swapped[impl] = convert_ours(built, KERNELS_USE_TRITON)
         elif impl == "liger":
             swapped[impl] = swap_modules(built, LlamaRMSNorm, to_liger)
         else:

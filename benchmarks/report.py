@@ -328,10 +328,14 @@ def train_table(rows: list[dict]) -> list[str]:
 def llama_table(rows: list[dict]) -> list[str]:
     """The Hugging Face Llama's training steps (llama_step.csv): hf's step over each impl's per mode,
     and how many modules each impl swapped in."""
+    if any(r["impl"] == "triton_layers-kernels" for r in rows):
+        ours = ("triton_layers: after `triton_layers.convert()` (compiled: the norms left to Inductor), "
+                "triton_layers-kernels: `convert(model, use_triton=True)`, our kernels kept under compile")
+    else:  # a run from before the converted norms left compiled calls to Inductor
+        ours = "triton_layers: after `triton_layers.convert()` (our kernels in every mode)"
     return step_table(rows, "hf", "B batch, T sequence length, d width, L layers, h heads, kv key-value heads, "
                       "ffn intermediate size, V vocabulary, weight dtype; hf: the model as transformers builds "
-                      "it, triton_layers: after `triton_layers.convert()`, liger: its RMSNorms swapped for "
-                      "LigerRMSNorm", "hf / this", swapped=True)
+                      f"it, {ours}, liger: its RMSNorms swapped for LigerRMSNorm", "hf / this", swapped=True)
 
 
 HOST_NOTE = ("Host time of one eager call at a tiny shape, where the GPU work is negligible "

@@ -520,6 +520,7 @@ def test_llama_step_dry_run_on_cpu(tmp_path, monkeypatch, capsys):
 
     measured = _dry_run(monkeypatch)
     monkeypatch.setattr(bench_llama_step, "USE_TRITON", False)  # our layers' kernels: their own tests
+    monkeypatch.setattr(bench_llama_step, "KERNELS_USE_TRITON", False)
     monkeypatch.setattr(bench_llama_step, "liger_rms_norm", lambda: StandInLigerRMSNorm)
     assert run_all.main(["--quick", "--no-plots", "--out", str(tmp_path), "--ops", "llama_step"]) == 0
     assert measured == ["llama_step tiny"]  # the loop bench_train_step uses
@@ -527,7 +528,8 @@ def test_llama_step_dry_run_on_cpu(tmp_path, monkeypatch, capsys):
     rows = report.read_csv(str(tmp_path / "llama_step.csv"))
     assert list(rows[0])[:3] == TRAIN_COLUMNS[:3] and set(TRAIN_COLUMNS) <= set(rows[0])
     assert [(r["mode"], r["impl"]) for r in rows] == [
-        (mode, impl) for mode in ("eager", "compile") for impl in ("hf", "triton_layers", "liger")]
+        ("eager", "hf"), ("eager", "triton_layers"), ("eager", "liger"),
+        ("compile", "hf"), ("compile", "triton_layers"), ("compile", "liger"), ("compile", "triton_layers-kernels")]
     assert {r["config"] for r in rows} == {"B2 T32 d64 L2 h4 kv2 ffn176 V512 float32"}
     assert all(r["rounds"] == 2 and r["step_ms_min"] <= r["step_ms"] <= r["step_ms_max"] for r in rows)
     assert all(r["tokens_per_s"] == pytest.approx(64 / (r["step_ms"] / 1e3)) for r in rows)
@@ -535,11 +537,13 @@ def test_llama_step_dry_run_on_cpu(tmp_path, monkeypatch, capsys):
     # hf swaps nothing, Liger all 2 * layers + 1 RMSNorms; convert() what it knows (none before the norms)
     swapped = {r["impl"]: r["swapped"] for r in rows}
     assert swapped["hf"] == 0 and swapped["liger"] == 5 and 0 <= swapped["triton_layers"] <= 5
+    assert swapped["triton_layers-kernels"] == swapped["triton_layers"]
     # one state_dict and one batch: every variant starts from the same loss
     assert all(r["loss"] == pytest.approx(rows[0]["loss"], rel=1e-5) for r in rows)
     summary = open(tmp_path / "summary.md").read()
     assert "of a Hugging Face Llama" in summary and "| mode | impl | step | tokens/s | hf / this |" in summary
     assert "| compile | liger |" in summary and "| hf / this |" in summary
+    assert "our kernels kept under compile" in summary and "| compile | triton_layers-kernels |" in summary
 
 
 def test_llama_step_options_and_missing_transformers(monkeypatch, capsys):
