@@ -12,6 +12,10 @@ out of the way.
     python -m benchmarks.bench_host --out DIR --profile  # + host_profile.txt (cProfile of ours)
     python -m benchmarks.bench_host --out DIR --backward-on-caller  # host_caller.csv
 
+Three calls per op: ``fwd`` (inputs that need gradients: the autograd node is built),
+``fwd+bwd``, and ``fwd no_grad`` (under ``torch.no_grad()``: serving, where our ops skip the
+autograd node altogether).
+
 ``--backward-on-caller`` runs every backward on the calling thread
 (``torch.autograd.set_multithreading_enabled(False)``), for ours and torch's alike: autograd
 hands a CUDA graph's backward to its device's worker thread, and a Python autograd.Function
@@ -37,6 +41,7 @@ from triton_layers import functional as F
 CALLS = 300
 ROUNDS = 7
 WARMUP = 30  # calls before timing: compiles, caches
+MODES = ("fwd", "fwd+bwd", "fwd no_grad")
 
 
 def _cases(dev) -> dict[str, tuple[list, Callable, Callable]]:
@@ -66,9 +71,15 @@ def _cases(dev) -> dict[str, tuple[list, Callable, Callable]]:
     return cases
 
 
-def _step(fn, leaves, backward: bool) -> Callable[[], None]:
-    if not backward:
+def _step(fn, leaves, mode: str) -> Callable[[], None]:
+    """One call of ``fn`` as ``mode`` (one of MODES) times it."""
+    if mode == "fwd":
         return lambda: fn(*leaves)
+    if mode == "fwd no_grad":
+        def serve():
+            with torch.no_grad():
+                return fn(*leaves)
+        return serve
     dy = torch.randn_like(fn(*leaves))
     return lambda: torch.autograd.grad(fn(*leaves), leaves, dy)
 
@@ -87,8 +98,8 @@ def host_us(step: Callable[[], None], calls: Optional[int] = None) -> float:
 def measure(dev) -> list[dict]:
     rows = []
     for op, (leaves, ours, theirs) in _cases(dev).items():
-        for backward in (False, True):
-            steps = {"triton_layers": _step(ours, leaves, backward), "torch": _step(theirs, leaves, backward)}
+        for mode in MODES:
+            steps = {"triton_layers": _step(ours, leaves, mode), "torch": _step(theirs, leaves, mode)}
             for step in steps.values():
                 host_us(step, WARMUP)
             times = {impl: [] for impl in steps}
@@ -97,7 +108,7 @@ def measure(dev) -> list[dict]:
                     times[impl].append(host_us(step))
             for impl, step in steps.items():
                 t = times[impl]
-                rows.append(dict(op=op, mode="fwd+bwd" if backward else "fwd", impl=impl,
+                rows.append(dict(op=op, mode=mode, impl=impl,
                                  host_us=round(statistics.median(t), 1), host_us_min=round(min(t), 1),
                                  host_us_max=round(max(t), 1),
                                  graph_us=round(harness.gpu_time_us(lambda step=step: step)[0], 2)))
@@ -108,7 +119,7 @@ def profile(dev, out: str) -> None:
     """cProfile of our fwd+bwd calls, op by op: where the host time goes."""
     buf = io.StringIO()
     for op, (leaves, ours, _) in _cases(dev).items():
-        step = _step(ours, leaves, True)
+        step = _step(ours, leaves, "fwd+bwd")
         host_us(step, WARMUP)
         prof = cProfile.Profile()
         prof.enable()
@@ -124,12 +135,12 @@ def print_table(rows: list[dict]) -> None:
     print(f"host time per eager call (median of {ROUNDS} interleaved rounds of {CALLS} calls, [min-max]); "
           f"graph: the GPU time of the same call (CUDA-graph replay, or the profiler's kernel time)")
     by = {(r["op"], r["mode"], r["impl"]): r for r in rows}
-    print(f"{'op':34} {'mode':8} {'ours us':>18} {'torch us':>18} {'ratio':>6} {'graph ours':>10} {'graph torch':>11}")
+    print(f"{'op':34} {'mode':11} {'ours us':>18} {'torch us':>18} {'ratio':>6} {'graph ours':>10} {'graph torch':>11}")
     for (op, mode, impl), r in by.items():
         if impl != "triton_layers":
             continue
         t = by[(op, mode, "torch")]
-        print(f"{op:34} {mode:8} {r['host_us']:7.1f} [{r['host_us_min']:.0f}-{r['host_us_max']:.0f}]"
+        print(f"{op:34} {mode:11} {r['host_us']:7.1f} [{r['host_us_min']:.0f}-{r['host_us_max']:.0f}]"
               f"{t['host_us']:9.1f} [{t['host_us_min']:.0f}-{t['host_us_max']:.0f}] {r['host_us'] / t['host_us']:6.2f}"
               f" {r['graph_us']:10.2f} {t['graph_us']:11.2f}")
 

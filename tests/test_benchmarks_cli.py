@@ -577,7 +577,8 @@ def test_bench_host_dry_run(monkeypatch, capsys):
     monkeypatch.setattr(bench_host, "WARMUP", 1)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
     rows = bench_host.measure(torch.device("cpu"))
-    assert len(rows) == 5 * 2 * 2  # ops x (fwd, fwd+bwd) x (ours, torch's)
+    assert len(rows) == 5 * 3 * 2  # ops x (fwd, fwd+bwd, fwd no_grad) x (ours, torch's)
+    assert [r["mode"] for r in rows[:6]] == ["fwd", "fwd", "fwd+bwd", "fwd+bwd", "fwd no_grad", "fwd no_grad"]
     assert {r["impl"] for r in rows} == {"triton_layers", "torch"}
     assert all(r["host_us_min"] <= r["host_us"] <= r["host_us_max"] for r in rows)
     assert all(r["graph_us"] == 50.0 for r in rows)  # _dry_run's CUDA-graph time
