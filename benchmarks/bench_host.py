@@ -108,7 +108,7 @@ def measure(dev) -> list[dict]:
                     times[impl].append(host_us(step))
             for impl, step in steps.items():
                 t = times[impl]
-                rows.append(dict(op=op, mode=mode, impl=impl,
+                rows.append(dict(op=op, mode=mode, impl=impl, rounds=ROUNDS, calls=CALLS,
                                  host_us=round(statistics.median(t), 1), host_us_min=round(min(t), 1),
                                  host_us_max=round(max(t), 1),
                                  graph_us=round(harness.gpu_time_us(lambda step=step: step)[0], 2)))

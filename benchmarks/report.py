@@ -339,7 +339,7 @@ def llama_table(rows: list[dict]) -> list[str]:
 
 
 HOST_NOTE = ("Host time of one eager call at a tiny shape, where the GPU work is negligible "
-             "(`python -m benchmarks.bench_host`: median of 7 interleaved rounds of 300 calls, min-max in "
+             "(`python -m benchmarks.bench_host`: median of {rounds} interleaved rounds of {calls} calls, min-max in "
              "parentheses), ours against torch's own op (`F.layer_norm`, `torch.softmax`, scale + `masked_fill` + "
              "softmax, `x @ w`, colt5-attention's Triton `coor_descent`); the CUDA-graph columns are the GPU time "
              "of the same call replayed from a graph (colt5's `coor_descent` copies from the host and cannot be "
@@ -360,7 +360,10 @@ def host_table(rows: list[dict], caller: Optional[list[dict]] = None) -> list[st
     def graph(r):
         return f"{r['graph_us']:.1f} us" if r and finite(r.get("graph_us")) else DASH
 
-    lines = [HOST_NOTE, "",
+    first = rows[0] if rows else {}
+    # (host.csv files from before the rounds and calls columns: bench_host's 7 and 300 then)
+    note = HOST_NOTE.format(rounds=f"{first.get('rounds', 7):.0f}", calls=f"{first.get('calls', 300):.0f}")
+    lines = [note, "",
              "| op | call | ours (host) | torch (host) | ours / torch | ours / torch, backward on the caller "
              "| ours (CUDA graph) | torch (CUDA graph) |",
              "|---|---|---|---|---|---|---|---|"]

@@ -183,6 +183,10 @@ def test_report_host_table_from_host_csvs(tmp_path):
     text = report.render(str(tmp_path), str(tmp_path))
     assert "| ln 8x256 | fwd | 40 us (38-45) | 10 us (9-12) | 4.00x | 30 / 12 us = 2.50x | 6.5 us | 6.0 us |" in text
     assert "| cd 4x1024 | fwd | 50 us (48-52) | 200 us (190-210) | 0.25x | — | 15.0 us | — |" in text
+    assert "median of 7 interleaved rounds of 300 calls" in text  # a CSV without the rounds, calls columns
+    (tmp_path / "host.csv").write_text("op,mode,impl,rounds,calls,host_us,host_us_min,host_us_max,graph_us\n"
+                                       "ln 8x256,fwd,triton_layers,3,50,40,38,45,6.5\nln 8x256,fwd,torch,3,50,10,9,12,6\n")
+    assert "median of 3 interleaved rounds of 50 calls" in report.render(str(tmp_path), str(tmp_path))
 
 
 def test_step_ratio_tie():
