@@ -23,6 +23,7 @@ GPU, sets the pace.)
 """
 from __future__ import annotations
 
+import operator
 from typing import Optional
 
 import torch
@@ -345,6 +346,8 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
 
 _FLAGS = (("eps", float), ("rms", bool), ("stable", bool), ("unit_offset", bool), ("cast_before_weight", bool))
 _SAVED_FLAGS = (("rms", bool), ("stable", bool), ("unit_offset", bool), ("cast_before_weight", bool))
+# Those flags' values from the inputs (a named tuple), in that order: one C call per save.
+_saved_flags = operator.attrgetter(*(name for name, _ in _SAVED_FLAGS))
 
 
 def _describe(with_residual: bool) -> _doors.OpDescription:
@@ -362,8 +365,8 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
             saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS,
                    ("x_dtype", torch.dtype), ("r_dtype", torch.dtype)),
             save=lambda inputs, results, needs: (
-                results.h, inputs.weight, results.stats, inputs.rms, inputs.stable, inputs.unit_offset,
-                inputs.cast_before_weight, inputs.x.dtype, inputs.residual.dtype),
+                results.h, inputs.weight, results.stats, *_saved_flags(inputs), inputs.x.dtype,
+                inputs.residual.dtype),
             backward=_backward,
             differentiable=("x", "residual", "weight", "bias"),
             shared_grads=(("residual", "x"),),
@@ -376,8 +379,7 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         forward=lambda launch, x, *args: _forward(launch, x, None, *args, None),
         saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS),
         save=lambda inputs, results, needs: (
-            inputs.x, inputs.weight, results.stats, inputs.rms, inputs.stable, inputs.unit_offset,
-            inputs.cast_before_weight),
+            inputs.x, inputs.weight, results.stats, *_saved_flags(inputs)),
         backward=lambda launch, grads, needs, z, *saved: _backward(launch, grads, needs, z, *saved, z.dtype, None),
         differentiable=("x", "weight", "bias"),
     )
