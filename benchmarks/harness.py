@@ -169,20 +169,26 @@ def gpu_timeline() -> bool:
 # --------------------------------------------------------------------------- the cases
 
 
-def backward_call(y, dy) -> Callable[[], None]:
+def backward_call(y, dy, inputs: list) -> Callable[[], object]:
     """The backward of an output ``y`` with ``dy``, or of a tuple of outputs with a tuple of
-    their gradients (graph kept for the next call)."""
-    return lambda: torch.autograd.backward(y, dy, retain_graph=True)
+    their gradients, to the gradients of ``inputs`` (graph kept for the next call).
+
+    ``torch.autograd.grad``, not ``backward``: a leaf's ``.grad`` takes a gradient tensor as it
+    is only when nothing else holds it, and the fused add + norm (ours, torch's ``x + r``,
+    Liger's) hands one tensor to both x and the residual, so ``backward`` timed a copy of it
+    (2 of the backward's 4 M*D bytes) that no model pays: there x and the residual are not
+    leaves, and their gradients flow on through the graph."""
+    return lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
 
 
 def fwd_bwd(call: Callable[[Callable], object], dy, inputs: list,
             fwd_bytes: int, bwd_bytes: int) -> list[Direction]:
     """The forward ``call(impl)`` and the backward of its output with ``dy`` (of its outputs
-    with a tuple of gradients: the fused add + norm's (y, h)); the gradients of ``inputs`` are
-    reset before each backward; the backward's make runs the forward once."""
+    with a tuple of gradients: the fused add + norm's (y, h)) to the gradients of ``inputs``;
+    the backward's make runs the forward once."""
     return [
         Direction("fwd", fwd_bytes, lambda impl: (lambda: call(impl))),
-        Direction("bwd", bwd_bytes, lambda impl: backward_call(call(impl), dy), grad_to_none=inputs),
+        Direction("bwd", bwd_bytes, lambda impl: backward_call(call(impl), dy, inputs)),
     ]
 
 

