@@ -157,7 +157,12 @@ def _norm(
     # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
-    if n_cols:
+    if not kernels and n_dims == 1:
+        # The reference normalizes the last dim of any shape: no reshape. Under torch.compile
+        # (the path convert's modules take there) a (rows, n_cols) view around the norm kept
+        # Inductor from fusing its backward's row sums with the dx that reads them.
+        x2, r2 = x, residual
+    elif n_cols:
         rows = kernel_rows if kernels else as_rows
         x2 = rows(x, n_cols)
         r2 = None if residual is None else rows(residual, n_cols)
