@@ -93,6 +93,31 @@ def test_residual_matches_float64(kind, dtypes, path, device):
         compare(g, g64, rows=1 if name in ("dx", "dresidual") else rows, name=name)
 
 
+@pytest.mark.parametrize("path", ["fused", "tiny"])
+def test_stable_layer_norm_with_residual(path, device):
+    """Stable mode with the residual, against the float64 reference at the h computed. On the
+    long-row path ("tiny": rows over 16 chunked) the first of three passes over a row writes h
+    and the later two read it back."""
+    from triton_layers import reference
+
+    x = (torch.randn(5, 40, device=device) * 3 + 1).to(BF16).requires_grad_()
+    r = (torch.randn(5, 40, device=device) * 2).requires_grad_()
+    w, b = _params("layer", 40, device)
+    with looped_config(path):
+        y, h = F.layer_norm(x, w, b, stable=True, residual=r)
+        _assert_h_exact(h, x, r)
+        dy, dh = torch.randn_like(y), torch.randn_like(h)
+        grads = torch.autograd.grad((y, h), (x, r, w, b), (dy, dh))
+    h64 = h.detach().double().requires_grad_()
+    w64, b64 = (p.detach().double().requires_grad_() for p in (w, b))
+    y64 = reference.norm(h64, w64, b64, 1e-5, stable=True)
+    dz64, dw64, db64 = torch.autograd.grad((y64, h64), (h64, w64, b64), (dy.double(), dh.double()))
+    compare(y, y64, name="y")
+    for name, g, g64, rows in zip(["dx", "dresidual", "dweight", "dbias"], grads, [dz64, dz64, dw64, db64],
+                                  [1, 1, 5, 5]):
+        compare(g, g64, rows=rows, name=name)
+
+
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_fp32_output_of_bf16_input_comes_from_fp32_statistics(kind, device):
     """out_dtype=fp32 from a bf16 x: fp32-accurate (a bf16 result cast up would be ~1e-3 off)."""

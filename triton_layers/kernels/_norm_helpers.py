@@ -65,6 +65,19 @@ def load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_r
 
 
 @triton.jit
+def load_chunk(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                HAS_RESIDUAL: tl.constexpr, FIRST_PASS: tl.constexpr):
+    """A chunk of z in fp32 on the forward's long-row path, which passes over each row two or
+    three times: the first pass reads x (and the residual, writing h); a later one reads x
+    again, or h alone (one tensor where x and the residual are two: 5 M*D bytes moved
+    instead of 6). A later pass must follow a ``tl.debug_barrier()`` after the first:
+    another thread of the program may have written the h it reads."""
+    if HAS_RESIDUAL and not FIRST_PASS:
+        return tl.load(H + rows[:, None] * stride_h_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    return load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, FIRST_PASS)
+
+
+@triton.jit
 def affine(zhat, Z, W, B, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
             UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr):
     """y in fp32: zhat (rounded to Z's dtype first with CAST_BEFORE_WEIGHT) * w + bias."""

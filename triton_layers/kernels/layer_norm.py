@@ -32,7 +32,7 @@ import triton.language as tl
 from torch import Tensor
 from . import _doors, _launch
 from ._norm_helpers import (
-    STABLE_MIN_SCALE, affine, div, dz_coefficients, load_bwd_tile, load_input, load_weight, partial_rows,
+    STABLE_MIN_SCALE, affine, div, dz_coefficients, load_bwd_tile, load_chunk, load_input, load_weight, partial_rows,
     param_grads, rounded_product, stat_rows, store_dz, store_partials,
 )
 
@@ -70,16 +70,19 @@ def _norm_fwd_kernel(
                     CAST_BEFORE_WEIGHT)
         tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
-        # Rows longer than a block: statistics over chunks, then a second pass (x and the
-        # residual are read again, and h is written there).
+        # Rows longer than a block: statistics over chunks, then a second pass (a third in
+        # stable mode, the first finding max|z|). With a residual, the first pass writes h and
+        # the later ones read it back (load_chunk).
         if STABLE:
             amax = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for start in range(0, N, BLOCK_N):
                 mask = row_mask[:, None] & (start + cols[None, :] < N)
-                z = load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
-                                HAS_RESIDUAL, False)
+                z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                               HAS_RESIDUAL, True)
                 amax = tl.maximum(amax, tl.abs(z))
             inv_scale = 1.0 / tl.maximum(tl.max(amax, axis=1), STABLE_MIN_SCALE)
+            if HAS_RESIDUAL:
+                tl.debug_barrier()
         # LayerNorm sums are shifted by (about) each row's first element: as exact as two
         # passes for data whose mean is large against its spread, with one pass over the row.
         shift = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -92,8 +95,12 @@ def _norm_fwd_kernel(
         acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for start in range(0, N, BLOCK_N):
             mask = row_mask[:, None] & (start + cols[None, :] < N)
-            z = load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
-                            HAS_RESIDUAL, False)
+            if STABLE:
+                z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                               HAS_RESIDUAL, False)
+            else:
+                z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                               HAS_RESIDUAL, True)
             d = tl.where(mask, rounded_product(z, inv_scale[:, None], mask) - shift[:, None], 0.0)
             acc1 += d
             acc2 += d * d
@@ -107,11 +114,13 @@ def _norm_fwd_kernel(
             # as torch does: fmax(NaN, 0) would give 0 and a finite rstd.
             var = tl.maximum(div(s2 - div(s1 * s1, N), N), 0.0, propagate_nan=tl.PropagateNan.ALL)
         rstd = 1.0 / tl.sqrt(var + eps)
+        if HAS_RESIDUAL:
+            tl.debug_barrier()
         for start in range(0, N, BLOCK_N):
             col_mask = start + cols < N
             mask = row_mask[:, None] & col_mask[None, :]
-            z = load_input(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
-                            HAS_RESIDUAL, True)
+            z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                           HAS_RESIDUAL, False)
             zhat = (rounded_product(z, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None]
             y = affine(zhat, Z, W, B, start + cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
                         CAST_BEFORE_WEIGHT)
