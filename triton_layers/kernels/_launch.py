@@ -46,7 +46,8 @@ class LayerNormLaunch:
     # Short-row backward: persistent programs per SM, and loop stages (tiles of x and dy
     # prefetched while the current one is reduced). Swept on an H200 over {2, 4, 8, 16} x
     # {1, 2, 3}: 2 x 3 was best or within 3% of it at 1024-8192 columns, and 1.2-2.2x
-    # faster than without prefetch at bf16 (e.g. 32768x1024: 77 us against 104 us).
+    # faster than without prefetch at bf16 (e.g. 32768x1024: 77 us against 104 us). The
+    # stages are capped to what the device's shared memory holds (prefetch_stages).
     bwd_programs_per_sm: int = 2
     bwd_stages: int = 3
     # Long-row backward: rows per tile of the column-split kernel, and programs per SM
@@ -212,6 +213,37 @@ def num_sms(device: torch.device) -> int:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return _sm_count(index)
     return 4
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_memory(device_index: int) -> Optional[int]:
+    """Bytes of shared memory one program may use on the device, the limit Triton checks at
+    launch (None if neither Triton nor torch says)."""
+    try:
+        from triton.runtime.driver import driver
+
+        return int(driver.active.utils.get_device_properties(device_index)["max_shared_mem"])
+    except Exception:  # another Triton: torch knows it too (2.4+)
+        return getattr(torch.cuda.get_device_properties(device_index), "shared_memory_per_block_optin", None)
+
+
+# Shared memory left to a program's reductions beside its prefetch buffers.
+REDUCTION_SCRATCH = 16384
+
+
+@functools.lru_cache(maxsize=4096)
+def prefetch_stages(stages: int, stage_bytes: int, device: torch.device) -> int:
+    """``stages`` for a ``tl.range(num_stages=...)`` loop whose iterations load ``stage_bytes``,
+    capped so that its buffers fit the device's shared memory: Triton keeps stages - 1 tiles
+    of every pipelined load there (measured on an H100: 2 x 128 KB for a 16,384-column fp32
+    row of z and dy at 3 stages). The defaults fit an H100's or H200's 227 KB a program, not
+    an A100's 163 KB or the 99 KB of an RTX 4090 or L4, where the launch would fail."""
+    if device.type != "cuda" or stages <= 1:
+        return stages
+    limit = _shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+    if limit is None:
+        return stages
+    return max(1, min(stages, 1 + (limit - REDUCTION_SCRATCH) // max(stage_bytes, 1)))
 
 
 @functools.lru_cache(maxsize=4096)

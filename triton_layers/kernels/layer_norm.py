@@ -306,12 +306,15 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
     n_partials = int(compute_dw) + int(compute_db)
     if single_pass:
         n_tiles = _launch.cdiv(n_rows, block_m)
+        # bytes the prefetched loads bring per element: z, dy and (with a residual) dh
+        loaded = z.element_size() + dy.element_size() + (0 if dh is None else dh.element_size())
         programs, tiles_per_program = _launch.persistent_grid(n_tiles, z.device, cfg.bwd_programs_per_sm)
         writers = programs
         partials = z.new_empty((n_partials, writers * n_cols), dtype=torch.float32)
         launch(_norm_bwd_kernel)[(programs,)](
             dy, dh, z, weight, stats, dx, dr, partials, *strides, n_rows, n_cols, tiles_per_program,
-            BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=cfg.bwd_stages,
+            BLOCK_M=block_m, BLOCK_N=block_n,
+            NUM_STAGES=_launch.prefetch_stages(cfg.bwd_stages, block_m * block_n * loaded, z.device),
             num_warps=_launch.num_warps(block_m * block_n), **flags,
         )
     else:
