@@ -50,6 +50,9 @@ class LayerNormLaunch:
     # stages are capped to what the device's shared memory holds (prefetch_stages).
     bwd_programs_per_sm: int = 2
     bwd_stages: int = 3
+    # Most warps of a whole-row backward program. Rows over 8,192 columns kept whole spill
+    # at 16 (benchmarks/tune_norm_backward.py); whether 32 lets them stay whole is to be timed.
+    bwd_max_warps: int = 16
     # Long-row backward: rows per tile of the column-split kernel, and programs per SM
     # (4 is what every H200 benchmark ran with; a pre-merge sweep preferred 2).
     split_block_m: int = 2

@@ -315,7 +315,7 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
             dy, dh, z, weight, stats, dx, dr, partials, *strides, n_rows, n_cols, tiles_per_program,
             BLOCK_M=block_m, BLOCK_N=block_n,
             NUM_STAGES=_launch.prefetch_stages(cfg.bwd_stages, block_m * block_n * loaded, z.device),
-            num_warps=_launch.num_warps(block_m * block_n), **flags,
+            num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **flags,
         )
     else:
         # Rows longer than a block: two streaming launches, so that every SM has many
