@@ -97,9 +97,10 @@ def csv_name(op: str) -> str:
 def load(results_dir: str) -> dict[str, list[dict]]:
     """op -> rows for each op whose CSV is present in the folder: ``<op>.csv``, or its rows in a
     GROUPED CSV (norms.csv); and ``train_step.csv``, ``llama_step.csv``, ``host.csv``, ``host_caller.csv``
-    (bench_host: the host cost of one eager call)."""
+    (bench_host: the host cost of one eager call), ``norms_row_limits.csv`` (bench_norms
+    --sweep-row-limits)."""
     found, read = {}, {}
-    for op in OPS + ("train_step", "llama_step", "host", "host_caller"):
+    for op in OPS + ("train_step", "llama_step", "host", "host_caller", "norms_row_limits"):
         path = os.path.join(results_dir, f"{csv_name(op)}.csv")
         if path not in read and os.path.exists(path):
             read[path] = read_csv(path)
@@ -378,6 +379,28 @@ def host_table(rows: list[dict], caller: Optional[list[dict]] = None) -> list[st
     return lines + [""]
 
 
+def row_limits_table(rows: list[dict]) -> list[str]:
+    """norms_row_limits.csv: each row-limit choice's GPU time beside the default's at the same op,
+    shape, dtype and direction (the shape column there is "<shape> <choice>")."""
+    t = basis(rows)
+    default = {(r["op"], r["shape"].split(" ", 1)[0], r["dtype"], r["direction"]): r
+               for r in rows if r["shape"].endswith(" default")}
+    lines = ["Each choice of the norms' row limits (`ROW_LIMITS` in benchmarks/bench_norms.py) timed at the shapes "
+             "where it takes another path than the default; default / this: the default's GPU time over this "
+             f"choice's (> 1: the choice is faster); {DASH}: no result (the launch failed).", "",
+             "| op | shape | dtype | dir | limits | GPU time (% of copy) | default / this |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        shape, choice = (r["shape"].split(" ", 1) + ["default"])[:2]
+        base = default.get((r["op"], shape, r["dtype"], r["direction"]))
+        ratio = (f"{base[t] / r[t]:.2f}x" if choice != "default" and base and finite(base.get(t)) and finite(r.get(t))
+                 else "")
+        pct = f" ({r['pct_copy']:.0f}%)" if finite(r.get("pct_copy")) else ""
+        lines.append(f"| {r['op']} | {shape} | {r['dtype']} | {r['direction']} | {choice} | {_gpu_time(r)}{pct} "
+                     f"| {ratio} |")
+    return lines + [""]
+
+
 def below(data: dict[str, list[dict]]) -> list[str]:
     """Two tables: our rows slower than the fastest peer of their variant, then the rest of our
     rows under their % of copy target (TARGETS, else TARGET_PCT; coor_descent is not
@@ -498,6 +521,9 @@ def render(results_dir: str, out_dir: str) -> str:
         lines += llama_table(data["llama_step"])
     if "host" in data:
         lines += ["### Host cost of one eager call", ""] + host_table(data["host"], data.get("host_caller"))
+    if "norms_row_limits" in data:
+        lines += ["### The norms' row limits, swept (bench_norms --sweep-row-limits)", ""]
+        lines += row_limits_table(data["norms_row_limits"])
     target = "the copy target" if any(op in data for op, _ in TARGETS) else f"{TARGET_PCT:.0f}% of copy"
     lines += [f"### Where we are below a peer or below {target}", ""] + below(data)
     return "\n".join(lines).rstrip() + "\n"

@@ -171,6 +171,21 @@ def test_report_lists_exactly_the_rows_below_a_peer_or_90_percent(tmp_path):
     assert "| cudagraphs | torch | failed |" in text and "| cudagraphs | triton_layers | 5.0 ms (4.9-5.1) | 6,400 |  |" in text
 
 
+def test_report_row_limits_table(tmp_path):
+    """norms_row_limits.csv renders each choice beside the default at its shape: the default's
+    GPU time over the choice's, and no ratio where the choice gave no result."""
+    (tmp_path / "norms_row_limits.csv").write_text(
+        "op,shape,dtype,direction,impl,us,gpu_us,gpu_method,gbps,pct_copy,peak_mib\n"
+        "add_rmsnorm,2048x32768 default,bfloat16,fwd,triton_layers,282,280,graph,1900,63,nan\n"
+        "add_rmsnorm,2048x32768 res-fwd<=32768,bfloat16,fwd,triton_layers,185,185,graph,2900,97,nan\n"
+        "rmsnorm,4096x16384 bwd<=16384,float32,bwd,triton_layers,nan,nan,,nan,nan,nan\n")
+    text = report.render(str(tmp_path), str(tmp_path))
+    assert "### The norms' row limits, swept (bench_norms --sweep-row-limits)" in text
+    assert "| add_rmsnorm | 2048x32768 | bfloat16 | fwd | default | 280 us (63%) |  |" in text
+    assert "| add_rmsnorm | 2048x32768 | bfloat16 | fwd | res-fwd<=32768 | 185 us (97%) | 1.51x |" in text
+    assert "| rmsnorm | 4096x16384 | float32 | bwd | bwd<=16384 | — |  |" in text
+
+
 def test_report_host_table_from_host_csvs(tmp_path):
     """host.csv renders one row per (op, call): both host times, their ratio, the ratio with
     backward on the caller from host_caller.csv, and each side's CUDA-graph time ('—' if none)."""
