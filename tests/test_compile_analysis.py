@@ -1,4 +1,6 @@
-"""torch.compile's analysis of which tensors our norm kernels write sees only their outputs.
+"""Offline builds of the norm kernels for a GPU target, on the CPU: torch.compile's analysis of
+which tensors they write sees only their outputs, and the backward's prefetch fits the shared
+memory of a GPU smaller than an H100.
 
 Under torch.compile, the kernels launched through wrap_triton are analysed (from their
 Triton IR) for the tensors they store to; functionalization then copies every "written"
@@ -10,6 +12,7 @@ needs no GPU, only a GPU target to build the IR for: this runs it on the CPU too
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -70,6 +73,36 @@ def _analyse() -> dict:
     return out
 
 
+A100_SHARED = 166912  # bytes of shared memory a program may use on an A100 (sm_80)
+
+
+def _backward_prefetch() -> dict:
+    """The stages prefetch_stages gives the whole-row backward at fp32 rows of 8,192 with a
+    residual (z, dy and dh: 96 KB a stage) on an A100, and the shared memory its build for
+    sm_80 needs at those stages and at the default 3."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton_layers.kernels import _launch
+    from triton_layers.kernels import layer_norm as LN
+
+    _launch._shared_memory = lambda index: A100_SHARED
+    stages = _launch.prefetch_stages(3, 8192 * 4 * 3, torch.device("cuda", 0))
+    kernel = LN._norm_bwd_kernel
+    const = dict(BWD_FLAGS, STORE_DR=False, BLOCK_M=1, BLOCK_N=8192)
+    shared = {}
+    for n in (stages, 3):
+        constexprs = dict(const, NUM_STAGES=n)
+        pointers = {"DY", "DH", "Z", "W", "Stats", "DX", "DR", "Partials"}
+        signature = {name: "constexpr" if name in constexprs else ("*fp32" if name in pointers else "i32")
+                     for name in kernel.arg_names}
+        source = ASTSource(fn=kernel, signature=signature,
+                           constexprs={(kernel.arg_names.index(k),): v for k, v in constexprs.items()})
+        compiled = triton.compile(source, target=GPUTarget("cuda", 80, 32), options={"num_warps": 16})
+        shared[n] = compiled.metadata.shared
+    return {"stages": stages, "shared": shared[stages], "shared at 3": shared[3]}
+
+
 EXPECTED = {
     **{f"fwd residual={r} single_pass={s}": sorted({"Y", "Stats"} | ({"H"} if r else set()))
        for r in (False, True) for s in (True, False)},
@@ -79,19 +112,35 @@ EXPECTED = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def _offline_builds() -> dict:
+    """This file run as a script, in a process without TRITON_INTERPRET: its JSON line."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    proc = subprocess.run([sys.executable, "-m", "tests.test_compile_analysis"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_norm_kernels_write_only_their_outputs():
     pytest.importorskip("torch._higher_order_ops.triton_kernel_wrap")
     from torch._higher_order_ops import triton_kernel_wrap as tkw
 
     if not hasattr(tkw, "identify_accessed_tensors"):
         pytest.skip("this torch names its kernel-mutation analysis otherwise")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    proc = subprocess.run([sys.executable, "-m", "tests.test_compile_analysis"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == EXPECTED
+    out = dict(_offline_builds())
+    out.pop("prefetch")
+    assert out == EXPECTED
+
+
+def test_backward_prefetch_fits_an_a100():
+    """At fp32 rows of 8,192 with a residual the default 3 stages need more shared memory than
+    an A100 gives a program (the launch would fail there); the stages the launcher picks fit."""
+    got = _offline_builds()["prefetch"]
+    assert got["stages"] == 2
+    assert got["shared"] <= A100_SHARED < got["shared at 3"]
 
 
 if __name__ == "__main__":
-    print(json.dumps(_analyse()))
+    print(json.dumps(dict(_analyse(), prefetch=_backward_prefetch())))
