@@ -138,46 +138,51 @@ STAGE_CASES = [(232448, 64, 3), (232448, 96, 3), (166912, 64, 3), (166912, 96, 2
                (101376, 96, 1), (65536, 64, 1)]
 
 
+@pytest.fixture
+def shared_memory(monkeypatch):
+    """``shared_memory(limit)``: the launcher sees ``limit`` bytes of shared memory a program on
+    every GPU (its cached stage choices dropped before and after the test)."""
+    from triton_layers.kernels import _launch
+
+    def limit_to(limit: int) -> None:
+        monkeypatch.setattr(_launch, "_shared_memory", lambda index: limit)
+        _launch.prefetch_stages.cache_clear()
+
+    yield limit_to
+    _launch.prefetch_stages.cache_clear()
+
+
 @pytest.mark.parametrize("limit,kib,stages", STAGE_CASES)
-def test_prefetch_stages_fit_the_devices_shared_memory(monkeypatch, limit, kib, stages):
+def test_prefetch_stages_fit_the_devices_shared_memory(shared_memory, limit, kib, stages):
     """Triton keeps stages - 1 tiles of every prefetched load in shared memory and refuses the
     launch past the device's limit: the default 3 stages fit an H100, not an A100 with a
     residual nor an RTX 4090, so the launcher takes fewer there."""
     from triton_layers.kernels import _launch
 
-    monkeypatch.setattr(_launch, "_shared_memory", lambda index: limit)
-    _launch.prefetch_stages.cache_clear()
-    try:
-        got = _launch.prefetch_stages(3, kib * 1024, torch.device("cuda", 0))
-        assert got == stages
-        assert (got - 1) * kib * 1024 + _launch.REDUCTION_SCRATCH <= limit
-        assert _launch.prefetch_stages(3, kib * 1024, torch.device("cpu")) == 3  # the interpreter: no limit
-    finally:
-        _launch.prefetch_stages.cache_clear()
+    shared_memory(limit)
+    got = _launch.prefetch_stages(3, kib * 1024, torch.device("cuda", 0))
+    assert got == stages
+    assert (got - 1) * kib * 1024 + _launch.REDUCTION_SCRATCH <= limit
+    assert _launch.prefetch_stages(3, kib * 1024, torch.device("cpu")) == 3  # the interpreter: no limit
 
 
 @needs_cuda
 @pytest.mark.parametrize("limit", [101376, 65536], ids=["99KB", "64KB"])
 @pytest.mark.parametrize("residual", [False, True])
-def test_norm_backward_with_fewer_prefetch_stages(monkeypatch, limit, residual):
+def test_norm_backward_with_fewer_prefetch_stages(shared_memory, limit, residual):
     """The backward kernels the launcher picks on a GPU with less shared memory (fewer
     prefetch stages) give the reference's gradients: fp32 rows of 8,192 columns."""
     from triton_layers import reference
-    from triton_layers.kernels import _launch
 
-    monkeypatch.setattr(_launch, "_shared_memory", lambda index: limit)
-    _launch.prefetch_stages.cache_clear()
-    try:
-        x, r, w = _leaf(37, 8192, device="cuda"), _leaf(37, 8192, device="cuda"), _leaf(8192, device="cuda")
-        dy = torch.randn(37, 8192, device="cuda")
-        kwargs = dict(residual=r) if residual else {}
-        out = F.rms_norm(x, w, 1e-6, **kwargs)
-        y = out[0] + out[1] if residual else out
-        leaves = [x, r, w] if residual else [x, w]
-        got = torch.autograd.grad(y, leaves, dy)
-        ref = reference.norm(x, w, None, 1e-6, rms=True, **kwargs)
-        want = torch.autograd.grad(ref[0] + ref[1] if residual else ref, leaves, dy)
-        for g, e in zip(got, want):
-            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
-    finally:
-        _launch.prefetch_stages.cache_clear()
+    shared_memory(limit)
+    x, r, w = _leaf(37, 8192, device="cuda"), _leaf(37, 8192, device="cuda"), _leaf(8192, device="cuda")
+    dy = torch.randn(37, 8192, device="cuda")
+    kwargs = dict(residual=r) if residual else {}
+    out = F.rms_norm(x, w, 1e-6, **kwargs)
+    y = out[0] + out[1] if residual else out
+    leaves = [x, r, w] if residual else [x, w]
+    got = torch.autograd.grad(y, leaves, dy)
+    ref = reference.norm(x, w, None, 1e-6, rms=True, **kwargs)
+    want = torch.autograd.grad(ref[0] + ref[1] if residual else ref, leaves, dy)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)

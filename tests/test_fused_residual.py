@@ -54,6 +54,20 @@ DTYPE_CASES = {"fp32": (FP32, FP32, None), "bf16-x-fp32-stream": (BF16, FP32, No
                "fp16": (FP16, FP16, None), "fp32-stream-as-bf16": (BF16, FP32, BF16)}
 
 
+def _compare_at_h(y, h, grads, dy, dh, params, rows, exact):
+    """y and the gradients of x, the residual and ``params`` (through both outputs, with dy
+    and dh) against float64 at the h computed: y = exact(h, *params), and dx = dresidual = dz
+    (a cast passes gradients as they are)."""
+    h64 = h.detach().double().requires_grad_()
+    params64 = [p.detach().double().requires_grad_() for p in params]
+    y64 = exact(h64, *params64)
+    dz64, *dparams64 = torch.autograd.grad((y64, h64), (h64, *params64), (dy.double(), dh.double()))
+    compare(y, y64, name="y")
+    for name, g, g64 in zip(["dx", "dresidual", "dweight", "dbias"], grads, [dz64, dz64, *dparams64]):
+        # Weight gradients are sums over rows: the oracle's bound grows with them.
+        compare(g, g64, rows=1 if name in ("dx", "dresidual") else rows, name=name)
+
+
 # The chunked (long-row) kernels with two dtypes for dx and dresidual, and with one; and, on a
 # GPU, rows of 30,000 at the real limits: a forward holding x and the residual of a whole row
 # in registers (up to fwd_residual_max_fused_cols), then the column-split backward.
@@ -81,16 +95,9 @@ def test_residual_matches_float64(kind, dtypes, path, device):
         dy, dh = torch.randn_like(y), torch.randn_like(h)
         params = [p for p in (w, b) if p is not None]
         grads = torch.autograd.grad((y, h), (x, r, *params), (dy, dh))
-    # float64 at the h computed: y = norm(h); dx = dresidual = dz (a cast passes gradients as they are).
-    h64 = h.detach().double().requires_grad_()
-    params64 = [p.detach().double().requires_grad_() for p in params]
-    y64 = _exact_norm(kind, h64, *params64, *([None] if b is None else []))
-    dz64, *dparams64 = torch.autograd.grad((y64, h64), (h64, *params64), (dy.double(), dh.double()))
-    compare(y, y64, name="y")
     assert grads[0].dtype == x_dtype and grads[1].dtype == r_dtype
-    for name, g, g64 in zip(["dx", "dresidual", "dweight", "dbias"], grads, [dz64, dz64, *dparams64]):
-        # Weight gradients are sums over rows: the oracle's bound grows with them.
-        compare(g, g64, rows=1 if name in ("dx", "dresidual") else rows, name=name)
+    _compare_at_h(y, h, grads, dy, dh, params, rows,
+                  lambda h64, *params64: _exact_norm(kind, h64, *params64, *([None] if b is None else [])))
 
 
 @pytest.mark.parametrize("path", ["fused", "tiny"])
@@ -108,14 +115,8 @@ def test_stable_layer_norm_with_residual(path, device):
         _assert_h_exact(h, x, r)
         dy, dh = torch.randn_like(y), torch.randn_like(h)
         grads = torch.autograd.grad((y, h), (x, r, w, b), (dy, dh))
-    h64 = h.detach().double().requires_grad_()
-    w64, b64 = (p.detach().double().requires_grad_() for p in (w, b))
-    y64 = reference.norm(h64, w64, b64, 1e-5, stable=True)
-    dz64, dw64, db64 = torch.autograd.grad((y64, h64), (h64, w64, b64), (dy.double(), dh.double()))
-    compare(y, y64, name="y")
-    for name, g, g64, rows in zip(["dx", "dresidual", "dweight", "dbias"], grads, [dz64, dz64, dw64, db64],
-                                  [1, 1, 5, 5]):
-        compare(g, g64, rows=rows, name=name)
+    _compare_at_h(y, h, grads, dy, dh, [w, b], 5,
+                  lambda h64, w64, b64: reference.norm(h64, w64, b64, 1e-5, stable=True))
 
 
 @pytest.mark.parametrize("kind", ["layer", "rms"])

@@ -79,10 +79,10 @@ def convert(model: nn.Module, *, return_summary: bool = False, **layer_kwargs: A
     as torch ops (``torch_ops_when_compiled``), so that Inductor fuses them with the model's
     own residual adds and casts around them, which an opaque kernel would stop; eager calls
     run the kernels. ``use_triton=True`` keeps the kernels when compiled too. Other modules
-    are left alone, norms we do not know included (a warning names their classes). A module passed as ``model`` is returned converted; a
-    module shared by several parents stays shared. One log line (logger ``triton_layers``,
-    level INFO) says what was replaced; ``return_summary=True`` returns
-    ``(model, ConversionSummary)`` instead of the model.
+    are left alone, norms we do not know included (a warning names their classes). A module
+    passed as ``model`` is returned converted; a module shared by several parents stays
+    shared. One log line (logger ``triton_layers``, level INFO) says what was replaced;
+    ``return_summary=True`` returns ``(model, ConversionSummary)`` instead of the model.
     """
     hf = _hf_classes()
     summary = ConversionSummary()

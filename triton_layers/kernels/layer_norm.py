@@ -95,12 +95,8 @@ def _norm_fwd_kernel(
         acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for start in range(0, N, BLOCK_N):
             mask = row_mask[:, None] & (start + cols[None, :] < N)
-            if STABLE:
-                z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
-                               HAS_RESIDUAL, False)
-            else:
-                z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
-                               HAS_RESIDUAL, True)
+            z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                           HAS_RESIDUAL, not STABLE)  # the first pass unless stable mode's came before
             d = tl.where(mask, rounded_product(z, inv_scale[:, None], mask) - shift[:, None], 0.0)
             acc1 += d
             acc2 += d * d
