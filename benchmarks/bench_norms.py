@@ -125,15 +125,18 @@ def build(key: tuple[str, torch.dtype, tuple[int, int]], device: torch.device) -
 # --sweep-row-limits: name -> (the op it changes, the LayerNormLaunch knob, its value).
 # H100 run of 2026-11-23 (norms_row_limits.csv): keeping the fused add forward's rows of 32,768
 # whole ran at 97% of copy against 63-65% chunked, and became the default (the sweep keeps the
-# old 16,384 as the alternative). RMSNorm's backward kept whole at 16,384 gained 5% in bf16 and
-# gave no result in fp32, nor at 32,768 (the launch failed); the fused add's backward lost at
-# 4,096 (46% against 61%), tied at 16,384 in bf16 and failed in fp32: those defaults stay.
+# old 16,384 as the alternative). RMSNorm's backward kept whole at 16,384 gained 5% in bf16 then;
+# once its kernel stopped spilling (ordering, layer_norm.py) tune_norm_backward.py measured
+# 74-84% of copy against 54-63% split, plain and with the residual, and RMSNorm's own limit
+# (bwd_rms_max_fused_cols, both) became 16,384 (the sweep keeps 8,192 as the alternative).
+# LayerNorm's fused add backward lost at 4,096 (46% against 61%): that default stays.
 ROW_LIMITS = {
-    "bwd<=16384": ("rmsnorm", "bwd_max_fused_cols", 16384),
-    "bwd<=32768": ("rmsnorm", "bwd_max_fused_cols", 32768),
+    "bwd<=8192": ("rmsnorm", "bwd_rms_max_fused_cols", 8192),
+    "bwd<=32768": ("rmsnorm", "bwd_rms_max_fused_cols", 32768),
+    "res-bwd<=8192": ("add_rmsnorm", "bwd_rms_max_fused_cols", 8192),
     "res-fwd<=16384": ("add_rmsnorm", "fwd_residual_max_fused_cols", 16384),
-    "res-bwd<=4096": ("add_rmsnorm", "bwd_residual_max_fused_cols", 4096),
-    "res-bwd<=16384": ("add_rmsnorm", "bwd_residual_max_fused_cols", 16384),
+    "ln-res-bwd<=4096": ("add_layernorm", "bwd_residual_max_fused_cols", 4096),
+    "ln-res-bwd<=16384": ("add_layernorm", "bwd_residual_max_fused_cols", 16384),
 }
 DEFAULT_LIMITS = "default"
 

@@ -1,25 +1,22 @@
-"""Whether the norms' backward could keep rows over 8,192 columns whole (a dev tool, GPU only).
+"""Where the norms' backward keeps rows whole, and with what warps and stages (a dev tool, GPU only).
 
-Rows over ``bwd_max_fused_cols`` (``bwd_residual_max_fused_cols`` with a residual) take two
-column-split kernels that read z and dy twice; Liger keeps such a row in registers. This
-times the RMSNorm backward, plain and with the fused residual add, at 16,384 and 32,768
-columns under the default limits and with the row kept whole at each number of prefetch
-stages (``bwd_stages``) and at 16 and 32 warps (``bwd_max_warps``; the 2026-11-23 run below
-had 16 only), and prints what the whole-row kernel compiled to: warps, registers,
+Rows over the backward's row limit (``bwd_rms_max_fused_cols`` for RMSNorm, plain or with
+the residual; ``bwd_max_fused_cols`` for LayerNorm) take two column-split kernels that read
+z and dy twice. This times the backward of RMSNorm, the fused residual add + RMSNorm and
+LayerNorm at 16,384 and 32,768 columns under the split path and with the row kept whole
+at 1-2 prefetch stages and 16 or 32 warps (``bwd_stages`` / ``bwd_long_row_stages``,
+``bwd_max_warps``), and prints what the whole-row kernel compiled to: warps, registers,
 spills and shared memory (or the error when it does not fit). GPU times (CUDA-graph replay)
-beside eager ones, ``--quick`` repetitions: enough to see which choice is viable, not a
-benchmark (the 2026-11-23 run below timed eager calls only).
+beside eager ones, ``--quick`` repetitions: enough to choose, not a benchmark.
 
-H100, 2026-11-23 (main at b1b2286): at 16,384 columns and 16 warps the whole-row kernel
-spills 50-76 registers a thread at 2-3 stages (206-248 at 1 stage in fp32), and its stages
-need at most 16 KB (1 stage), 66-197 KB (2) and 131-393 KB (3) of shared memory: fp32 fits
-at 1-2 stages only (the launcher now caps the stages to the device's shared memory, so those
-cases run with fewer instead of failing). Its eager times were mixed: faster in bf16 (RMSNorm 310 against 461 us at
-3 stages, with the residual 306 against 512 us at 2; partly host time, the split path
-launches two kernels), level or slower in fp32. bench_norms --sweep-row-limits timed the GPU
-time of RMSNorm's bf16 backward kept whole: 5% faster. At 32,768 columns the kernel spills
-418-526 registers a thread and runs 4-10x slower. Keeping long rows whole needs a kernel
-that spreads them over more warps (or holds them in shared memory), not a new limit.
+H100, 2026-11-23, after the backward's reordering (parameter gradients before dz; main at
+a15d6d8), % of copy by the GPU time, split / whole at 16 warps 1 stage (2 stages, 32 warps):
+RMSNorm bf16 54 / 74 (68, 73), fp32 57 / 83 (77, 80); with the residual bf16 60 / 78 (72, 78),
+fp32 63 / 84 (81, 85); LayerNorm bf16 52 / 44 (39, 48), fp32 56 / 53 (54, 50), spilling
+66-76 registers a thread against RMSNorm's 18-34. At 32,768 kept whole (32 warps) every norm
+spills over 100 and runs at 14-38%. Hence RMSNorm's limit 16,384 with one stage and 16 warps,
+LayerNorm's 8,192. (Before the reordering, 2026-11-23 on an H100 and an H200: the whole-row
+kernel at 16,384 spilled 32-76 registers and ran at 42-59%, no better than split.)
 
 Run: python -m benchmarks.tune_norm_backward
 """
@@ -35,10 +32,13 @@ from triton_layers.kernels import _launch
 from triton_layers.kernels import layer_norm as norm_kernels
 
 # (row length, bwd_max_fused_cols, bwd_stages, bwd_max_warps): the default first, then the row
-# kept whole at each number of stages, at 16 and at 32 warps.
-CASES = [(16384, 8192, 3, 16)] + [(cols, cols, stages, warps) for cols in (16384, 32768)
-                                  for warps in (16, 32) for stages in (1, 2, 3)]
+# kept whole at 1 and 2 prefetch stages (3 need more shared memory than a program gets), at 16
+# and at 32 warps; 32,768 at 32 warps, 1 stage (at 16 the 2026-11-23 runs spilled 418-526).
+CASES = [(16384, 8192, 3, 16)] + [(16384, 16384, stages, warps) for warps in (16, 32) for stages in (1, 2)] \
+    + [(32768, 8192, 3, 16), (32768, 32768, 1, 32)]
 ELEMENTS = 4096 * 16384  # every case moves the same bytes
+# (label, residual, LayerNorm): the norms whose backward these limits pick a kernel for.
+NORMS = (("rmsnorm", False, False), ("add_rmsnorm", True, False), ("layernorm", False, True))
 
 
 def compiled_kernels(seen: set) -> list[str]:
@@ -58,7 +58,7 @@ def main() -> None:
     device = harness.require_cuda()
     copy = harness.copy_bandwidth_gbps(device)
     seen: set = set()
-    for residual in (False, True):
+    for name, residual, layer in NORMS:
         for dtype in (torch.bfloat16, torch.float32):
             for cols, limit, stages, warps in CASES:
                 knobs = dataclasses.replace(_launch.DEFAULT.layer_norm, bwd_max_fused_cols=limit,
@@ -68,24 +68,37 @@ def main() -> None:
                 x = torch.randn(ELEMENTS // cols, cols, device=device, dtype=dtype, requires_grad=True)
                 r = torch.randn_like(x, requires_grad=True)
                 w = torch.randn(cols, device=device, dtype=dtype, requires_grad=True)
-                name = "add_rmsnorm" if residual else "rmsnorm"
+                b = torch.randn(cols, device=device, dtype=dtype, requires_grad=True)
                 label = f"{name} {dtype} {x.shape[0]}x{cols} limit {limit} stages {stages} warps {warps}"
-                try:
+                inputs = [x, r, w] if residual else [x, w, b] if layer else [x, w]
+                grads = (torch.randn_like(x), torch.randn_like(x)) if residual else torch.randn_like(x)
+                nbytes = 4 if residual else 3
+
+                def make(config=config, inputs=inputs, grads=grads, residual=residual, layer=layer, t=(x, r, w, b)):
+                    # The forward inside make: a CUDA-graph capture needs the backward's
+                    # autograd graph recorded on the capture stream.
+                    x, r, w, b = t
                     with _launch.use_config(config):
-                        if residual:
-                            outs, inputs, grads, nbytes = TF.rms_norm(x, w, 1e-6, residual=r), [x, r, w], \
-                                (torch.randn_like(x), torch.randn_like(x)), 4
+                        if layer:
+                            outs = TF.layer_norm(x, w, b, 1e-5)
                         else:
-                            outs, inputs, grads, nbytes = TF.rms_norm(x, w, 1e-6), [x, w], torch.randn_like(x), 3
-                        call = lambda: torch.autograd.grad(outs, inputs, grads, retain_graph=True)  # noqa: E731
-                        us = harness.time_us(call, quick=True)
-                        gpu_us, _ = harness.gpu_time_us(lambda: call, quick=True)
+                            outs = TF.rms_norm(x, w, 1e-6, residual=r if residual else None)
+                    backward = harness.backward_call(outs, grads, inputs)
+
+                    def call():
+                        with _launch.use_config(config):
+                            return backward()
+                    return call
+
+                try:
+                    us = harness.time_us(make(), quick=True)
+                    gpu_us, _ = harness.gpu_time_us(make, quick=True)
                     pct = 100 * nbytes * x.numel() * x.element_size() / gpu_us / 1e3 / copy
                     print(f"{label}: GPU {gpu_us:.0f} us ({pct:.0f}% of copy), eager {us:.0f} us; "
                           f"{compiled_kernels(seen)}", flush=True)
                 except Exception as exc:  # out of shared memory is a result here
                     print(f"{label}: failed, {type(exc).__name__}: {str(exc).splitlines()[0][:160]}", flush=True)
-                del x, r, w
+                del x, r, w, b
                 torch.cuda.empty_cache()
 
 

@@ -92,11 +92,12 @@ def cases(C: L.LaunchConfig) -> dict[str, Callable[[], float]]:
                                lambda x, w, b: reference.layer_norm(x, w, b, 1e-5, False), [x, w, b], needs)
             out[f"layer_norm n={n} grads={''.join('xwb'[i] for i in range(3) if needs[i])}"] = ln_partial
 
-    # RMSNorm and the fused residual add (both norms; its own row limits): x and residual
+    # RMSNorm and the fused residual add (both norms; its own row limits, and RMSNorm's backward
+    # rows kept whole to bwd_rms_max_fused_cols): x and residual
     # of two dtypes (dx and dresidual stored apart) or one (one tensor), strided rows.
     ln = C.layer_norm
     for n in sorted({1, 7, *around(ln.bwd_residual_max_fused_cols), *around(ln.fwd_residual_max_fused_cols),
-                     2 * ln.loop_block + 5}):
+                     *around(ln.bwd_rms_max_fused_cols), 2 * ln.loop_block + 5}):
         for rows, dtype, r_dtype, kind, sliced in [(3, torch.float32, torch.float32, "rms", False),
                                                    (5, bf, torch.float32, "layer", True)]:
             def res(n=n, rows=rows, dtype=dtype, r_dtype=r_dtype, kind=kind, sliced=sliced):

@@ -497,13 +497,13 @@ def test_norms_alone_and_its_row_limits_sweep_on_cpu(tmp_path, monkeypatch, caps
     for op in ("rmsnorm", "add_rmsnorm"):
         def recording(*args, op=op, ours=bench_norms.OURS_BY_OP[op]):
             limits = _launch.current().layer_norm
-            seen.append((op, limits.bwd_max_fused_cols, limits.fwd_residual_max_fused_cols))
+            seen.append((op, limits.bwd_rms_max_fused_cols, limits.fwd_residual_max_fused_cols))
             return ours(*args)
 
         monkeypatch.setitem(bench_norms.OURS_BY_OP, op, recording)
     # limits that move rows of 40 columns (not of 8) to the other path, at full shapes even with --quick
     monkeypatch.setattr(bench_norms, "SHAPES", [(3, 8), (3, 40)])
-    monkeypatch.setattr(bench_norms, "ROW_LIMITS", {"bwd<=32": ("rmsnorm", "bwd_max_fused_cols", 32),
+    monkeypatch.setattr(bench_norms, "ROW_LIMITS", {"bwd<=32": ("rmsnorm", "bwd_rms_max_fused_cols", 32),
                                                     "res-fwd<=32": ("add_rmsnorm", "fwd_residual_max_fused_cols", 32)})
     bench_norms.main(["--sweep-row-limits"] + options)
     rows = report.read_csv(str(tmp_path / "norms_row_limits.csv"))
@@ -512,8 +512,8 @@ def test_norms_alone_and_its_row_limits_sweep_on_cpu(tmp_path, monkeypatch, caps
         for op, names in (("rmsnorm", ("default", "bwd<=32")), ("add_rmsnorm", ("default", "res-fwd<=32")))
         for name in names for direction in ("fwd", "bwd")]
     assert all(math.isfinite(r["us"]) for r in rows)
-    assert set(seen) == {("rmsnorm", 8192, 32768), ("rmsnorm", 32, 32768),
-                         ("add_rmsnorm", 8192, 32768), ("add_rmsnorm", 8192, 32)}
+    assert set(seen) == {("rmsnorm", 16384, 32768), ("rmsnorm", 32, 32768),
+                         ("add_rmsnorm", 16384, 32768), ("add_rmsnorm", 16384, 32)}
     assert _launch.current() is _launch.DEFAULT
 
 

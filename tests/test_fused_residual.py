@@ -1,6 +1,8 @@
 """The fused residual add and ``out_dtype`` of both norms (functional.layer_norm / rms_norm,
 TritonLayerNorm / TritonRMSNorm): ``h = x + residual`` computed in ``residual_dtype``,
 ``y = norm(h)``, one kernel pass forward and one backward, y in ``out_dtype``."""
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as TF
@@ -211,3 +213,38 @@ def test_one_pass_each_way(kind, monkeypatch, device):
     assert set(fwd_ops.ops) <= QUIET_OPS - {"sum"}, fwd_ops.ops
     assert set(bwd_ops.ops) <= QUIET_OPS, bwd_ops.ops
     assert grads[0] is grads[1]  # one dtype: dx and dresidual are one tensor, written once
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_rms_backward_keeps_longer_rows_whole(residual, monkeypatch, device):
+    """RMSNorm's backward keeps rows whole up to ``bwd_rms_max_fused_cols``, past LayerNorm's
+    limits (one kernel launch; past ``LONG_ROW`` columns with ``bwd_long_row_stages``), where
+    LayerNorm's rows of the same length take the two column-split kernels. The gradients
+    against float64 torch either way."""
+    limits = dataclasses.replace(_launch.TINY.layer_norm, bwd_rms_max_fused_cols=64)
+    config = dataclasses.replace(_launch.TINY, layer_norm=limits)
+    monkeypatch.setattr(_launch, "LONG_ROW", 32)  # rows of 40 are "long" here
+    names = ("_norm_bwd_kernel", "_norm_bwd_row_sums_kernel", "_norm_bwd_split_kernel")
+    for kind, launched in (("rms", {"_norm_bwd_kernel"}), ("layer", set(names[1:]))):
+        spies = {name: _Spy(getattr(norm_kernels, name), []) for name in names}
+        for name, spy in spies.items():
+            monkeypatch.setattr(norm_kernels, name, spy)
+        x = (torch.randn(6, 40, device=device) * 2 + 0.5).requires_grad_()
+        r = torch.randn(6, 40, device=device, requires_grad=True)
+        w, b = _params(kind, 40, device)
+        params = [p for p in (w, b) if p is not None]
+        inputs = [x, *([r] if residual else []), *params]
+        with _launch.use_config(config):
+            out = _norm(kind, x, w, b, **({"residual": r} if residual else {}))
+            dout = tuple(torch.randn_like(o) for o in out) if residual else torch.randn_like(out)
+            grads = torch.autograd.grad(out, inputs, dout)
+        assert {name for name, spy in spies.items() if spy.launches} == launched, kind
+        inputs64 = [t.detach().double().requires_grad_() for t in inputs]
+        h64 = inputs64[0] + inputs64[1] if residual else inputs64[0]
+        p64 = inputs64[2:] if residual else inputs64[1:]
+        y64 = _exact_norm(kind, h64, *p64, *([None] if b is None else []))
+        out64 = (y64, h64) if residual else y64
+        dout64 = tuple(d.double() for d in dout) if residual else dout.double()
+        for name, g, g64 in zip(["dx", "dresidual", "dweight", "dbias"] if residual else ["dx", "dweight", "dbias"],
+                                grads, torch.autograd.grad(out64, inputs64, dout64)):
+            compare(g, g64, rows=6 if name.startswith("dw") or name.startswith("db") else 1, name=name)

@@ -10,6 +10,7 @@ from torch import nn
 import triton_layers
 from triton_layers import TritonRMSNorm, reference
 from triton_layers import functional as F
+from triton_layers.kernels import _launch
 
 from .conftest import DTYPES
 from .oracle import check, compare
@@ -67,6 +68,15 @@ def test_mixed_precision_fp32_weight(dtype, device):
 @pytest.mark.parametrize("looped", ["medium"], indirect=True)
 def test_long_rows_looped_path(n, looped, device):
     _check_against_float64(*_inputs(11, n, torch.float32, device), eps=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_kept_whole_past_layer_norms_limit(dtype, device):
+    """Rows of 12,000 at the real limits: RMSNorm's backward keeps them whole (over
+    LayerNorm's bwd_max_fused_cols and LONG_ROW, up to bwd_rms_max_fused_cols)."""
+    limits = _launch.DEFAULT.layer_norm
+    assert max(limits.bwd_max_fused_cols, _launch.LONG_ROW) < 12000 <= limits.bwd_rms_max_fused_cols
+    _check_against_float64(*_inputs(3, 12000, dtype, device))
 
 
 def test_no_weight(device):

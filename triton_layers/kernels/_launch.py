@@ -32,13 +32,20 @@ class LayerNormLaunch:
     # --sweep-row-limits), 2048x32768 ran at 97% of copy (bf16 and fp32) against 63-65%
     # when chunked above 16384, where x and the residual are read twice.
     fwd_residual_max_fused_cols: int = 32768
-    # The backward holds several values per element: whole rows up to this many columns;
-    # longer rows take the two column-split kernels.
+    # The LayerNorm backward holds several values per element: whole rows up to this many
+    # columns; longer rows take the two column-split kernels (which read z and dy twice).
+    # Kept whole at 16,384 it spilled 66-76 registers a thread and ran at 44-53% of copy
+    # against the split path's 52-56% (H100, benchmarks/tune_norm_backward.py).
     bwd_max_fused_cols: int = 8192
     # The same when the backward also reads h's gradient and writes the residual's: at 8192
     # an offline sm_90 build spills 100-200 bytes a thread (none at 4096). Spills that stay
     # in L1 may cost less than the split path's second read of h and dy: to be timed.
     bwd_residual_max_fused_cols: int = 8192
+    # RMSNorm's backward (plain or with the residual) holds no mean and no bias gradient:
+    # rows of 16,384 stay whole. H100, 4096x16384, 16 warps, 1 stage: 74% of copy (bf16) and
+    # 83% (fp32) against 54-57% split; with the residual 78% and 84% against 60-63%. At
+    # 32,768 (32 warps) it spills over 100 registers and runs at 19-38%.
+    bwd_rms_max_fused_cols: int = 16384
     # Chunk width of the long-row paths.
     loop_block: int = 4096
     # Elements a program holds per tile when rows are short: several rows to a tile.
@@ -50,8 +57,12 @@ class LayerNormLaunch:
     # stages are capped to what the device's shared memory holds (prefetch_stages).
     bwd_programs_per_sm: int = 2
     bwd_stages: int = 3
-    # Most warps of a whole-row backward program. Rows over 8,192 columns kept whole spill
-    # at 16 (benchmarks/tune_norm_backward.py); whether 32 lets them stay whole is to be timed.
+    # Whole rows of more than LONG_ROW columns (RMSNorm's, up to bwd_rms_max_fused_cols):
+    # loop stages. A second stage was 7-15% slower at 16,384 (H100): its buffers take the
+    # shared memory, and the spilled registers' L1, that the row's one tile needs.
+    bwd_long_row_stages: int = 1
+    # Most warps of a whole-row backward program. At 16,384 columns 32 warps were level with
+    # 16 (within 3%, either way by dtype; H100, tune_norm_backward.py).
     bwd_max_warps: int = 16
     # Long-row backward: rows per tile of the column-split kernel, and programs per SM
     # (4 is what every H200 benchmark ran with; a pre-merge sweep preferred 2).
@@ -127,6 +138,7 @@ def shrunk(max_cols: int, loop_block: int, softmax_tile_elements: int = 64) -> L
     d = DEFAULT
     return LaunchConfig(
         layer_norm=dataclasses.replace(d.layer_norm, fwd_max_fused_cols=max_cols, bwd_max_fused_cols=max_cols,
+                                       bwd_rms_max_fused_cols=max_cols,
                                        fwd_residual_max_fused_cols=max_cols, bwd_residual_max_fused_cols=max_cols,
                                        loop_block=loop_block),
         softmax=dataclasses.replace(d.softmax, max_fused_cols=max_cols, loop_block=loop_block,
@@ -229,6 +241,10 @@ def _shared_memory(device_index: int) -> Optional[int]:
     except Exception:  # another Triton: torch knows it too (2.4+)
         return getattr(torch.cuda.get_device_properties(device_index), "shared_memory_per_block_optin", None)
 
+
+# Rows longer than this are "long" to the norm backward's whole-row kernel (16 warps of
+# ELEMENTS_PER_WARP): they take bwd_long_row_stages.
+LONG_ROW = 16 * ELEMENTS_PER_WARP
 
 # Shared memory left to a program's reductions beside its prefetch buffers.
 REDUCTION_SCRATCH = 16384

@@ -291,7 +291,10 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
     compute_dx, compute_dw, compute_db = need_x or need_r, needs["weight"], needs["bias"]
     store_dr = need_x and need_r and r_dtype != x_dtype
     n_rows, n_cols = z.shape
-    max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
+    if rms:
+        max_fused = cfg.bwd_rms_max_fused_cols
+    else:
+        max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
     flags = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                  CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
@@ -309,12 +312,13 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
         # bytes the prefetched loads bring per element: z, dy and (with a residual) dh
         loaded = z.element_size() + dy.element_size() + (0 if dh is None else dh.element_size())
         programs, tiles_per_program = _launch.persistent_grid(n_tiles, z.device, cfg.bwd_programs_per_sm)
+        stages = cfg.bwd_stages if block_n <= _launch.LONG_ROW else cfg.bwd_long_row_stages
         writers = programs
         partials = z.new_empty((n_partials, writers * n_cols), dtype=torch.float32)
         launch(_norm_bwd_kernel)[(programs,)](
             dy, dh, z, weight, stats, dx, dr, partials, *strides, n_rows, n_cols, tiles_per_program,
             BLOCK_M=block_m, BLOCK_N=block_n,
-            NUM_STAGES=_launch.prefetch_stages(cfg.bwd_stages, block_m * block_n * loaded, z.device),
+            NUM_STAGES=_launch.prefetch_stages(stages, block_m * block_n * loaded, z.device),
             num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **flags,
         )
     else:
