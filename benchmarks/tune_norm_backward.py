@@ -31,7 +31,7 @@ from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 from triton_layers.kernels import layer_norm as norm_kernels
 
-# (row length, bwd_max_fused_cols, bwd_stages, bwd_max_warps): the default first, then the row
+# (row length, row limit, stages, bwd_max_warps): the split path first, then the row
 # kept whole at 1 and 2 prefetch stages (3 need more shared memory than a program gets), at 16
 # and at 32 warps; 32,768 at 32 warps, 1 stage (at 16 the 2026-11-23 runs spilled 418-526).
 CASES = [(16384, 8192, 3, 16)] + [(16384, 16384, stages, warps) for warps in (16, 32) for stages in (1, 2)] \
@@ -61,9 +61,10 @@ def main() -> None:
     for name, residual, layer in NORMS:
         for dtype in (torch.bfloat16, torch.float32):
             for cols, limit, stages, warps in CASES:
+                # every norm's row limit, and the stages of short and of long rows alike
                 knobs = dataclasses.replace(_launch.DEFAULT.layer_norm, bwd_max_fused_cols=limit,
-                                            bwd_residual_max_fused_cols=limit, bwd_stages=stages,
-                                            bwd_max_warps=warps)
+                                            bwd_residual_max_fused_cols=limit, bwd_rms_max_fused_cols=limit,
+                                            bwd_stages=stages, bwd_long_row_stages=stages, bwd_max_warps=warps)
                 config = dataclasses.replace(_launch.DEFAULT, layer_norm=knobs)
                 x = torch.randn(ELEMENTS // cols, cols, device=device, dtype=dtype, requires_grad=True)
                 r = torch.randn_like(x, requires_grad=True)
