@@ -1,83 +1,89 @@
-"""Sweep the LayerNorm launch knobs (kernels/_launch.py: LayerNormLaunch) on this GPU (a dev tool).
+"""Sweep the norms' launch knobs (kernels/_launch.py: LayerNormLaunch) on this GPU (a dev tool).
 
-Prints, per shape and dtype, the time of each configuration for forward and backward
-and the per-call host overhead of the functional op, so the defaults can be chosen
-from measurements. Run: python -m benchmarks.tune_layernorm
+For LayerNorm (weight and bias) and RMSNorm (weight), in bf16 and fp32, at each shape:
+the GPU time (CUDA-graph replay, ``harness.gpu_time_us``) of the forward and of the
+backward under every combination of the knobs that apply there, best first, as % of the
+copy bandwidth by the benchmarks' bytes model (forward 2MD, backward 3MD). GPU time, not
+eager time: at 32768x1024 the kernels take 40-120 us, under the host's pace, and an eager
+sweep there ranks the host's noise. Rows up to the backward's row limit sweep the tile
+size, persistent programs per SM and prefetch stages; longer rows the column-split
+kernels' chunk, rows per tile and programs per SM (benchmarks/tune_norm_backward.py decides
+the row limits themselves).
+
+Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both] [--shapes 32768x1024,...]
 """
+from __future__ import annotations
+
+import argparse
 import dataclasses
 import itertools
 
 import torch
-import torch.nn.functional as F
 
 from benchmarks import harness
-from benchmarks.bench_host import host_us
 from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 32768), (1024, 131072)]
+# Grids over fields of _launch.LayerNormLaunch.
+FWD_GRID = {"tile_elements": [2048, 4096, 8192]}
+FWD_LONG_GRID = {"loop_block": [2048, 4096, 8192]}
+BWD_SHORT_GRID = {"tile_elements": [2048, 4096, 8192], "bwd_programs_per_sm": [1, 2, 4, 8], "bwd_stages": [1, 2, 3]}
+BWD_LONG_GRID = {"loop_block": [2048, 4096, 8192], "split_block_m": [1, 2, 4, 8], "split_programs_per_sm": [2, 4, 8]}
 
 
-def main():
+def sweep(grid: dict, make) -> list[tuple[float, tuple]]:
+    """(GPU us, knob values) of ``make``'s call under each combination of ``grid``, fastest first."""
+    out = []
+    for combo in itertools.product(*grid.values()):
+        knobs = dataclasses.replace(_launch.DEFAULT.layer_norm, **dict(zip(grid, combo)))
+        with _launch.use_config(dataclasses.replace(_launch.DEFAULT, layer_norm=knobs)):
+            out.append((harness.gpu_time_us(make, quick=True)[0], combo))
+    return sorted(out, key=lambda r: (r[0] != r[0], r[0]))  # NaN (no GPU time) last
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--norm", choices=["layer", "rms", "both"], default="both")
+    parser.add_argument("--shapes", default=None, help="comma-separated MxD, default: " +
+                        ",".join(f"{m}x{d}" for m, d in SHAPES))
+    opts = parser.parse_args(argv)
+    shapes = SHAPES if opts.shapes is None else [tuple(int(v) for v in s.split("x")) for s in opts.shapes.split(",")]
     dev = harness.require_cuda()
     copy = harness.copy_bandwidth_gbps(dev)
-    print(f"copy {copy:.0f} GB/s")
-    xs = torch.randn(64, 1024, device=dev, requires_grad=True)
-    ws = torch.randn(1024, device=dev, requires_grad=True)
-    print("host us/call: ours fwd %.1f, torch fwd %.1f, ours fwd+bwd %.1f, torch fwd+bwd %.1f" % (
-        host_us(lambda: TF.layer_norm(xs, ws)),
-        host_us(lambda: F.layer_norm(xs, (1024,), ws)),
-        host_us(lambda: TF.layer_norm(xs, ws).sum().backward()),
-        host_us(lambda: F.layer_norm(xs, (1024,), ws).sum().backward())))
-    # Grids over fields of _launch.LayerNormLaunch.
-    fwd_grid = {"tile_elements": [2048, 4096, 8192]}
-    bwd_short = dict(fwd_grid, bwd_programs_per_sm=[1, 2, 4, 8], bwd_stages=[1, 2, 3])
-    bwd_long = {"loop_block": [2048, 4096, 8192], "split_block_m": [1, 2, 4, 8], "split_programs_per_sm": [2, 4, 8]}
+    limits = _launch.DEFAULT.layer_norm
+    print(f"{harness.device_name()}, copy {copy:.0f} GB/s; % of copy by GPU time (CUDA-graph replay)")
+    for rms in {"layer": [False], "rms": [True], "both": [False, True]}[opts.norm]:
+        for dtype in (torch.bfloat16, torch.float32):
+            for m, d in shapes:
+                x = torch.randn(m, d, device=dev, dtype=dtype, requires_grad=True)
+                w = torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
+                b = None if rms else torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
+                params = [w] if rms else [w, b]
+                dy = torch.randn_like(x)
 
-    def sweep(grid, run):
-        out = []
-        for combo in itertools.product(*grid.values()):
-            knobs = dataclasses.replace(_launch.DEFAULT.layer_norm, **dict(zip(grid, combo)))
-            with _launch.use_config(dataclasses.replace(_launch.DEFAULT, layer_norm=knobs)):
-                out.append((run(), combo))
-        out.sort()
-        return out
+                def forward():
+                    return TF.rms_norm(x, w, 1e-6) if rms else TF.layer_norm(x, w, b, 1e-5)
 
-    for dtype in (torch.bfloat16, torch.float32):
-        for m, d in SHAPES:
-            s = torch.finfo(dtype).bits // 8
-            x = torch.randn(m, d, device=dev, dtype=dtype, requires_grad=True)
-            w = torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
-            b = torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
-            dy = torch.randn_like(x)
-            long_rows = d > _launch.DEFAULT.layer_norm.bwd_max_fused_cols
-            fwd_long = d > _launch.DEFAULT.layer_norm.fwd_max_fused_cols
-            fgrid = dict(fwd_grid, loop_block=[2048, 4096, 8192]) if fwd_long else fwd_grid
-            fwd = sweep(fgrid, lambda: harness.time_us(lambda: TF.layer_norm(x, w, b), quick=True))
+                def backward():  # the forward in make: the capture records its autograd graph
+                    return harness.backward_call(forward(), dy, [x, *params])
 
-            def bwd_time():
-                y = TF.layer_norm(x, w, b)
-                return harness.time_us(lambda: y.backward(dy, retain_graph=True), [x, w, b], quick=True)
-
-            bwd = sweep(bwd_long if long_rows else bwd_short, bwd_time)
-            fb, bb = 2 * m * d * s, 3 * m * d * s
-            print(f"{m}x{d} {dtype}: fwd keys {list(fgrid)}, bwd keys {list(bwd_long if long_rows else bwd_short)}")
-            for tag, res, nbytes in (("fwd", fwd, fb), ("bwd", bwd, bb)):
-                best = "; ".join(f"{c}: {u:.0f}us {100 * nbytes / u / 1e3 / copy:.0f}%" for u, c in res[:4])
-                print(f"  {tag} {best} | worst {res[-1][1]}: {res[-1][0]:.0f}us", flush=True)
-            del x, w, b, dy
-            torch.cuda.empty_cache()
-
-    import cProfile
-    import pstats
-
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(200):
-        TF.layer_norm(xs, ws).backward(torch.ones(64, 1024, device=dev))
-    torch.cuda.synchronize()
-    pr.disable()
-    pstats.Stats(pr).sort_stats("tottime").print_stats(18)
+                fwd_grid = dict(FWD_GRID, **FWD_LONG_GRID) if d > limits.fwd_max_fused_cols else FWD_GRID
+                bwd_limit = limits.bwd_rms_max_fused_cols if rms else limits.bwd_max_fused_cols
+                bwd_grid = BWD_LONG_GRID if d > bwd_limit else BWD_SHORT_GRID
+                nbytes = m * d * x.element_size()
+                print(f"{'rms_norm' if rms else 'layer_norm'} {m}x{d} {str(dtype)[6:]}", flush=True)
+                for tag, grid, make, moved in (("fwd", fwd_grid, lambda: forward, 2 * nbytes),
+                                               ("bwd", bwd_grid, backward, 3 * nbytes)):
+                    res = sweep(grid, make)
+                    default = tuple(getattr(limits, k) for k in grid)
+                    at_default = next((us for us, c in res if c == default), float("nan"))
+                    best = "; ".join(f"{dict(zip(grid, c))}: {us:.0f} us {100 * moved / us / 1e3 / copy:.0f}%"
+                                     for us, c in res[:3])
+                    print(f"  {tag} default {at_default:.0f} us ({100 * moved / at_default / 1e3 / copy:.0f}%); "
+                          f"best {best}; worst {res[-1][0]:.0f} us", flush=True)
+                del x, w, b, dy, params
+                torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
