@@ -82,8 +82,6 @@ def main(argv=None) -> None:
                                      for us, c in res[:3])
                     print(f"  {tag} default {at_default:.0f} us ({100 * moved / at_default / 1e3 / copy:.0f}%); "
                           f"best {best}; worst {res[-1][0]:.0f} us", flush=True)
-                del x, w, b, dy, params
-                torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
