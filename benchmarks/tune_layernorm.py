@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+from typing import Callable
 
 import torch
 
-from benchmarks import harness
+from benchmarks import bench_layernorm, bench_norms, harness
 from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 
@@ -32,14 +33,38 @@ BWD_SHORT_GRID = {"tile_elements": [2048, 4096, 8192], "bwd_programs_per_sm": [1
 BWD_LONG_GRID = {"loop_block": [2048, 4096, 8192], "split_block_m": [1, 2, 4, 8], "split_programs_per_sm": [2, 4, 8]}
 
 
-def sweep(grid: dict, make) -> list[tuple[float, tuple]]:
-    """(GPU us, knob values) of ``make``'s call under each combination of ``grid``, fastest first."""
-    out = []
-    for combo in itertools.product(*grid.values()):
-        knobs = dataclasses.replace(_launch.DEFAULT.layer_norm, **dict(zip(grid, combo)))
-        with _launch.use_config(dataclasses.replace(_launch.DEFAULT, layer_norm=knobs)):
-            out.append((harness.gpu_time_us(make, quick=True)[0], combo))
-    return sorted(out, key=lambda r: (r[0] != r[0], r[0]))  # NaN (no GPU time) last
+def norm_case(name: str, dtype: torch.dtype, shape: tuple[int, int],
+              device: torch.device) -> tuple[harness.Case, Callable]:
+    """The benchmarks' case of a norm ("layernorm": bench_layernorm's; "rmsnorm", "add_rmsnorm",
+    "add_layernorm": bench_norms') and our implementation of it: inputs and bytes models as
+    ``python -m benchmarks`` times them."""
+    if name == "layernorm":
+        return bench_layernorm.build((dtype, shape), device), \
+            lambda x, w, b: TF.layer_norm(x, w, b, bench_layernorm.EPS)
+    return bench_norms.build((name, dtype, shape), device), bench_norms.OURS_BY_OP[name]
+
+
+def config_with(**knobs) -> _launch.LaunchConfig:
+    """DEFAULT with these LayerNormLaunch fields."""
+    return dataclasses.replace(_launch.DEFAULT, layer_norm=dataclasses.replace(_launch.DEFAULT.layer_norm, **knobs))
+
+
+def direction(case: harness.Case, name: str, config: _launch.LaunchConfig) -> harness.Direction:
+    """The case's direction ``name`` ("fwd" or "bwd"), its call and forward made under ``config``."""
+    return next(d for d in harness.under_config(case, config, "").directions if d.name == name)
+
+
+def gpu_us(d: harness.Direction, ours: Callable) -> float:
+    """GPU time of the direction's call (CUDA-graph replay), quick repetitions."""
+    return harness.gpu_time_us(lambda: d.make(ours), d.grad_to_none, quick=True)[0]
+
+
+def sweep(case: harness.Case, name: str, ours: Callable, grid: dict) -> list[tuple[float, tuple]]:
+    """(GPU us, knob values) of the case's direction ``name`` under each combination of
+    ``grid``, fastest first (NaN, no GPU time, last)."""
+    out = [(gpu_us(direction(case, name, config_with(**dict(zip(grid, combo)))), ours), combo)
+           for combo in itertools.product(*grid.values())]
+    return sorted(out, key=lambda r: (r[0] != r[0], r[0]))
 
 
 def main(argv=None) -> None:
@@ -53,35 +78,25 @@ def main(argv=None) -> None:
     copy = harness.copy_bandwidth_gbps(dev)
     limits = _launch.DEFAULT.layer_norm
     print(f"{harness.device_name()}, copy {copy:.0f} GB/s; % of copy by GPU time (CUDA-graph replay)")
-    for rms in {"layer": [False], "rms": [True], "both": [False, True]}[opts.norm]:
+    for norm in {"layer": ["layernorm"], "rms": ["rmsnorm"], "both": ["layernorm", "rmsnorm"]}[opts.norm]:
         for dtype in (torch.bfloat16, torch.float32):
             for m, d in shapes:
-                x = torch.randn(m, d, device=dev, dtype=dtype, requires_grad=True)
-                w = torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
-                b = None if rms else torch.randn(d, device=dev, dtype=dtype, requires_grad=True)
-                params = [w] if rms else [w, b]
-                dy = torch.randn_like(x)
-
-                def forward():
-                    return TF.rms_norm(x, w, 1e-6) if rms else TF.layer_norm(x, w, b, 1e-5)
-
-                def backward():  # the forward in make: the capture records its autograd graph
-                    return harness.backward_call(forward(), dy, [x, *params])
-
+                case, ours = norm_case(norm, dtype, (m, d), dev)
                 fwd_grid = dict(FWD_GRID, **FWD_LONG_GRID) if d > limits.fwd_max_fused_cols else FWD_GRID
-                bwd_limit = limits.bwd_rms_max_fused_cols if rms else limits.bwd_max_fused_cols
+                bwd_limit = limits.bwd_rms_max_fused_cols if norm == "rmsnorm" else limits.bwd_max_fused_cols
                 bwd_grid = BWD_LONG_GRID if d > bwd_limit else BWD_SHORT_GRID
-                nbytes = m * d * x.element_size()
-                print(f"{'rms_norm' if rms else 'layer_norm'} {m}x{d} {str(dtype)[6:]}", flush=True)
-                for tag, grid, make, moved in (("fwd", fwd_grid, lambda: forward, 2 * nbytes),
-                                               ("bwd", bwd_grid, backward, 3 * nbytes)):
-                    res = sweep(grid, make)
+                print(f"{norm} {m}x{d} {str(dtype)[6:]}", flush=True)
+                for name, grid in (("fwd", fwd_grid), ("bwd", bwd_grid)):
+                    nbytes = next(d.nbytes for d in case.directions if d.name == name)
+                    res = sweep(case, name, ours, grid)
                     default = tuple(getattr(limits, k) for k in grid)
                     at_default = next((us for us, c in res if c == default), float("nan"))
-                    best = "; ".join(f"{dict(zip(grid, c))}: {us:.0f} us {100 * moved / us / 1e3 / copy:.0f}%"
+                    best = "; ".join(f"{dict(zip(grid, c))}: {us:.0f} us {100 * nbytes / us / 1e3 / copy:.0f}%"
                                      for us, c in res[:3])
-                    print(f"  {tag} default {at_default:.0f} us ({100 * moved / at_default / 1e3 / copy:.0f}%); "
+                    print(f"  {name} default {at_default:.0f} us ({100 * nbytes / at_default / 1e3 / copy:.0f}%); "
                           f"best {best}; worst {res[-1][0]:.0f} us", flush=True)
+                del case
+                torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

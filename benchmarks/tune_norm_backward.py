@@ -22,13 +22,10 @@ Run: python -m benchmarks.tune_norm_backward
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from benchmarks import harness
-from triton_layers import functional as TF
-from triton_layers.kernels import _launch
+from benchmarks.tune_layernorm import config_with, direction, gpu_us, norm_case
 from triton_layers.kernels import layer_norm as norm_kernels
 
 # (row length, row limit, stages, bwd_max_warps): the split path first, then the row
@@ -37,8 +34,8 @@ from triton_layers.kernels import layer_norm as norm_kernels
 CASES = [(16384, 8192, 3, 16)] + [(16384, 16384, stages, warps) for warps in (16, 32) for stages in (1, 2)] \
     + [(32768, 8192, 3, 16), (32768, 32768, 1, 32)]
 ELEMENTS = 4096 * 16384  # every case moves the same bytes
-# (label, residual, LayerNorm): the norms whose backward these limits pick a kernel for.
-NORMS = (("rmsnorm", False, False), ("add_rmsnorm", True, False), ("layernorm", False, True))
+# The norms whose backward these limits pick a kernel for (tune_layernorm.norm_case's names).
+NORMS = ("rmsnorm", "add_rmsnorm", "layernorm")
 
 
 def compiled_kernels(seen: set) -> list[str]:
@@ -58,48 +55,24 @@ def main() -> None:
     device = harness.require_cuda()
     copy = harness.copy_bandwidth_gbps(device)
     seen: set = set()
-    for name, residual, layer in NORMS:
+    for name in NORMS:
         for dtype in (torch.bfloat16, torch.float32):
             for cols, limit, stages, warps in CASES:
                 # every norm's row limit, and the stages of short and of long rows alike
-                knobs = dataclasses.replace(_launch.DEFAULT.layer_norm, bwd_max_fused_cols=limit,
-                                            bwd_residual_max_fused_cols=limit, bwd_rms_max_fused_cols=limit,
-                                            bwd_stages=stages, bwd_long_row_stages=stages, bwd_max_warps=warps)
-                config = dataclasses.replace(_launch.DEFAULT, layer_norm=knobs)
-                x = torch.randn(ELEMENTS // cols, cols, device=device, dtype=dtype, requires_grad=True)
-                r = torch.randn_like(x, requires_grad=True)
-                w = torch.randn(cols, device=device, dtype=dtype, requires_grad=True)
-                b = torch.randn(cols, device=device, dtype=dtype, requires_grad=True)
-                label = f"{name} {dtype} {x.shape[0]}x{cols} limit {limit} stages {stages} warps {warps}"
-                inputs = [x, r, w] if residual else [x, w, b] if layer else [x, w]
-                grads = (torch.randn_like(x), torch.randn_like(x)) if residual else torch.randn_like(x)
-                nbytes = 4 if residual else 3
-
-                def make(config=config, inputs=inputs, grads=grads, residual=residual, layer=layer, t=(x, r, w, b)):
-                    # The forward inside make: a CUDA-graph capture needs the backward's
-                    # autograd graph recorded on the capture stream.
-                    x, r, w, b = t
-                    with _launch.use_config(config):
-                        if layer:
-                            outs = TF.layer_norm(x, w, b, 1e-5)
-                        else:
-                            outs = TF.rms_norm(x, w, 1e-6, residual=r if residual else None)
-                    backward = harness.backward_call(outs, grads, inputs)
-
-                    def call():
-                        with _launch.use_config(config):
-                            return backward()
-                    return call
-
+                config = config_with(bwd_max_fused_cols=limit, bwd_residual_max_fused_cols=limit,
+                                     bwd_rms_max_fused_cols=limit, bwd_stages=stages, bwd_long_row_stages=stages,
+                                     bwd_max_warps=warps)
+                case, ours = norm_case(name, dtype, (ELEMENTS // cols, cols), device)
+                bwd = direction(case, "bwd", config)
+                label = f"{name} {dtype} {case.shape} limit {limit} stages {stages} warps {warps}"
                 try:
-                    us = harness.time_us(make(), quick=True)
-                    gpu_us, _ = harness.gpu_time_us(make, quick=True)
-                    pct = 100 * nbytes * x.numel() * x.element_size() / gpu_us / 1e3 / copy
-                    print(f"{label}: GPU {gpu_us:.0f} us ({pct:.0f}% of copy), eager {us:.0f} us; "
-                          f"{compiled_kernels(seen)}", flush=True)
+                    us = harness.time_us(bwd.make(ours), bwd.grad_to_none, quick=True)
+                    gpu = gpu_us(bwd, ours)
+                    print(f"{label}: GPU {gpu:.0f} us ({100 * bwd.nbytes / gpu / 1e3 / copy:.0f}% of copy), "
+                          f"eager {us:.0f} us; {compiled_kernels(seen)}", flush=True)
                 except Exception as exc:  # out of shared memory is a result here
                     print(f"{label}: failed, {type(exc).__name__}: {str(exc).splitlines()[0][:160]}", flush=True)
-                del x, r, w, b
+                del case, bwd
                 torch.cuda.empty_cache()
 
 

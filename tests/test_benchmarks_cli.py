@@ -612,3 +612,45 @@ def test_cast_kernels_counts_only_pure_casts():
     fused = ["triton_poi_fused__to_copy_add_mul_3", "triton_poi_fused__to_copy_t_1", "triton_red_fused__to_copy_sum_2"]
     assert all(cast_kernels.CAST.fullmatch(name) for name in pure)
     assert not any(cast_kernels.CAST.fullmatch(name) for name in fused)
+
+
+def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
+    """tune_layernorm and tune_norm_backward with the timer patched out: every combination
+    runs the benchmarks' case of each norm, and the backward runs under the case's row limit
+    (a limit one knob short left RMSNorm's rows whole in a "split" case)."""
+    from benchmarks import tune_layernorm, tune_norm_backward
+    from triton_layers.kernels import _launch
+
+    monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
+    monkeypatch.setattr(harness, "copy_bandwidth_gbps", lambda device: COPY)
+    runs = []
+
+    def fake_gpu_us(make, grad_to_none=None, quick=False):
+        make()()
+        runs.append(1)
+        return 1.0, "graph"
+    monkeypatch.setattr(harness, "gpu_time_us", fake_gpu_us)
+    monkeypatch.setattr(harness, "time_us", lambda fn, grad_to_none=None, quick=False: (fn(), 2.0)[1])
+    monkeypatch.setattr(tune_layernorm, "FWD_GRID", {"tile_elements": [64, 2048]})
+    monkeypatch.setattr(tune_layernorm, "BWD_SHORT_GRID", {"tile_elements": [64, 2048], "bwd_programs_per_sm": [2],
+                                                           "bwd_stages": [3]})
+    tune_layernorm.main(["--shapes", "3x40"])
+    assert len(runs) == 2 * 2 * (2 + 2)  # (LayerNorm, RMSNorm) x dtypes x (fwd, bwd combinations)
+    assert "default 1 us" in capsys.readouterr().out
+
+    paths = []  # (row limit given, whole rows?) of each launch
+    row_tile = _launch.row_tile
+
+    def recording_row_tile(rows, cols, limit, *rest):
+        tile = row_tile(rows, cols, limit, *rest)
+        paths.append((limit, tile[2]))
+        return tile
+    monkeypatch.setattr(_launch, "row_tile", recording_row_tile)
+    monkeypatch.setattr(tune_norm_backward, "CASES", [(40, 32, 3, 16), (40, 64, 1, 16)])
+    monkeypatch.setattr(tune_norm_backward, "ELEMENTS", 3 * 40)
+    tune_norm_backward.main()
+    out = capsys.readouterr().out
+    assert out.count("GPU 1 us") == 3 * 2 * 2 and "failed" not in out
+    # every backward under its case's limit (the forwards' is fwd_max_fused_cols): split at 32, whole at 64
+    fwd_limits = {_launch.DEFAULT.layer_norm.fwd_max_fused_cols, _launch.DEFAULT.layer_norm.fwd_residual_max_fused_cols}
+    assert {p for p in paths if p[0] not in fwd_limits} == {(32, False), (64, True)}
