@@ -81,7 +81,13 @@ class SoftmaxLaunch:
     # Short rows are packed into (rows x block) tiles of about this many elements, so that
     # each program still moves enough bytes when rows are short (N = 1024 and below).
     tile_elements: int = 4096
+    # Causal rows read a prefix and write whole: smaller tiles, more programs in flight
+    # (bf16, H100, tune_softmax.py: forward at 256x1024x1024 284 us with 1024 against 372
+    # with 2048 and 384 with 4096; at 64x2048x2048 280 us against 281 and 383).
+    causal_tile_elements: int = 1024
     max_tile_rows: int = 64
+    # Elements a thread holds (num_warps = tile / (32 * this), at most 32 warps).
+    elems_per_thread: int = 32
 
 
 @dataclass(frozen=True)
@@ -90,17 +96,24 @@ class WeightedSumLaunch:
 
     Bytes of the input per tile, the widest column block while a tile holds several rows,
     elements per thread (16-byte vector accesses need rows that start 16-element aligned;
-    scalar accesses need an address register each, so fewer), and programs per SM. Offline
-    sm_90 builds (Triton 3.9): ~60-100 registers, no spills, 16-byte loads at the
-    benchmark shapes.
+    scalar accesses need an address register each, so fewer), programs per SM and the
+    loops' pipelining stages. Chosen with benchmarks/tune_weighted_sum.py (H100, GPU time,
+    2026-11-23): two stages turn the loads into asynchronous copies through shared memory,
+    which frees the registers that held them; more programs fit an SM and more bytes are in
+    flight. bf16 forward at 262144x1024 (one 4x1024 tile a program, no loop to speak of):
+    71% of copy -> 98%; every backward +2-10 points (fp32 83-88% -> 92-94%).
     """
 
-    tile_bytes: int = 16384
+    tile_bytes: int = 8192
     tile_max_cols: int = 2048
     elems_per_thread: int = 32
     unaligned_elems_per_thread: int = 8
     fwd_programs_per_sm: int = 8
-    bwd_programs_per_sm: int = 8
+    bwd_programs_per_sm: int = 4
+    # Software-pipelining stages of the forward's column loop and the backward's row loop
+    # (None: Triton's default for the loop, which pipelines nothing here).
+    fwd_stages: Optional[int] = 2
+    bwd_stages: Optional[int] = 2
     # Rows per program of the kernel adding the forward's column-range partial sums.
     reduce_block: int = 1024
 
@@ -142,7 +155,7 @@ def shrunk(max_cols: int, loop_block: int, softmax_tile_elements: int = 64) -> L
                                        fwd_residual_max_fused_cols=max_cols, bwd_residual_max_fused_cols=max_cols,
                                        loop_block=loop_block),
         softmax=dataclasses.replace(d.softmax, max_fused_cols=max_cols, loop_block=loop_block,
-                                    tile_elements=softmax_tile_elements),
+                                    tile_elements=softmax_tile_elements, causal_tile_elements=softmax_tile_elements),
         weighted_sum=d.weighted_sum,
         coor_descent=dataclasses.replace(d.coor_descent, max_fused_cols=max_cols, loop_block=loop_block),
     )
@@ -358,16 +371,19 @@ def split_row(n_rows: int, n_cols: int, cfg: CoorDescentLaunch, device: torch.de
 
 
 @functools.lru_cache(maxsize=4096)
-def softmax_tile(n_rows: int, n_cols: int, cfg: SoftmaxLaunch) -> tuple[int, int, bool, int]:
+def softmax_tile(n_rows: int, n_cols: int, cfg: SoftmaxLaunch, causal: bool = False) -> tuple[int, int, bool, int]:
     """Return ``(BLOCK_M, BLOCK_N, single_pass, num_warps)`` for a row-wise softmax.
 
     ``BLOCK_M`` rows of ``BLOCK_N`` columns per program on the single-pass path; one row
-    per program, walked in ``BLOCK_N`` chunks, on the looped path. About 16 elements a thread.
+    per program, walked in ``BLOCK_N`` chunks, on the looped path. About ``cfg.elems_per_thread``
+    elements a thread.
     """
+    per_warp = 32 * cfg.elems_per_thread
     if n_cols > cfg.max_fused_cols:
         block_n = min(cfg.loop_block, cfg.max_fused_cols)
-        return 1, block_n, False, max(1, min(32, block_n // 512))
+        return 1, block_n, False, max(1, min(32, block_n // per_warp))
     block_n = max(next_power_of_2(n_cols), 16)
     rows = next_power_of_2(max(n_rows, 1))
-    block_m = max(1, min(cfg.tile_elements // block_n, cfg.max_tile_rows, rows))
-    return block_m, block_n, True, max(1, min(32, block_m * block_n // 512))
+    tile = cfg.causal_tile_elements if causal else cfg.tile_elements
+    block_m = max(1, min(tile // block_n, cfg.max_tile_rows, rows))
+    return block_m, block_n, True, max(1, min(32, block_m * block_n // per_warp))

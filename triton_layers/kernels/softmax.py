@@ -40,6 +40,21 @@ def _visible_limit(rows, n_cols, n_q, CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def _program_tile(CAUSAL: tl.constexpr):
+    """This program's tile of rows (a row on the looped path). Causal rows read a prefix that
+    grows with the query but write whole, and programs start in about launch order: in
+    launch order the first tiles only write and the last mostly read (rows of 32,768: the
+    causal forward took 0.97x of the plain one's time for 0.75x of its bytes, H100). So
+    causal programs take tiles from both ends in turn (0, n-1, 1, n-2, ...): equal work for
+    each pair, and reads and writes mixed throughout."""
+    pid = tl.program_id(0).to(tl.int64)
+    if CAUSAL:
+        last = tl.num_programs(0).to(tl.int64) - 1
+        pid = tl.where(pid % 2 == 0, pid // 2, last - pid // 2)
+    return pid
+
+
+@triton.jit
 def _row_tile(pid, n_rows, n_cols, n_q, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Program ``pid``'s (BLOCK_M x BLOCK_N) tile of whole rows: row and column indices,
     which entries are visible keys, which to read, and which are in bounds (to write).
@@ -87,7 +102,7 @@ def _softmax_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):
     scale_log2 = tl.cast(scale_log2, tl.float32)  # Inductor may pass Python floats as fp64
-    pid = tl.program_id(0).to(tl.int64)
+    pid = _program_tile(CAUSAL)
     if SINGLE_PASS:
         rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
         mask_offs = (rows // rows_per_batch) * stride_mask_row + cols
@@ -142,7 +157,7 @@ def _softmax_bwd_kernel(
 ):
     # y is 0 at every masked key, so dx is too: only the causal prefix needs reading.
     scale = tl.cast(scale, tl.float32)  # Inductor may pass Python floats as fp64
-    pid = tl.program_id(0).to(tl.int64)
+    pid = _program_tile(CAUSAL)
     if SINGLE_PASS:
         rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
         y = tl.load(Y + rows * stride_y_row + cols, mask=to_read, other=0.0).to(tl.float32)
@@ -190,7 +205,7 @@ def _forward(
     x, y2 = _launch.matrix(x), _launch.matrix(y)
     n_rows, n_cols = x.shape
     pad_mask = _doors.mask_bytes(key_padding_mask, launch)
-    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax)
+    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax, causal)
     launch(_softmax_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         x, y2, pad_mask,
         x.stride(0), y2.stride(0), pad_mask.stride(0) if pad_mask is not None else 0,
@@ -209,7 +224,7 @@ def _backward(launch: Callable, grads: tuple, needs: dict, y: Tensor, n_q: int, 
     if dy.stride(-1) != 1:
         dy = dy.contiguous()
     n_rows, n_cols = y.shape
-    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax)
+    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax, causal)
     launch(_softmax_bwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         dy, y, dx2,
         dy.stride(0), y.stride(0), dx2.stride(0),

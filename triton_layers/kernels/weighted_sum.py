@@ -40,7 +40,7 @@ def _weighted_sum_fwd_kernel(
     X, W, B, Y, Partial,
     stride_x_row, M, D, cols_per_program,
     HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     pid_m = tl.program_id(0).to(tl.int64)
     pid_d = tl.program_id(1).to(tl.int64)
@@ -52,7 +52,8 @@ def _weighted_sum_fwd_kernel(
     col_end = tl.minimum(col_start + cols_per_program, D)
     # A 2-D accumulator: the cross-lane reduction happens once, after the loop.
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start in range(col_start, col_end, BLOCK_D):
+    # NUM_STAGES (None: Triton's default) > 1 prefetches the next column blocks of long rows.
+    for start in tl.range(col_start, col_end, BLOCK_D, num_stages=NUM_STAGES):
         col_mask = start + cols < col_end
         w = tl.load(W + start + cols, mask=col_mask, other=0.0).to(tl.float32)
         x = tl.load(x_rows + start + cols[None, :], mask=row_mask[:, None] & col_mask[None, :], other=0.0)
@@ -84,7 +85,7 @@ def _weighted_sum_bwd_kernel(
     DY, X, W, DX, DW_partial, DB_partial,
     stride_dy, stride_x_row, stride_dx_row, M, D, rows_per_program,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     # Program (pid_d, pid_m) owns columns [pid_d * BLOCK_D, +BLOCK_D) of the rows
     # [pid_m * rows_per_program, +rows_per_program) and row pid_m of the partials.
@@ -98,7 +99,8 @@ def _weighted_sum_bwd_kernel(
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for start in range(row_start, row_end, BLOCK_M):
+    # NUM_STAGES (None: Triton's default) > 1 prefetches the next row tiles' dy and x.
+    for start in tl.range(row_start, row_end, BLOCK_M, num_stages=NUM_STAGES):
         rows = start + offs_m
         # Rows past row_end belong to the next program: they must not enter its partials.
         row_mask = rows < row_end
@@ -139,7 +141,7 @@ def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple
         x, weight, bias, y, partial,
         x.stride(0), n_rows, n_cols, cols_per_program,
         HAS_BIAS=bias is not None, SPLIT=splits > 1,
-        BLOCK_M=block_m, BLOCK_D=block_d, num_warps=warps,
+        BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=cfg.fwd_stages, num_warps=warps,
     )
     if splits > 1:
         block = min(cfg.reduce_block, _launch.next_power_of_2(n_rows))
@@ -177,7 +179,7 @@ def _backward(launch, grads: tuple, needs: dict, x: Optional[Tensor], weight: Te
         dy, x, weight, dx, dw_partial, db_partial,
         dy.stride(0), x.stride(0) if compute_dw else 0, n_cols, n_rows, n_cols, rows_per_program,
         COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db,
-        BLOCK_M=block_m, BLOCK_D=block_d, num_warps=warps,
+        BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=cfg.bwd_stages, num_warps=warps,
     )
     out = {"x": dx} if compute_dx else {}
     if compute_dw:
