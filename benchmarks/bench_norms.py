@@ -151,7 +151,7 @@ def _changes_path(op: str, n_cols: int, name: str) -> bool:
 class RowLimits:
     """--sweep-row-limits: ours only, at each (op, dtype, shape) of SHAPES that some ROW_LIMITS
     choice moves to another path, under the default and under each such choice (a bench of its
-    own, as bench_weighted_sum's Sweep)."""
+    own)."""
 
     OP = "norms_row_limits"
 

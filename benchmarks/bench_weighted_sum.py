@@ -4,23 +4,17 @@ Peers: ``x @ w`` (cuBLAS gemv), ``(x * w).sum(-1)`` in eager torch, and torch.co
 the latter. Bytes model: forward reads x (M*D*s); backward reads x and writes dx
 (2*M*D*s); the D-sized weight and the M-sized y / dy are left out. w has x's dtype for
 every implementation. Run: python -m benchmarks.bench_weighted_sum --out $OUT
-
-``--sweep`` instead times only our kernels over a few launch settings of
-``triton_layers.kernels._launch.WeightedSumLaunch`` (tile bytes, elements per thread, programs per SM)
-and writes weighted_sum_sweep.csv: the data to choose the defaults there.
+(benchmarks/tune_weighted_sum.py sweeps our launch knobs at these cases.)
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import itertools
 import sys
 
 import torch
 
 from benchmarks import harness
 from triton_layers import functional as TF
-from triton_layers.kernels import _launch
 
 OP = "weighted_sum"
 # The issue's four target shapes, then few rows of the longest D (the column-split path).
@@ -74,36 +68,5 @@ def build(key: tuple[torch.dtype, tuple[int, int]], device: torch.device) -> har
     return harness.Case(shape, dtype, harness.fwd_bwd(lambda op: op(x, w), dy, [x, w], nbytes, 2 * nbytes), check)
 
 
-# Fields of _launch.WeightedSumLaunch tried by --sweep, and their values.
-SWEEP_KNOBS = ("tile_bytes", "elems_per_thread", "fwd_programs_per_sm", "bwd_programs_per_sm")
-SWEEP = list(itertools.product([8192, 16384, 32768], [16, 32], [8], [4, 8, 16]))
-
-
-class Sweep:
-    """--sweep: our kernels only, at every case, under each SWEEP launch setting (a bench of its own)."""
-
-    OP = "weighted_sum_sweep"
-
-    @staticmethod
-    def cases(opts: argparse.Namespace) -> list:
-        return [(dtype, shape, setting) for dtype, shape in cases(opts) for setting in SWEEP]
-
-    @staticmethod
-    def implementations(opts: argparse.Namespace) -> dict:
-        return {OURS: implementations(opts)[OURS]}
-
-    @staticmethod
-    def build(key: tuple, device: torch.device) -> harness.Case:
-        dtype, shape, setting = key
-        knobs = dict(zip(SWEEP_KNOBS, setting))
-        config = dataclasses.replace(
-            _launch.DEFAULT, weighted_sum=dataclasses.replace(_launch.DEFAULT.weighted_sum, **knobs))
-        label = f"tile={setting[0]} ept={setting[1]} bwd/sm={setting[3]}"
-        return harness.under_config(build((dtype, shape), device), config, label)
-
-
 if __name__ == "__main__":
-    if "--sweep" in sys.argv:  # this script's own option, taken out before the harness parses the rest
-        harness.run_alone(Sweep, argv=[a for a in sys.argv[1:] if a != "--sweep"])
-    else:
-        harness.run_alone(sys.modules[__name__])
+    harness.run_alone(sys.modules[__name__])

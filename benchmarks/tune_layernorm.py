@@ -10,18 +10,15 @@ size, persistent programs per SM and prefetch stages; longer rows the column-spl
 kernels' chunk, rows per tile and programs per SM (benchmarks/tune_norm_backward.py decides
 the row limits themselves).
 
-Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both] [--shapes 32768x1024,...]
+Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both] [--shapes 32768x1024,...] [--dtypes ...]
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import itertools
 from typing import Callable
 
 import torch
 
-from benchmarks import bench_layernorm, bench_norms, harness
+from benchmarks import bench_layernorm, bench_norms, harness, tuning
 from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 
@@ -44,42 +41,14 @@ def norm_case(name: str, dtype: torch.dtype, shape: tuple[int, int],
     return bench_norms.build((name, dtype, shape), device), bench_norms.OURS_BY_OP[name]
 
 
-def config_with(**knobs) -> _launch.LaunchConfig:
-    """DEFAULT with these LayerNormLaunch fields."""
-    return dataclasses.replace(_launch.DEFAULT, layer_norm=dataclasses.replace(_launch.DEFAULT.layer_norm, **knobs))
-
-
-def direction(case: harness.Case, name: str, config: _launch.LaunchConfig) -> harness.Direction:
-    """The case's direction ``name`` ("fwd" or "bwd"), its call and forward made under ``config``."""
-    return next(d for d in harness.under_config(case, config, "").directions if d.name == name)
-
-
-def gpu_us(d: harness.Direction, ours: Callable) -> float:
-    """GPU time of the direction's call (CUDA-graph replay), quick repetitions."""
-    return harness.gpu_time_us(lambda: d.make(ours), d.grad_to_none, quick=True)[0]
-
-
-def sweep(case: harness.Case, name: str, ours: Callable, grid: dict) -> list[tuple[float, tuple]]:
-    """(GPU us, knob values) of the case's direction ``name`` under each combination of
-    ``grid``, fastest first (NaN, no GPU time, last)."""
-    out = [(gpu_us(direction(case, name, config_with(**dict(zip(grid, combo)))), ours), combo)
-           for combo in itertools.product(*grid.values())]
-    return sorted(out, key=lambda r: (r[0] != r[0], r[0]))
-
-
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--norm", choices=["layer", "rms", "both"], default="both")
-    parser.add_argument("--shapes", default=None, help="comma-separated MxD, default: " +
-                        ",".join(f"{m}x{d}" for m, d in SHAPES))
-    opts = parser.parse_args(argv)
-    shapes = SHAPES if opts.shapes is None else [tuple(int(v) for v in s.split("x")) for s in opts.shapes.split(",")]
-    dev = harness.require_cuda()
-    copy = harness.copy_bandwidth_gbps(dev)
+    opts, shapes, dtypes = tuning.parse(
+        __doc__.splitlines()[0], SHAPES, argv,
+        lambda parser: parser.add_argument("--norm", choices=["layer", "rms", "both"], default="both"))
+    dev, copy = tuning.start()
     limits = _launch.DEFAULT.layer_norm
-    print(f"{harness.device_name()}, copy {copy:.0f} GB/s; % of copy by GPU time (CUDA-graph replay)")
     for norm in {"layer": ["layernorm"], "rms": ["rmsnorm"], "both": ["layernorm", "rmsnorm"]}[opts.norm]:
-        for dtype in (torch.bfloat16, torch.float32):
+        for dtype in dtypes:
             for m, d in shapes:
                 case, ours = norm_case(norm, dtype, (m, d), dev)
                 fwd_grid = dict(FWD_GRID, **FWD_LONG_GRID) if d > limits.fwd_max_fused_cols else FWD_GRID
@@ -88,13 +57,9 @@ def main(argv=None) -> None:
                 print(f"{norm} {m}x{d} {str(dtype)[6:]}", flush=True)
                 for name, grid in (("fwd", fwd_grid), ("bwd", bwd_grid)):
                     nbytes = next(d.nbytes for d in case.directions if d.name == name)
-                    res = sweep(case, name, ours, grid)
-                    default = tuple(getattr(limits, k) for k in grid)
-                    at_default = next((us for us, c in res if c == default), float("nan"))
-                    best = "; ".join(f"{dict(zip(grid, c))}: {us:.0f} us {100 * nbytes / us / 1e3 / copy:.0f}%"
-                                     for us, c in res[:3])
-                    print(f"  {name} default {at_default:.0f} us ({100 * nbytes / at_default / 1e3 / copy:.0f}%); "
-                          f"best {best}; worst {res[-1][0]:.0f} us", flush=True)
+                    res = tuning.sweep(case, name, ours, "layer_norm", grid)
+                    print(tuning.report(name, grid, tuple(getattr(limits, k) for k in grid), res, nbytes, copy),
+                          flush=True)
                 del case
                 torch.cuda.empty_cache()
 

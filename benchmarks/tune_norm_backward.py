@@ -25,7 +25,8 @@ from __future__ import annotations
 import torch
 
 from benchmarks import harness
-from benchmarks.tune_layernorm import config_with, direction, gpu_us, norm_case
+from benchmarks.tune_layernorm import norm_case
+from benchmarks.tuning import config_with, direction, gpu_us
 from triton_layers.kernels import layer_norm as norm_kernels
 
 # (row length, row limit, stages, bwd_max_warps): the split path first, then the row
@@ -59,7 +60,7 @@ def main() -> None:
         for dtype in (torch.bfloat16, torch.float32):
             for cols, limit, stages, warps in CASES:
                 # every norm's row limit, and the stages of short and of long rows alike
-                config = config_with(bwd_max_fused_cols=limit, bwd_residual_max_fused_cols=limit,
+                config = config_with("layer_norm", bwd_max_fused_cols=limit, bwd_residual_max_fused_cols=limit,
                                      bwd_rms_max_fused_cols=limit, bwd_stages=stages, bwd_long_row_stages=stages,
                                      bwd_max_warps=warps)
                 case, ours = norm_case(name, dtype, (ELEMENTS // cols, cols), device)

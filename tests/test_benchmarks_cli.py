@@ -152,7 +152,8 @@ def test_report_lists_exactly_the_rows_below_a_peer_or_90_percent(tmp_path):
     assert "Fake GPU 9000" in text and "2099-01-01" in text and "liger-kernel 1.0" in text
     assert "1000 GB/s" in text and "Old method" not in text
     slower = _section(text, "Slower than the fastest peer", "At least as fast")
-    low = text[text.index("At least as fast"):]
+    low = _section(text, "At least as fast", "Causal softmax over")
+    causal = text[text.index("Causal softmax over"):]
     assert "compared by GPU times" in text
     assert len(_rows(slower)) == 2
     assert "| layernorm | 16x4096 | bfloat16 | fwd | 160 us / 200 us | 62% | torch 130 us | 0.81x |" in slower
@@ -160,6 +161,8 @@ def test_report_lists_exactly_the_rows_below_a_peer_or_90_percent(tmp_path):
             in slower)
     assert len(_rows(low)) == 1
     assert "| layernorm | 4x16384 | bfloat16 | fwd | 250 us / 290 us | 40% | liger 300 us | 1.20x |" in low
+    # the causal softmax's time over the plain one's, against 0.75 (fwd) and 0.67 (bwd)
+    assert _rows(causal) == ["| 8x512x512 | float32 | fwd | 90 us | 100 us | 0.90 | 0.75 |"]
     # the per-op tables: GPU time (% of copy) / eager time; a failed peer is an empty cell; the
     # profiler's kernel sum is starred; the ratio column is the best peer's GPU time / ours
     assert "| 64x1024 | bfloat16 | fwd | 105 us (95%) / 145 us | 200 us (50%) / 240 us |  | 1.90x |" in text
@@ -448,9 +451,8 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
 def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
-    """A bench file run alone (its tables on stdout), and the weighted-sum launch sweep through the
-    same loop, restoring the launch settings."""
-    from benchmarks import bench_softmax, bench_weighted_sum
+    """A bench file run alone (its tables on stdout), restoring the launch settings."""
+    from benchmarks import bench_softmax
     from triton_layers.kernels import _launch
 
     _dry_run(monkeypatch)
@@ -461,10 +463,6 @@ def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
     rows = report.read_csv(str(tmp_path / "softmax.csv"))
     assert len(rows) == 2 * 2 * len({r["impl"] for r in rows}) >= 2 * 2 * 6  # dtypes x dirs x impls
 
-    monkeypatch.setattr(bench_weighted_sum, "SWEEP", [(8192, 16, 8, 4), (32768, 32, 8, 16)])
-    harness.run_alone(bench_weighted_sum.Sweep, argv=["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
-    rows = report.read_csv(str(tmp_path / "weighted_sum_sweep.csv"))
-    assert [r["shape"] for r in rows[::2]] == ["5x70 tile=8192 ept=16 bwd/sm=4", "5x70 tile=32768 ept=32 bwd/sm=16"]
     assert _launch.current() is _launch.DEFAULT
 
 
@@ -614,13 +612,8 @@ def test_cast_kernels_counts_only_pure_casts():
     assert not any(cast_kernels.CAST.fullmatch(name) for name in fused)
 
 
-def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
-    """tune_layernorm and tune_norm_backward with the timer patched out: every combination
-    runs the benchmarks' case of each norm, and the backward runs under the case's row limit
-    (a limit one knob short left RMSNorm's rows whole in a "split" case)."""
-    from benchmarks import tune_layernorm, tune_norm_backward
-    from triton_layers.kernels import _launch
-
+def _fake_gpu_timer(monkeypatch) -> list:
+    """harness's timers patched out (each call runs once); returns the list each GPU timing appends to."""
     monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
     monkeypatch.setattr(harness, "copy_bandwidth_gbps", lambda device: COPY)
     runs = []
@@ -631,6 +624,71 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
         return 1.0, "graph"
     monkeypatch.setattr(harness, "gpu_time_us", fake_gpu_us)
     monkeypatch.setattr(harness, "time_us", lambda fn, grad_to_none=None, quick=False: (fn(), 2.0)[1])
+    return runs
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_weighted_sum with the timer patched out: each combination of the grids runs our
+    forward or backward under its knobs (a spy on the launcher's tile), the default is found in
+    the results, and the launch settings are the default again after."""
+    from benchmarks import tune_weighted_sum
+    from triton_layers.kernels import _launch
+
+    runs = _fake_gpu_timer(monkeypatch)
+    seen = []
+    tile_2d = _launch.tile_2d
+
+    def spy(rows, cols, elem_size, cfg, *rest):
+        seen.append((cfg.tile_bytes, cfg.fwd_stages, cfg.bwd_stages))
+        return tile_2d(rows, cols, elem_size, cfg, *rest)
+    monkeypatch.setattr(_launch, "tile_2d", spy)
+    monkeypatch.setattr(tune_weighted_sum, "FWD_GRID", {"tile_bytes": [512, 8192], "fwd_stages": [2]})
+    monkeypatch.setattr(tune_weighted_sum, "BWD_GRID", {"tile_bytes": [512, 8192], "bwd_stages": [None, 2]})
+    tune_weighted_sum.main(["--shapes", "5x70", "--dtypes", "float32"])
+    assert len(runs) == 2 + 4
+    assert {512, 8192} <= {t for t, _, _ in seen} and (512, 2, None) in seen
+    out = capsys.readouterr().out
+    assert "fwd default 1 us" in out and "bwd default 1 us" in out
+    assert _launch.current() is _launch.DEFAULT
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_softmax_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_softmax with the timer patched out: plain and causal, forward and backward, under
+    each combination (a spy sees the warps each launch got from elems_per_thread)."""
+    from benchmarks import tune_softmax
+    from triton_layers.kernels import _launch
+
+    runs = _fake_gpu_timer(monkeypatch)
+    warps = []
+    softmax_tile = _launch.softmax_tile
+
+    def spy(rows, cols, cfg, causal=False):
+        tile = softmax_tile(rows, cols, cfg, causal)
+        warps.append((cfg.elems_per_thread, tile[3]))
+        return tile
+    monkeypatch.setattr(_launch, "softmax_tile", spy)
+    monkeypatch.setattr(tune_softmax, "GRIDS", {"triton_layers": {"tile_elements": [4096], "elems_per_thread": [1, 16]},
+                                                "triton_layers-causal": {"causal_tile_elements": [4096],
+                                                                         "elems_per_thread": [1, 16]}})
+    tune_softmax.main(["--shapes", "2x64", "--dtypes", "float32"])
+    assert len(runs) == 2 * 2 * 2  # directions x (plain, causal) x combinations
+    assert {(1, 32), (16, 8)} == set(warps)  # tiles of 64 rows x 64: 4096 elements, 32 warps at most
+    out = capsys.readouterr().out
+    assert out.count("causal/plain at each one's best: 1.00") == 2
+    assert _launch.current() is _launch.DEFAULT
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
+    """tune_layernorm and tune_norm_backward with the timer patched out: every combination
+    runs the benchmarks' case of each norm, and the backward runs under the case's row limit
+    (a limit one knob short left RMSNorm's rows whole in a "split" case)."""
+    from benchmarks import tune_layernorm, tune_norm_backward
+    from triton_layers.kernels import _launch
+
+    runs = _fake_gpu_timer(monkeypatch)
     monkeypatch.setattr(tune_layernorm, "FWD_GRID", {"tile_elements": [64, 2048]})
     monkeypatch.setattr(tune_layernorm, "BWD_SHORT_GRID", {"tile_elements": [64, 2048], "bwd_programs_per_sm": [2],
                                                            "bwd_stages": [3]})
