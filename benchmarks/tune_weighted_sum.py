@@ -19,7 +19,8 @@ import torch
 from benchmarks import bench_weighted_sum, harness, tuning
 from triton_layers.kernels import _launch
 
-FWD_GRID = {"tile_bytes": [4096, 8192, 16384], "elems_per_thread": [16, 32], "fwd_stages": [None, 2]}
+FWD_GRID = {"tile_bytes": [4096, 8192, 16384], "elems_per_thread": [16, 32], "fwd_stages": [None, 2],
+            "fwd_stages_4byte": [None, 2]}
 BWD_GRID = {"tile_bytes": [8192, 16384, 32768], "elems_per_thread": [16, 32], "bwd_programs_per_sm": [4, 8],
             "bwd_stages": [2, 3]}
 

@@ -110,9 +110,12 @@ class WeightedSumLaunch:
     unaligned_elems_per_thread: int = 8
     fwd_programs_per_sm: int = 8
     bwd_programs_per_sm: int = 4
-    # Software-pipelining stages of the forward's column loop and the backward's row loop
-    # (None: Triton's default for the loop, which pipelines nothing here).
+    # Software-pipelining stages of the forward's column loop (inputs of 2 bytes an element;
+    # of 4 bytes) and the backward's row loop (None: Triton's default for the loop, which
+    # pipelines nothing here). fp32's forward reaches the copy roof with register loads and
+    # lost 3-8% pipelined (H200 at every benchmark shape, H100 at 2048x131072).
     fwd_stages: Optional[int] = 2
+    fwd_stages_4byte: Optional[int] = None
     bwd_stages: Optional[int] = 2
     # Rows per program of the kernel adding the forward's column-range partial sums.
     reduce_block: int = 1024

@@ -137,11 +137,12 @@ def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple
     cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
     # (no buffer, not even an empty one, where it is not written: each allocation costs host time)
     partial = x.new_empty((splits, n_rows), dtype=torch.float32) if splits > 1 else None
+    stages = cfg.fwd_stages if x.element_size() < 4 else cfg.fwd_stages_4byte
     launch(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
         x, weight, bias, y, partial,
         x.stride(0), n_rows, n_cols, cols_per_program,
         HAS_BIAS=bias is not None, SPLIT=splits > 1,
-        BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=cfg.fwd_stages, num_warps=warps,
+        BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=stages, num_warps=warps,
     )
     if splits > 1:
         block = min(cfg.reduce_block, _launch.next_power_of_2(n_rows))
