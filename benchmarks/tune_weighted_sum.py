@@ -19,8 +19,10 @@ import torch
 from benchmarks import bench_weighted_sum, harness, tuning
 from triton_layers.kernels import _launch
 
-FWD_GRID = {"tile_bytes": [4096, 8192, 16384], "elems_per_thread": [16, 32], "fwd_stages": [None, 2],
-            "fwd_stages_4byte": [None, 2]}
+# The forward's grid by bytes an element (fp32 has its own tile and stages).
+FWD_GRIDS = {2: {"tile_bytes": [4096, 8192, 16384], "elems_per_thread": [16, 32], "fwd_stages": [None, 2]},
+             4: {"fwd_tile_bytes_4byte": [8192, 16384, 32768], "elems_per_thread": [16, 32],
+                 "fwd_stages_4byte": [None, 2]}}
 BWD_GRID = {"tile_bytes": [8192, 16384, 32768], "elems_per_thread": [16, 32], "bwd_programs_per_sm": [4, 8],
             "bwd_stages": [2, 3]}
 
@@ -34,7 +36,7 @@ def main(argv=None) -> None:
         for shape in shapes:
             case = bench_weighted_sum.build((dtype, shape), dev)
             print(f"weighted_sum {case.shape} {harness.dtype_name(dtype)}", flush=True)
-            for name, grid in (("fwd", FWD_GRID), ("bwd", BWD_GRID)):
+            for name, grid in (("fwd", FWD_GRIDS[harness.element_size(dtype)]), ("bwd", BWD_GRID)):
                 nbytes = next(d.nbytes for d in case.directions if d.name == name)
                 res = tuning.sweep(case, name, ours, "weighted_sum", grid)
                 print(tuning.report(name, grid, tuple(getattr(knobs, k) for k in grid), res, nbytes, copy), flush=True)

@@ -639,15 +639,17 @@ def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     seen = []
     tile_2d = _launch.tile_2d
 
-    def spy(rows, cols, elem_size, cfg, *rest):
-        seen.append((cfg.tile_bytes, cfg.fwd_stages, cfg.bwd_stages))
-        return tile_2d(rows, cols, elem_size, cfg, *rest)
+    def spy(rows, cols, elem_size, cfg, aligned=True, tile_bytes=None):
+        seen.append((tile_bytes or cfg.tile_bytes, cfg.bwd_stages))
+        return tile_2d(rows, cols, elem_size, cfg, aligned, tile_bytes)
     monkeypatch.setattr(_launch, "tile_2d", spy)
-    monkeypatch.setattr(tune_weighted_sum, "FWD_GRID", {"tile_bytes": [512, 8192], "fwd_stages": [2]})
+    monkeypatch.setattr(tune_weighted_sum, "FWD_GRIDS", {4: {"fwd_tile_bytes_4byte": [512, 16384],
+                                                             "fwd_stages_4byte": [None]}})
     monkeypatch.setattr(tune_weighted_sum, "BWD_GRID", {"tile_bytes": [512, 8192], "bwd_stages": [None, 2]})
     tune_weighted_sum.main(["--shapes", "5x70", "--dtypes", "float32"])
     assert len(runs) == 2 + 4
-    assert {512, 8192} <= {t for t, _, _ in seen} and (512, 2, None) in seen
+    # the fp32 forward's own tile (512, 16384), the backward's tile_bytes with its stages
+    assert {(512, 2), (16384, 2), (512, None), (8192, 2)} <= set(seen)
     out = capsys.readouterr().out
     assert "fwd default 1 us" in out and "bwd default 1 us" in out
     assert _launch.current() is _launch.DEFAULT

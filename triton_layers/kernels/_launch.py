@@ -110,13 +110,17 @@ class WeightedSumLaunch:
     unaligned_elems_per_thread: int = 8
     fwd_programs_per_sm: int = 8
     bwd_programs_per_sm: int = 4
-    # Software-pipelining stages of the forward's column loop (inputs of 2 bytes an element;
-    # of 4 bytes) and the backward's row loop (None: Triton's default for the loop, which
-    # pipelines nothing here). fp32's forward reaches the copy roof with register loads and
-    # lost 3-8% pipelined (H200 at every benchmark shape, H100 at 2048x131072).
+    # Software-pipelining stages of the forward's column loop and the backward's row loop
+    # (None: Triton's default for the loop, which pipelines nothing here).
     fwd_stages: Optional[int] = 2
-    fwd_stages_4byte: Optional[int] = None
     bwd_stages: Optional[int] = 2
+    # The forward of inputs of 4 bytes an element keeps its own tile and loop: the 4,096
+    # elements and register loads it reached the copy roof with (H100 sweep: 98-102% at
+    # every shape with 2,048 rows or more). With the bf16 forward's settings (2,048 fp32
+    # elements, 2 warps a program) it fell to 77-83% at 2048x131072 (H100, H200), and
+    # pipelined it lost 3-8% on the H200.
+    fwd_tile_bytes_4byte: int = 16384
+    fwd_stages_4byte: Optional[int] = None
     # Rows per program of the kernel adding the forward's column-range partial sums.
     reduce_block: int = 1024
 
@@ -330,14 +334,15 @@ def persistent_grid(n_rows: int, device: torch.device, programs_per_sm: int = 1)
 
 @functools.lru_cache(maxsize=4096)
 def tile_2d(n_rows: int, n_cols: int, elem_size: int, cfg: WeightedSumLaunch,
-            aligned: bool = True) -> tuple[int, int, int]:
+            aligned: bool = True, tile_bytes: Optional[int] = None) -> tuple[int, int, int]:
     """Return ``(BLOCK_M, BLOCK_D, num_warps)`` for tiles of a (n_rows x n_cols) matrix.
 
-    A tile moves about ``cfg.tile_bytes`` of the input: short rows are stacked several to
-    a tile, and with few rows the column block widens instead, so no lanes idle on masked rows.
+    A tile moves about ``tile_bytes`` (default ``cfg.tile_bytes``) of the input: short rows are
+    stacked several to a tile, and with few rows the column block widens instead, so no lanes
+    idle on masked rows.
     """
     per_thread = cfg.elems_per_thread if aligned else cfg.unaligned_elems_per_thread
-    elems = max(16, min(cfg.tile_bytes // elem_size, 16 * 32 * per_thread))
+    elems = max(16, min((tile_bytes or cfg.tile_bytes) // elem_size, 16 * 32 * per_thread))
     cols = max(next_power_of_2(n_cols), 16)
     block_d = min(cols, cfg.tile_max_cols, elems)
     block_m = max(1, min(next_power_of_2(n_rows), elems // block_d))

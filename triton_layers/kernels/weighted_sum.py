@@ -131,13 +131,15 @@ def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple
     x = _launch.matrix(x)
     n_rows, n_cols = x.shape
     aligned = _launch.rows_aligned(x, n_cols)
-    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), cfg, aligned)
+    wide = x.element_size() >= 4  # fp32 keeps its own forward tile and loop (see the knobs)
+    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), cfg, aligned,
+                                              cfg.fwd_tile_bytes_4byte if wide else None)
     row_blocks = _launch.cdiv(n_rows, block_m)
     wanted = _launch.cdiv(_launch.num_sms(x.device) * cfg.fwd_programs_per_sm, row_blocks)
     cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
     # (no buffer, not even an empty one, where it is not written: each allocation costs host time)
     partial = x.new_empty((splits, n_rows), dtype=torch.float32) if splits > 1 else None
-    stages = cfg.fwd_stages if x.element_size() < 4 else cfg.fwd_stages_4byte
+    stages = cfg.fwd_stages_4byte if wide else cfg.fwd_stages
     launch(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
         x, weight, bias, y, partial,
         x.stride(0), n_rows, n_cols, cols_per_program,
