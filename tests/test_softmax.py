@@ -124,6 +124,47 @@ def test_looped_path(device, looped, dtype, shape, causal, masked):
     check_against_torch(x, causal, 1.3, mask, name=f"looped {shape} {dtype}")
 
 
+# Scores whose tiles (8 rows of 128 columns, 4 rows of 256) see a quarter, a half and all of
+# the row, square and bottom-right aligned (Nq < Nk: every row sees at least Nk - Nq keys).
+PREFIX_SHAPES = [(2, 3, 70, 70), (1, 2, 40, 100), (1, 1, 130, 130)]
+
+
+@pytest.mark.parametrize("splits,dtype", [(2, torch.float32), (4, torch.float32), (4, torch.bfloat16)], ids=str)
+@pytest.mark.parametrize("shape", PREFIX_SHAPES, ids=str)
+@pytest.mark.parametrize("masked", [False, True])
+def test_causal_prefix_splits(device, splits, dtype, shape, masked, monkeypatch):
+    """causal_prefix_splits 2 and 4: tiles whose rows see at most half (a quarter) of the
+    columns compute on that part and write zeros past it; forward and dx as with the whole row,
+    and the same bits as the default launch, which computes every tile over its whole rows."""
+    import dataclasses
+    cfg = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(_launch.DEFAULT.softmax,
+                                                                           causal_prefix_splits=splits))
+    assert _launch.softmax_prefix_splits(128, True, True, cfg.softmax) == splits
+    assert _launch.softmax_prefix_splits(32, True, True, cfg.softmax) == 2  # parts of 16 columns at least
+    assert _launch.softmax_prefix_splits(128, True, False, cfg.softmax) == 1  # plain softmax: whole rows
+    x = (3 * torch.randn(shape, device=device)).to(dtype)
+    mask = random_padding(shape[0], shape[-1], device) if masked else None
+    dy = torch.randn_like(x)
+
+    def run_once():
+        leaf = x.detach().requires_grad_()
+        y = F.softmax(leaf, causal=True, scale=0.7, key_padding_mask=mask)
+        return y, torch.autograd.grad(y, leaf, dy)[0]
+    launched = []
+    prefix_splits = _launch.softmax_prefix_splits
+
+    def spy(*args):
+        launched.append(prefix_splits(*args))
+        return launched[-1]
+    monkeypatch.setattr(_launch, "softmax_prefix_splits", spy)
+    with _launch.use_config(cfg):
+        check_against_torch(x, True, 0.7, mask, name=f"prefix splits {splits} {shape} {dtype}")
+        y, dx = run_once()
+    assert set(launched) == {splits}  # forward and backward launches
+    y_whole, dx_whole = run_once()
+    assert torch.equal(y, y_whole) and torch.equal(dx, dx_whole)
+
+
 @pytest.mark.parametrize("dtype,n_k,causal", [(torch.float32, 262145, True), (torch.bfloat16, 262144, False)])
 def test_very_long_rows(device, dtype, n_k, causal):
     """Rows longer than any block (>= 262,144 keys), at the real block limits."""

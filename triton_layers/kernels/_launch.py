@@ -88,6 +88,13 @@ class SoftmaxLaunch:
     max_tile_rows: int = 64
     # Elements a thread holds (num_warps = tile / (32 * this), at most 32 warps).
     elems_per_thread: int = 32
+    # Causal rows held whole: 2 (or 4) lets a tile whose rows all see at most half (a
+    # quarter) of the columns compute on that part only, and write zeros past it; 1 computes
+    # every tile over its whole rows. The causal forward reaches 0.77-0.79x of the plain one's
+    # time on an H100 (0.75x by bytes) but 0.85-0.94x on an H200 and about 1x at N = 32,768
+    # bf16, which suggests arithmetic, not bytes, sets its pace there. Off until a GPU
+    # measures it (benchmarks/tune_softmax.py sweeps it).
+    causal_prefix_splits: int = 1
 
 
 @dataclass(frozen=True)
@@ -376,6 +383,16 @@ def split_row(n_rows: int, n_cols: int, cfg: CoorDescentLaunch, device: torch.de
     block = next_power_of_2(cdiv(n_cols, per_row))
     block = min(max(block, cfg.split_min_block), cfg.loop_block)
     return block, cdiv(n_cols, block)
+
+
+def softmax_prefix_splits(block_n: int, single_pass: bool, causal: bool, cfg: SoftmaxLaunch) -> int:
+    """PREFIX_SPLITS for a softmax launch: ``cfg.causal_prefix_splits`` for causal rows held
+    whole, while the narrowest part keeps 16 columns (a 16-byte vector of bf16 and more);
+    else 1."""
+    splits = cfg.causal_prefix_splits if causal and single_pass else 1
+    while splits > 1 and block_n // splits < 16:
+        splits //= 2
+    return splits
 
 
 @functools.lru_cache(maxsize=4096)

@@ -94,28 +94,90 @@ def _store_zeros_past(Row, limit, n_cols, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _tile_top_limit(pid, n_rows, n_cols, n_q, BLOCK_M: tl.constexpr, PREFIX_SPLITS: tl.constexpr):
+    """The longest causal prefix among the tile's rows (0 without prefix splits: every tile
+    then takes the first branch, the whole row, and the others compile to nothing)."""
+    if PREFIX_SPLITS == 1:
+        return 0
+    else:
+        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        return tl.max(tl.where(rows < n_rows, _visible_limit(rows, n_cols, n_q, True), 0), axis=0)
+
+
+@triton.jit
+def _store_zero_columns(Out, rows, stride_row, n_rows, n_cols, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
+                        BLOCK_N: tl.constexpr):
+    """Zeros in columns [WIDTH, n_cols) of the tile's rows (nothing is read or computed)."""
+    zeros = tl.zeros([BLOCK_M, WIDTH], dtype=Out.dtype.element_ty)
+    for part in tl.static_range(1, BLOCK_N // WIDTH):  # WIDTH-wide parts: powers of 2
+        cols = part * WIDTH + tl.arange(0, WIDTH)[None, :]
+        tl.store(Out + rows * stride_row + cols, zeros, mask=(cols < n_cols) & (rows < n_rows))
+
+
+@triton.jit
+def _softmax_rows(X, Y, PadMask, pid, stride_x_row, stride_y_row, stride_mask_row, n_rows, n_cols, n_q,
+                  rows_per_batch, scale_log2, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_M: tl.constexpr,
+                  WIDTH: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The forward of a tile of whole rows whose visible keys all lie in the first WIDTH
+    columns: the softmax over those, zeros written past them."""
+    rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, WIDTH)
+    mask_offs = (rows // rows_per_batch) * stride_mask_row + cols
+    z = _load_scores(X, PadMask, rows * stride_x_row + cols, mask_offs, visible, to_read, scale_log2, HAS_MASK)
+    m = tl.max(z, axis=1)
+    m = tl.where(m == float("-inf"), 0.0, m)  # a row with no visible key
+    e = tl.exp2(z - m[:, None])
+    denom = tl.sum(e, axis=1)
+    # No visible key: e == 0, y == 0. (A NaN denominator, from a NaN or +inf score,
+    # must stay NaN: `denom > 0` would have replaced it with 1 and left e unnormalized.)
+    inv = 1.0 / tl.where(denom == 0.0, 1.0, denom)
+    y = e * inv[:, None]
+    tl.store(Y + rows * stride_y_row + cols, y.to(Y.dtype.element_ty), mask=in_bounds)
+    _store_zero_columns(Y, rows, stride_y_row, n_rows, n_cols, BLOCK_M, WIDTH, BLOCK_N)
+
+
+@triton.jit
+def _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_row, n_rows, n_cols, n_q, scale,
+                       CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The backward of a tile of whole rows whose visible keys all lie in the first WIDTH
+    columns (y is 0 past them, so dx is too)."""
+    rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, WIDTH)
+    y = tl.load(Y + rows * stride_y_row + cols, mask=to_read, other=0.0).to(tl.float32)
+    dy = tl.load(DY + rows * stride_dy_row + cols, mask=to_read, other=0.0).to(tl.float32)
+    if CAUSAL:
+        # Reads reach up to 15 hidden keys past the limit: y is 0 there, but dy may be
+        # anything (even NaN), so zero both. Without causal, to_read is exact.
+        y = tl.where(visible, y, 0.0)
+        dy = tl.where(visible, dy, 0.0)
+    dot = tl.sum(y * dy, axis=1)
+    dx = (scale * y) * (dy - dot[:, None])
+    tl.store(DX + rows * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=in_bounds)
+    _store_zero_columns(DX, rows, stride_dx_row, n_rows, n_cols, BLOCK_M, WIDTH, BLOCK_N)
+
+
+@triton.jit
 def _softmax_fwd_kernel(
     X, Y, PadMask,
     stride_x_row, stride_y_row, stride_mask_row,
     n_rows, n_cols, n_q, rows_per_batch, scale_log2,
     CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, PREFIX_SPLITS: tl.constexpr,
 ):
+    # PREFIX_SPLITS (causal, single pass): 2 or 4 = a tile whose rows all see at most 1/2
+    # (1/4) of the columns computes on that part only: the causal tiles' arithmetic bounded by
+    # their visible prefix, not the row length (see softmax_prefix_splits in _launch).
     scale_log2 = tl.cast(scale_log2, tl.float32)  # Inductor may pass Python floats as fp64
     pid = _program_tile(CAUSAL)
     if SINGLE_PASS:
-        rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
-        mask_offs = (rows // rows_per_batch) * stride_mask_row + cols
-        z = _load_scores(X, PadMask, rows * stride_x_row + cols, mask_offs, visible, to_read, scale_log2, HAS_MASK)
-        m = tl.max(z, axis=1)
-        m = tl.where(m == float("-inf"), 0.0, m)  # a row with no visible key
-        e = tl.exp2(z - m[:, None])
-        denom = tl.sum(e, axis=1)
-        # No visible key: e == 0, y == 0. (A NaN denominator, from a NaN or +inf score,
-        # must stay NaN: `denom > 0` would have replaced it with 1 and left e unnormalized.)
-        inv = 1.0 / tl.where(denom == 0.0, 1.0, denom)
-        y = e * inv[:, None]
-        tl.store(Y + rows * stride_y_row + cols, y.to(Y.dtype.element_ty), mask=in_bounds)
+        top = _tile_top_limit(pid, n_rows, n_cols, n_q, BLOCK_M, PREFIX_SPLITS)
+        if top <= BLOCK_N // PREFIX_SPLITS:  # always true without splits: the whole row
+            _softmax_rows(X, Y, PadMask, pid, stride_x_row, stride_y_row, stride_mask_row, n_rows, n_cols, n_q,
+                          rows_per_batch, scale_log2, CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N // PREFIX_SPLITS, BLOCK_N)
+        elif top <= BLOCK_N // 2:  # reached with 4 splits only
+            _softmax_rows(X, Y, PadMask, pid, stride_x_row, stride_y_row, stride_mask_row, n_rows, n_cols, n_q,
+                          rows_per_batch, scale_log2, CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N // 2, BLOCK_N)
+        else:
+            _softmax_rows(X, Y, PadMask, pid, stride_x_row, stride_y_row, stride_mask_row, n_rows, n_cols, n_q,
+                          rows_per_batch, scale_log2, CAUSAL, HAS_MASK, BLOCK_M, BLOCK_N, BLOCK_N)
     else:
         row = pid
         cols = tl.arange(0, BLOCK_N)
@@ -153,23 +215,22 @@ def _softmax_bwd_kernel(
     stride_dy_row, stride_y_row, stride_dx_row,
     n_rows, n_cols, n_q, scale,
     CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, PREFIX_SPLITS: tl.constexpr,
 ):
     # y is 0 at every masked key, so dx is too: only the causal prefix needs reading.
     scale = tl.cast(scale, tl.float32)  # Inductor may pass Python floats as fp64
     pid = _program_tile(CAUSAL)
     if SINGLE_PASS:
-        rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, BLOCK_N)
-        y = tl.load(Y + rows * stride_y_row + cols, mask=to_read, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows * stride_dy_row + cols, mask=to_read, other=0.0).to(tl.float32)
-        if CAUSAL:
-            # Reads reach up to 15 hidden keys past the limit: y is 0 there, but dy may be
-            # anything (even NaN), so zero both. Without causal, to_read is exact.
-            y = tl.where(visible, y, 0.0)
-            dy = tl.where(visible, dy, 0.0)
-        dot = tl.sum(y * dy, axis=1)
-        dx = (scale * y) * (dy - dot[:, None])
-        tl.store(DX + rows * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=in_bounds)
+        top = _tile_top_limit(pid, n_rows, n_cols, n_q, BLOCK_M, PREFIX_SPLITS)
+        if top <= BLOCK_N // PREFIX_SPLITS:  # always true without splits: the whole row
+            _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_row, n_rows, n_cols, n_q, scale,
+                               CAUSAL, BLOCK_M, BLOCK_N // PREFIX_SPLITS, BLOCK_N)
+        elif top <= BLOCK_N // 2:  # reached with 4 splits only
+            _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_row, n_rows, n_cols, n_q, scale,
+                               CAUSAL, BLOCK_M, BLOCK_N // 2, BLOCK_N)
+        else:
+            _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_row, n_rows, n_cols, n_q, scale,
+                               CAUSAL, BLOCK_M, BLOCK_N, BLOCK_N)
     else:
         row = pid
         cols = tl.arange(0, BLOCK_N)
@@ -205,13 +266,15 @@ def _forward(
     x, y2 = _launch.matrix(x), _launch.matrix(y)
     n_rows, n_cols = x.shape
     pad_mask = _doors.mask_bytes(key_padding_mask, launch)
-    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax, causal)
+    cfg = _launch.current().softmax
+    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, cfg, causal)
     launch(_softmax_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         x, y2, pad_mask,
         x.stride(0), y2.stride(0), pad_mask.stride(0) if pad_mask is not None else 0,
         n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E,
         CAUSAL=causal, HAS_MASK=pad_mask is not None,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, num_warps=warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
+        PREFIX_SPLITS=_launch.softmax_prefix_splits(block_n, single_pass, causal, cfg), num_warps=warps,
     )
     return (y,)
 
@@ -224,13 +287,15 @@ def _backward(launch: Callable, grads: tuple, needs: dict, y: Tensor, n_q: int, 
     if dy.stride(-1) != 1:
         dy = dy.contiguous()
     n_rows, n_cols = y.shape
-    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, _launch.current().softmax, causal)
+    cfg = _launch.current().softmax
+    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, cfg, causal)
     launch(_softmax_bwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         dy, y, dx2,
         dy.stride(0), y.stride(0), dx2.stride(0),
         n_rows, n_cols, n_q, scale,
         CAUSAL=causal,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, num_warps=warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
+        PREFIX_SPLITS=_launch.softmax_prefix_splits(block_n, single_pass, causal, cfg), num_warps=warps,
     )
     return {"x": dx}
 
