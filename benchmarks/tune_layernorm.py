@@ -10,6 +10,10 @@ size, persistent programs per SM and prefetch stages; longer rows the column-spl
 kernels' chunk, rows per tile and programs per SM (benchmarks/tune_norm_backward.py decides
 the row limits themselves).
 
+RMSNorm on an H100 (2026-11-23, main at 4df051d, 32768x1024 and 16384x4096, bf16 and fp32):
+the defaults within 1-3% of the best setting forward and backward; the bf16 backward at
+32768x1024 is 74% of copy at the default and 75% at best (a 90 us kernel).
+
 Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both] [--shapes 32768x1024,...] [--dtypes ...]
 """
 from __future__ import annotations

@@ -9,6 +9,17 @@ causal/plain time ratio at each one's best. The causal softmax reads only the vi
 of a row but writes it whole: its forward moves 3/4 of the plain one's bytes, its backward
 1/2 (dx past the prefix is written as zeros), the issue's ratios of 0.75 and 0.67.
 
+What it found (2026-11-23, GPU time): plain softmax within 1% of the best at the defaults on
+the H100 (98-101% of copy). Causal, H100: tiles of 1,024 elements against 4,096 took the bf16
+forward at 256x1024x1024 from 372 to 284 us and at 64x2048x2048 from 383 to 280 us; 32 elements
+a thread against 16 saved 4% at N = 8,192; taking tiles from both ends (9d70c92) took the bf16
+backward at N = 32,768 from 0.85x to 0.77x of the plain one's time. Best causal/plain ratios
+then: forward 0.78-0.80x up to N = 8,192 (bf16 and fp32), 0.99x at 32,768 bf16 (0.76x fp32);
+backward 0.69-0.75x up to 8,192, 0.77-0.86x at 32,768. The looped path (max_fused_cols 4096)
+was slower for plain rows of 8,192 and 32,768 (1.3-1.6x) and mixed for causal ones (bf16
+forward at 32,768 0.96x, fp32 1.31x). H200, bf16: causal/plain 0.85-0.95x forward, 0.74-0.89x
+backward at the best of the grid, the defaults within 3% of it.
+
 Run: python -m benchmarks.tune_softmax [--shapes 256x1024,...] [--dtypes bfloat16,float32]
 """
 from __future__ import annotations
