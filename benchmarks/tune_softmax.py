@@ -16,7 +16,7 @@ a thread against 16 saved 4% at N = 8,192; taking tiles from both ends (9d70c92)
 backward at N = 32,768 from 0.85x to 0.77x of the plain one's time. Best causal/plain ratios
 then: forward 0.78-0.80x up to N = 8,192 (bf16 and fp32), 0.99x at 32,768 bf16 (0.76x fp32);
 backward 0.69-0.75x up to 8,192, 0.77-0.86x at 32,768. The looped path (max_fused_cols 4096)
-was slower for plain rows of 8,192 and 32,768 (1.3-1.6x) and mixed for causal ones (bf16
+was slower for plain rows of 8,192 and 32,768 (1.25-1.9x) and mixed for causal ones (bf16
 forward at 32,768 0.96x, fp32 1.31x). H200, bf16: causal/plain 0.85-0.95x forward, 0.74-0.89x
 backward at the best of the grid, the defaults within 3% of it.
 
