@@ -62,8 +62,7 @@ def _analyse() -> dict:
                          BLOCK_N=256 if single else 64, SINGLE_PASS=single)
             out[f"fwd residual={residual} single_pass={single}"] = written(LN._norm_fwd_kernel, args, flags)
     args = [_t(M, N), _t(M, N), _t(M, N), _t(N), _t(2, M), _t(M, N), _t(M, N), _t(2, 4, N), N, N, N, N, N, M, N, 1]
-    out["bwd"] = written(LN._norm_bwd_kernel, args, dict(BWD_FLAGS, BLOCK_M=8, BLOCK_N=256, NUM_STAGES=3,
-                                                         EVEN_N=False))
+    out["bwd"] = written(LN._norm_bwd_kernel, args, dict(BWD_FLAGS, BLOCK_M=8, BLOCK_N=256, NUM_STAGES=3))
     sums = _t(M, 2, 2)
     args = [_t(M, N), _t(M, N), _t(N), _t(2, M), sums, N, N, M, N, 2]
     out["bwd row sums"] = written(LN._norm_bwd_row_sums_kernel, args, dict(
@@ -90,7 +89,7 @@ def _backward_prefetch() -> dict:
     _launch._shared_memory = lambda index: A100_SHARED
     stages = _launch.prefetch_stages(3, 8192 * 4 * 3, torch.device("cuda", 0))
     kernel = LN._norm_bwd_kernel
-    const = dict(BWD_FLAGS, STORE_DR=False, BLOCK_M=1, BLOCK_N=8192, EVEN_N=True)
+    const = dict(BWD_FLAGS, STORE_DR=False, BLOCK_M=1, BLOCK_N=8192)
     shared = {}
     for n in (stages, 3):
         constexprs = dict(const, NUM_STAGES=n)

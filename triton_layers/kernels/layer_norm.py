@@ -138,7 +138,7 @@ def _norm_bwd_kernel(
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr,
     CAST_BEFORE_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr, STORE_DR: tl.constexpr,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, EVEN_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     # Rows that fit one block (longer rows take the two split kernels below).
     # Each program walks a contiguous range of BLOCK_M-row tiles and owns one row of the
@@ -149,12 +149,6 @@ def _norm_bwd_kernel(
     tile_end = tl.minimum(tile_start + tiles_per_program, tl.cdiv(M, BLOCK_M))
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    if EVEN_N:
-        # Every column is in the row (N == BLOCK_N: widths that are powers of 2). Without the
-        # column bound in every mask ptxas (sm_90) keeps fewer values live: rows of 16,384
-        # spill 64-72 bytes a thread instead of 224-232 (RMSNorm, 16 warps), rows of 1,024
-        # take 68-72 registers instead of 107-127. Rows still mask per row.
-        col_mask = tl.full([BLOCK_N], 1, tl.int1)
     w = load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)
     DW_partial, DB_partial, dw_acc, db_acc = partial_rows(Partials, pid, tl.num_programs(0), N, COMPUTE_DW, BLOCK_N)
     # NUM_STAGES > 1 prefetches the next tiles' z and dy while this one is reduced.
@@ -324,7 +318,7 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
         launch(_norm_bwd_kernel)[(programs,)](
             dy, dh, z, weight, stats, dx, dr, partials, *strides, n_rows, n_cols, tiles_per_program,
             BLOCK_M=block_m, BLOCK_N=block_n,
-            NUM_STAGES=_launch.prefetch_stages(stages, block_m * block_n * loaded, z.device), EVEN_N=n_cols == block_n,
+            NUM_STAGES=_launch.prefetch_stages(stages, block_m * block_n * loaded, z.device),
             num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **flags,
         )
     else:
