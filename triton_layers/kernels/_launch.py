@@ -82,8 +82,8 @@ class SoftmaxLaunch:
     # each program still moves enough bytes when rows are short (N = 1024 and below).
     tile_elements: int = 4096
     # Causal rows read a prefix and write whole: smaller tiles, more programs in flight
-    # (bf16, H100, tune_softmax.py: forward at 256x1024x1024 284 us with 1024 against 372
-    # with 2048 and 384 with 4096; at 64x2048x2048 280 us against 281 and 383).
+    # (bf16, H100, tune_softmax.py, 32 elements a thread: forward at 256x1024x1024 284 us with
+    # 1024 against 298 with 2048 and 384 with 4096; at 64x2048x2048 281 us against 281 and 299).
     causal_tile_elements: int = 1024
     max_tile_rows: int = 64
     # Elements a thread holds (num_warps = tile / (32 * this), at most 32 warps).
