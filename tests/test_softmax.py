@@ -10,7 +10,7 @@ import torch.nn.functional as TF
 import triton_layers
 from triton_layers import CausalSoftmax, _checks, reference
 from triton_layers import functional as F
-from triton_layers.kernels import _launch
+from triton_layers.kernels import _doors, _launch
 from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import DTYPES
@@ -150,13 +150,20 @@ def test_causal_prefix_splits(device, splits, dtype, shape, masked, monkeypatch)
         leaf = x.detach().requires_grad_()
         y = F.softmax(leaf, causal=True, scale=0.7, key_padding_mask=mask)
         return y, torch.autograd.grad(y, leaf, dy)[0]
-    launched = []
-    prefix_splits = _launch.softmax_prefix_splits
+    launched = []  # PREFIX_SPLITS of every kernel launch
+    direct = _doors.direct
 
-    def spy(*args):
-        launched.append(prefix_splits(*args))
-        return launched[-1]
-    monkeypatch.setattr(_launch, "softmax_prefix_splits", spy)
+    def spy(kernel):
+        launcher = direct(kernel)
+
+        class Recording:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    launched.append(kwargs["PREFIX_SPLITS"])
+                    return launcher[grid](*args, **kwargs)
+                return launch
+        return Recording()
+    monkeypatch.setattr(_doors, "direct", spy)
     with _launch.use_config(cfg):
         check_against_torch(x, True, 0.7, mask, name=f"prefix splits {splits} {shape} {dtype}")
         y, dx = run_once()

@@ -396,19 +396,21 @@ def softmax_prefix_splits(block_n: int, single_pass: bool, causal: bool, cfg: So
 
 
 @functools.lru_cache(maxsize=4096)
-def softmax_tile(n_rows: int, n_cols: int, cfg: SoftmaxLaunch, causal: bool = False) -> tuple[int, int, bool, int]:
-    """Return ``(BLOCK_M, BLOCK_N, single_pass, num_warps)`` for a row-wise softmax.
+def softmax_tile(n_rows: int, n_cols: int, cfg: SoftmaxLaunch,
+                 causal: bool = False) -> tuple[int, int, bool, int, int]:
+    """Return ``(BLOCK_M, BLOCK_N, single_pass, num_warps, PREFIX_SPLITS)`` for a row-wise softmax.
 
     ``BLOCK_M`` rows of ``BLOCK_N`` columns per program on the single-pass path; one row
     per program, walked in ``BLOCK_N`` chunks, on the looped path. About ``cfg.elems_per_thread``
-    elements a thread.
+    elements a thread. ``PREFIX_SPLITS``: :func:`softmax_prefix_splits`.
     """
     per_warp = 32 * cfg.elems_per_thread
     if n_cols > cfg.max_fused_cols:
         block_n = min(cfg.loop_block, cfg.max_fused_cols)
-        return 1, block_n, False, max(1, min(32, block_n // per_warp))
+        return 1, block_n, False, max(1, min(32, block_n // per_warp)), 1
     block_n = max(next_power_of_2(n_cols), 16)
     rows = next_power_of_2(max(n_rows, 1))
     tile = cfg.causal_tile_elements if causal else cfg.tile_elements
     block_m = max(1, min(tile // block_n, cfg.max_tile_rows, rows))
-    return block_m, block_n, True, max(1, min(32, block_m * block_n // per_warp))
+    return (block_m, block_n, True, max(1, min(32, block_m * block_n // per_warp)),
+            softmax_prefix_splits(block_n, True, causal, cfg))

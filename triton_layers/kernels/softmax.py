@@ -266,15 +266,15 @@ def _forward(
     x, y2 = _launch.matrix(x), _launch.matrix(y)
     n_rows, n_cols = x.shape
     pad_mask = _doors.mask_bytes(key_padding_mask, launch)
-    cfg = _launch.current().softmax
-    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, cfg, causal)
+    block_m, block_n, single_pass, warps, prefix_splits = _launch.softmax_tile(
+        n_rows, n_cols, _launch.current().softmax, causal)
     launch(_softmax_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         x, y2, pad_mask,
         x.stride(0), y2.stride(0), pad_mask.stride(0) if pad_mask is not None else 0,
         n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E,
         CAUSAL=causal, HAS_MASK=pad_mask is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-        PREFIX_SPLITS=_launch.softmax_prefix_splits(block_n, single_pass, causal, cfg), num_warps=warps,
+        PREFIX_SPLITS=prefix_splits, num_warps=warps,
     )
     return (y,)
 
@@ -287,15 +287,15 @@ def _backward(launch: Callable, grads: tuple, needs: dict, y: Tensor, n_q: int, 
     if dy.stride(-1) != 1:
         dy = dy.contiguous()
     n_rows, n_cols = y.shape
-    cfg = _launch.current().softmax
-    block_m, block_n, single_pass, warps = _launch.softmax_tile(n_rows, n_cols, cfg, causal)
+    block_m, block_n, single_pass, warps, prefix_splits = _launch.softmax_tile(
+        n_rows, n_cols, _launch.current().softmax, causal)
     launch(_softmax_bwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
         dy, y, dx2,
         dy.stride(0), y.stride(0), dx2.stride(0),
         n_rows, n_cols, n_q, scale,
         CAUSAL=causal,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-        PREFIX_SPLITS=_launch.softmax_prefix_splits(block_n, single_pass, causal, cfg), num_warps=warps,
+        PREFIX_SPLITS=prefix_splits, num_warps=warps,
     )
     return {"x": dx}
 
