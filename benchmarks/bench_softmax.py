@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from benchmarks import harness
+from benchmarks import harness, report
 from triton_layers import functional as TF
 
 OP = "softmax"
@@ -42,7 +42,8 @@ def _targets(opts: argparse.Namespace, results: list) -> str:
     lines = [
         "## softmax targets (GPU time)",
         "",
-        "plain >= 90% of copy; causal/plain time <= 0.75 (fwd) / 0.67 (bwd) at every N; "
+        f"plain >= {report.TARGET_PCT:.0f}% of copy; causal/plain time <= {report.CAUSAL_RATIO['fwd']} (fwd) / "
+        f"{report.CAUSAL_RATIO['bwd']} (bwd) at every N; "
         "compile-causal/causal time >= 1.5",
         "",
         "| shape | dtype | dir | plain % copy | causal/plain | compile-causal/causal |",
