@@ -448,6 +448,8 @@ def below(data: dict[str, list[dict]]) -> list[str]:
 
 def causal_over_target(rows: list[dict]) -> list[str]:
     """The causal softmax's rows whose time over our plain softmax's exceeds CAUSAL_RATIO."""
+    if not rows:
+        return []
     col = basis(rows)
     by = {(r["shape"], r["dtype"], r["direction"], r["impl"]): r for r in rows}
     out = []
@@ -458,8 +460,6 @@ def causal_over_target(rows: list[dict]) -> list[str]:
             if ratio > CAUSAL_RATIO[direction]:
                 out.append(f"| {shape} | {dtype} | {direction} | {causal[col]:.0f} us | {plain[col]:.0f} us | "
                            f"{ratio:.2f} | {CAUSAL_RATIO[direction]:.2f} |")
-    if not rows:
-        return []
     head = [f"Causal softmax over its time target against our plain softmax ({len(out)} rows):", "",
             "| shape | dtype | dir | causal | plain | causal / plain | target |", "|---|---|---|---|---|---|---|"]
     return head + (out or ["(none)"]) + [""]
