@@ -67,9 +67,12 @@ def _analyse() -> dict:
     args = [_t(M, N), _t(M, N), _t(N), _t(2, M), sums, N, N, M, N, 2]
     out["bwd row sums"] = written(LN._norm_bwd_row_sums_kernel, args, dict(
         IS_RMS=True, HAS_WEIGHT=True, STABLE=False, UNIT_OFFSET=False, BLOCK_N=128))
-    args = [_t(M, N), _t(M, N), _t(M, N), _t(N), _t(2, M), sums, _t(M, N), _t(M, N), _t(2, 4, N),
+    arrivals = torch.zeros(1 + M, dtype=torch.int32)
+    args = [_t(M, N), _t(M, N), _t(M, N), _t(N), _t(2, M), sums, arrivals, _t(M, N), _t(M, N), _t(2, 4, N),
             N, N, N, N, N, M, N, 2, 2]
-    out["bwd split"] = written(LN._norm_bwd_split_kernel, args, dict(BWD_FLAGS, BLOCK_M=2, BLOCK_N=128, CHUNKS_POW2=2))
+    for one_pass in (False, True):
+        out[f"bwd split one_pass={one_pass}"] = written(LN._norm_bwd_split_kernel, args, dict(
+            BWD_FLAGS, BLOCK_M=2, BLOCK_N=128, CHUNKS_POW2=2, ONE_PASS=one_pass, PUBLISH_AHEAD=2))
     return out
 
 
@@ -108,7 +111,9 @@ EXPECTED = {
        for r in (False, True) for s in (True, False)},
     "bwd": ["DR", "DX", "Partials"],
     "bwd row sums": ["Sums"],
-    "bwd split": ["DR", "DX", "Partials"],
+    "bwd split one_pass=False": ["DR", "DX", "Partials"],
+    # the one-pass form also publishes its row sums and counts arrivals
+    "bwd split one_pass=True": ["Arrivals", "DR", "DX", "Partials", "Sums"],
 }
 
 

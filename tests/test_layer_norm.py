@@ -1,4 +1,5 @@
 """TritonLayerNorm / functional.layer_norm: kernels against the reference and float64 torch."""
+import dataclasses
 import io
 
 import pytest
@@ -11,7 +12,9 @@ from triton_layers import TritonLayerNorm, reference
 from triton_layers import functional as F
 from triton_layers._checks import as_rows
 
-from .conftest import DTYPES, LOW_DTYPES
+from triton_layers.kernels import _launch
+
+from .conftest import DTYPES, LOOPED, LOW_DTYPES
 from .oracle import check, compare
 
 SIZES = [1, 7, 127, 1000, 3000, 1024]
@@ -76,6 +79,63 @@ def test_stable_mode_matches_autograd_of_definition(n, dtype, device):
 def test_long_rows_looped_path(n, stable, looped, device):
     x, w, b = _inputs(11, n, torch.float32, device)
     _check_against_float64(x, w, b, stable=stable)
+
+
+# The long-row backward's one-pass form (its programs wait for each other's row sums) runs
+# on a GPU only: the interpreter runs programs one at a time and takes the two-pass form.
+# (one_pass, split_publish_ahead)
+ONE_PASS = [(False, 0), (True, 0), (True, 2)] if torch.cuda.is_available() else [(False, 0)]
+
+
+@pytest.mark.parametrize("one_pass, ahead", ONE_PASS)
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_row_backward_one_and_two_passes(one_pass, ahead, rms, dtype, device):
+    """Both forms (the one pass waiting on each tile, or publishing two ahead) against
+    float64 (LayerNorm and RMSNorm, 13 rows of 7 chunks, a ragged last chunk), and bitwise
+    reproducible from run to run."""
+    config = dataclasses.replace(LOOPED["medium"].layer_norm, split_one_pass=one_pass, split_publish_ahead=ahead)
+    x, w, b = _inputs(13, 850, dtype, device, bias=not rms)
+    inputs = dict(x=x, weight=w) if rms else dict(x=x, weight=w, bias=b)
+    norm, definition = (F.rms_norm, lambda x, w: TF.rms_norm(x, x.shape[-1:], w, torch.finfo(torch.float32).eps)
+                        ) if rms else (F.layer_norm, _definition())
+    with _launch.use_config(dataclasses.replace(LOOPED["medium"], layer_norm=config)):
+        assert _launch.one_pass_split(7, config, x.device) == one_pass
+        check(norm, definition, inputs, summed=dict(weight=13, bias=13), lowp=dtype != torch.float32)
+        dy = torch.randn_like(x)
+        again = [torch.autograd.grad(norm(*inputs.values()), tuple(inputs.values()), dy) for _ in range(2)]
+    for first, second in zip(*again):
+        assert torch.equal(first, second)
+
+
+def test_one_pass_split_kernel_matches_two_passes(device):
+    """The split kernel's ONE_PASS lines (ticket, publish, wait) where they can run in the
+    interpreter too, rows of one chunk: its dx and weight partials equal the two-pass ones."""
+    from triton_layers.kernels import layer_norm as LN
+
+    m, n, block_m = 5, 100, 2
+    z, w, _ = (t.detach() for t in _inputs(m, n, torch.float32, device))
+    dy = torch.randn(m, n, device=device)
+    stats = torch.stack([z.mean(1), (z.var(1, unbiased=False) + 1e-5).rsqrt()])
+    flags = dict(IS_RMS=False, HAS_WEIGHT=True, STABLE=False, UNIT_OFFSET=False, CAST_BEFORE_WEIGHT=False,
+                 HAS_DH=False, STORE_DR=False, COMPUTE_DX=True, COMPUTE_DW=True, COMPUTE_DB=True)
+    sums = torch.empty(m, 1, 2, device=device)
+    LN._norm_bwd_row_sums_kernel[(m, 1)](dy, z, w, stats, sums, n, n, m, n, 1, IS_RMS=False, HAS_WEIGHT=True,
+                                          STABLE=False, UNIT_OFFSET=False, BLOCK_N=128)
+    out = {}
+    for one_pass, ahead in ((False, 0), (True, 0), (True, 2)):
+        dx, partials = torch.empty_like(z), torch.empty(2, 2 * n, device=device)
+        s = torch.full_like(sums, float("nan")) if one_pass else sums
+        arrivals = torch.zeros(1 + m, dtype=torch.int32, device=device)
+        LN._norm_bwd_split_kernel[(1, 2)](dy, None, z, w, stats, s, arrivals, dx, None, partials, n, 0, n, n, 0,
+                                          m, n, 1, 3, BLOCK_M=block_m, BLOCK_N=128, CHUNKS_POW2=1,
+                                          ONE_PASS=one_pass, PUBLISH_AHEAD=ahead, **flags)
+        out[one_pass, ahead] = dx, partials, arrivals
+    for key in ((True, 0), (True, 2)):
+        torch.testing.assert_close(out[key][0], out[False, 0][0], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(out[key][1], out[False, 0][1], rtol=1e-6, atol=1e-6)
+        # two tickets drawn; each tile's (rows 0, 2 | 3) counter reached the one chunk
+        assert out[key][2].tolist() == [2, 1, 0, 1, 1, 0]
 
 
 def test_rows_longer_than_any_block(device):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -46,8 +47,10 @@ class LayerNormLaunch:
     # 83% (fp32) against 54-57% split; with the residual 78% and 84% against 60-63%. At
     # 32,768 (32 warps) it spills over 100 registers and runs at 19-38%.
     bwd_rms_max_fused_cols: int = 16384
-    # Chunk width of the long-row paths.
-    loop_block: int = 4096
+    # Chunk width of the long-row paths. 8192 against 4096 (H100, bf16 RMSNorm, GPU time):
+    # forward 1024x131072 284 us against 303; the one-pass backward below 194 us against
+    # 221 at 2048x32768 and 376 against 705 at 1024x131072.
+    loop_block: int = 8192
     # Elements a program holds per tile when rows are short: several rows to a tile.
     tile_elements: int = 2048
     # Short-row backward: persistent programs per SM, and loop stages (tiles of x and dy
@@ -64,10 +67,21 @@ class LayerNormLaunch:
     # Most warps of a whole-row backward program. At 16,384 columns 32 warps were level with
     # 16 (within 3%, either way by dtype; H100, tune_norm_backward.py).
     bwd_max_warps: int = 16
-    # Long-row backward: rows per tile of the column-split kernel, and programs per SM
-    # (4 is what every H200 benchmark ran with; a pre-merge sweep preferred 2).
-    split_block_m: int = 2
-    split_programs_per_sm: int = 4
+    # Long-row backward (rows over the limits above), the column-split kernel. In one pass
+    # (split_one_pass: GPU only, see one_pass_split) its programs wait for each other's row
+    # sums instead of a first kernel reading z and dy for them (5 M*N element moves for 3).
+    # With each program publishing split_publish_ahead tiles' sums before it finishes them
+    # (a second read of them, from L2), one wait covers that many tiles. H100, RMSNorm, GPU
+    # time, against the two-kernel path's best: bf16 2048x32768 194 us (69% of copy)
+    # against 245 (55%), 1024x131072 376 us (71%) against 474 (57%); fp32 330 us (81%)
+    # against 470 (57%), 615 us (87%) against 912 (59%). Waiting on each tile while holding
+    # it (publish ahead 0) was 3-12% slower, publishing 8 ahead slower still.
+    split_one_pass: bool = True
+    split_publish_ahead: int = 2
+    # A tile holds about this many bytes of z (a power of 2 rows, 1 to 8; 2 rows of 8192
+    # bf16, 1 of fp32, were best), and this many programs a SM (2 and 4 within 1-4%).
+    split_tile_bytes: int = 32768
+    split_programs_per_sm: int = 2
 
 
 @dataclass(frozen=True)
@@ -323,6 +337,23 @@ def row_groups(n_rows: int, n_chunks: int, block_m: int, programs_per_sm: int, d
     per SM, each group at least one tile high. Depends only on the shape and the device."""
     wanted = max(1, num_sms(device) * programs_per_sm // n_chunks)
     return max(1, min(wanted, cdiv(n_rows, block_m)))
+
+
+def split_rows(block_n: int, elem_size: int, cfg: LayerNormLaunch) -> int:
+    """Rows per tile of the long-row norm backward: ``cfg.split_tile_bytes`` of z, a power of
+    2 from 1 to 8."""
+    rows = max(1, cfg.split_tile_bytes // (block_n * elem_size))
+    return min(8, 1 << (rows.bit_length() - 1))
+
+
+def one_pass_split(n_chunks: int, cfg: LayerNormLaunch, device: torch.device) -> bool:
+    """Whether the long-row norm backward takes its one-pass form: asked by ``cfg``, on a GPU
+    (the Triton interpreter runs one program at a time, and a one-pass program waits for
+    others), and with a row's chunks few enough to run at once (one per SM at most)."""
+    return cfg.split_one_pass and device.type == "cuda" and not _INTERPRET and n_chunks <= num_sms(device)
+
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @functools.lru_cache(maxsize=4096)

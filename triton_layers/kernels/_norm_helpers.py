@@ -172,3 +172,23 @@ def store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPU
         tl.store(DW_partial + cols, dw_acc, mask=col_mask)
     if COMPUTE_DB:
         tl.store(DB_partial + cols, db_acc, mask=col_mask)
+
+
+@triton.jit
+def publish_sums(Sums, Arrivals, rows, row_mask, first, chunk, n_chunks, zhat, g):
+    """The long-row backward's one pass: store this chunk's share of the tile's row sums
+    (sum(zhat * g), sum(g)) and count its arrival at the tile's counter, released after
+    every thread's stores."""
+    mine = Sums + (rows * n_chunks + chunk) * 2
+    tl.store(mine, tl.sum(zhat * g, axis=1), mask=row_mask)
+    tl.store(mine + 1, tl.sum(g, axis=1), mask=row_mask)
+    tl.debug_barrier()
+    tl.atomic_add(Arrivals + 1 + first, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait_arrivals(counter, n_chunks):
+    """Spin until ``n_chunks`` programs have published at ``counter`` (acquire: their sums
+    are visible after)."""
+    while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") < n_chunks:
+        pass

@@ -33,7 +33,7 @@ from torch import Tensor
 from . import _doors, _launch
 from ._norm_helpers import (
     STABLE_MIN_SCALE, affine, div, dz_coefficients, load_bwd_tile, load_chunk, load_input, load_weight, partial_rows,
-    param_grads, rounded_product, stat_rows, store_dz, store_partials,
+    param_grads, publish_sums, rounded_product, stat_rows, store_dz, store_partials, wait_arrivals,
 )
 
 
@@ -198,43 +198,101 @@ def _norm_bwd_row_sums_kernel(
 
 @triton.jit
 def _norm_bwd_split_kernel(
-    DY, DH, Z, W, Stats, Sums, DX, DR, Partials,
+    DY, DH, Z, W, Stats, Sums, Arrivals, DX, DR, Partials,
     stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks, rows_per_group,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr,
     CAST_BEFORE_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr, STORE_DR: tl.constexpr,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr, ONE_PASS: tl.constexpr,
+    PUBLISH_AHEAD: tl.constexpr,
 ):
     # Long rows, step 2: program (chunk, group) owns BLOCK_N columns of a group of rows:
     # dz for them, and the group's weight/bias partials for its columns, kept in registers.
+    # ONE_PASS (instead of step 1, whose z and dy reads this step repeated from DRAM: 5 M*N
+    # element moves for 3): the programs of a group publish each tile's chunk sums and
+    # wait at the tile's arrival counter for the other chunks'. With PUBLISH_AHEAD = 0 a
+    # program waits on each tile it holds; with k > 0 it publishes k tiles, then finishes
+    # them, reading them again while they are in L2: one wait per k tiles, not per tile,
+    # and by then the other chunks have (mostly) published.
+    # A program takes its (chunk, group) from a ticket drawn when it starts, so the
+    # programs of a group start in ticket order; one that waits waits only on siblings that
+    # started before it or will start once a slot frees, and the groups whose programs all
+    # started run to the end and free slots: there is no deadlock while one group's
+    # n_chunks programs fit on the GPU at once (the launcher asks n_chunks <= SMs). (The
+    # Triton interpreter runs programs one after another: it takes the two-step path.)
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     chunk = tl.program_id(0)
     group = tl.program_id(1).to(tl.int64)
+    if ONE_PASS:
+        ticket = tl.atomic_add(Arrivals, 1, sem="relaxed", scope="gpu")
+        chunk = ticket % n_chunks
+        group = (ticket // n_chunks).to(tl.int64)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
     w = load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)
     DW_partial, DB_partial, dw_acc, db_acc = partial_rows(Partials, group, tl.num_programs(1), N, COMPUTE_DW, BLOCK_N)
-    chunk_ids = tl.arange(0, CHUNKS_POW2)
     row_begin = group * rows_per_group
     row_stop = tl.minimum(row_begin + rows_per_group, M)
-    for first in range(row_begin, row_stop, BLOCK_M):
-        rows = first + tl.arange(0, BLOCK_M)
-        row_mask = rows < row_stop
-        mask = row_mask[:, None] & col_mask[None, :]
-        dy, zhat, scale = load_bwd_tile(
-            Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row, stride_dy_row, IS_RMS, STABLE,
-            BLOCK_M)
-        if COMPUTE_DX:
-            # Every program adds a row's chunk sums in the same order: deterministic.
-            sums = Sums + (rows[:, None] * n_chunks + chunk_ids[None, :]) * 2
-            sums_mask = row_mask[:, None] & (chunk_ids[None, :] < n_chunks)
-            c1, c2 = dz_coefficients(tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=1),
-                                      tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0), axis=1), N, IS_RMS)
-            g = rounded_product(dy, w[None, :], mask)
-            store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
-                      stride_dh_row, HAS_DH, STORE_DR)
-        dw_acc, db_acc = param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
+    if ONE_PASS and PUBLISH_AHEAD > 0:
+        for batch in range(row_begin, row_stop, BLOCK_M * PUBLISH_AHEAD):
+            batch_stop = tl.minimum(batch + BLOCK_M * PUBLISH_AHEAD, row_stop)
+            for first in range(batch, batch_stop, BLOCK_M):
+                rows = first + tl.arange(0, BLOCK_M)
+                row_mask = rows < row_stop
+                mask = row_mask[:, None] & col_mask[None, :]
+                dy, zhat, _ = load_bwd_tile(Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row,
+                                            stride_dy_row, IS_RMS, STABLE, BLOCK_M)
+                publish_sums(Sums, Arrivals, rows, row_mask, first, chunk, n_chunks, zhat,
+                             rounded_product(dy, w[None, :], mask))
+            for first in range(batch, batch_stop, BLOCK_M):
+                dw_acc, db_acc = _split_tile(
+                    DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask,
+                    chunk, stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
+                    IS_RMS, STABLE, CAST_BEFORE_WEIGHT, HAS_DH, STORE_DR, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB,
+                    BLOCK_M, CHUNKS_POW2, False, True)
+    else:
+        for first in range(row_begin, row_stop, BLOCK_M):
+            dw_acc, db_acc = _split_tile(
+                DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask,
+                chunk, stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
+                IS_RMS, STABLE, CAST_BEFORE_WEIGHT, HAS_DH, STORE_DR, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB,
+                BLOCK_M, CHUNKS_POW2, ONE_PASS, ONE_PASS)
     store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW, COMPUTE_DB)
+
+
+@triton.jit
+def _split_tile(
+    DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask, chunk,
+    stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
+    IS_RMS: tl.constexpr, STABLE: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr,
+    STORE_DR: tl.constexpr, COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
+    BLOCK_M: tl.constexpr, CHUNKS_POW2: tl.constexpr, PUBLISH: tl.constexpr, WAIT: tl.constexpr,
+):
+    """One BLOCK_M-row tile of the split kernel: dz from the rows' chunk sums (publishing
+    this chunk's first, and waiting for the others', as asked), and the parameter sums."""
+    Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
+    rows = first + tl.arange(0, BLOCK_M)
+    row_mask = rows < row_stop
+    mask = row_mask[:, None] & col_mask[None, :]
+    dy, zhat, scale = load_bwd_tile(
+        Z, DY, Mean, Rstd, InvScale, rows, row_mask, cols, mask, stride_z_row, stride_dy_row, IS_RMS, STABLE, BLOCK_M)
+    if COMPUTE_DX:
+        g = rounded_product(dy, w[None, :], mask)
+        if PUBLISH:
+            publish_sums(Sums, Arrivals, rows, row_mask, first, chunk, n_chunks, zhat, g)
+        if WAIT:
+            wait_arrivals(Arrivals + 1 + first, n_chunks)
+        # Every program adds a row's chunk sums in the same order: deterministic. (.cg:
+        # from L2, where the other programs' sums are, not from this SM's L1.)
+        chunk_ids = tl.arange(0, CHUNKS_POW2)
+        sums = Sums + (rows[:, None] * n_chunks + chunk_ids[None, :]) * 2
+        sums_mask = row_mask[:, None] & (chunk_ids[None, :] < n_chunks)
+        c1, c2 = dz_coefficients(
+            tl.sum(tl.load(sums, mask=sums_mask, other=0.0, cache_modifier=".cg"), axis=1),
+            tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0, cache_modifier=".cg"), axis=1), N, IS_RMS)
+        store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
+                  stride_dh_row, HAS_DH, STORE_DR)
+    return param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
 
 
 # --- launchers ------------------------------------------------------------------------------
@@ -326,20 +384,24 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
         # independent chunks in flight (one program walking long rows stalls on latency).
         n_chunks = _launch.cdiv(n_cols, block_n)
         sums = z.new_empty((n_rows if compute_dx else 0, n_chunks, 2), dtype=torch.float32)
-        if compute_dx:
+        one_pass = compute_dx and _launch.one_pass_split(n_chunks, cfg, z.device)
+        # one pass: a ticket counter, then one arrival counter per row (the kernel's top)
+        arrivals = z.new_zeros(1 + n_rows, dtype=torch.int32) if one_pass else sums
+        if compute_dx and not one_pass:
             launch(_norm_bwd_row_sums_kernel)[(n_rows, n_chunks)](
                 dy, z, weight, stats, sums, dy.stride(0), z.stride(0), n_rows, n_cols, n_chunks,
                 IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset, BLOCK_N=block_n,
                 num_warps=_launch.num_warps(block_n),
             )
-        split_m = cfg.split_block_m
+        split_m = _launch.split_rows(block_n, z.element_size(), cfg)
         groups = _launch.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, z.device)
         rows_per_group = _launch.cdiv(n_rows, groups)
         writers = groups
         partials = z.new_empty((n_partials, writers * n_cols), dtype=torch.float32)
         launch(_norm_bwd_split_kernel)[(n_chunks, groups)](
-            dy, dh, z, weight, stats, sums, dx, dr, partials, *strides, n_rows, n_cols, n_chunks, rows_per_group,
-            BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
+            dy, dh, z, weight, stats, sums, arrivals, dx, dr, partials, *strides, n_rows, n_cols, n_chunks,
+            rows_per_group, BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
+            ONE_PASS=one_pass, PUBLISH_AHEAD=cfg.split_publish_ahead,
             num_warps=_launch.num_warps(split_m * block_n), **flags,
         )
     # One reduction for both parameters' partials (none when one program wrote them:
