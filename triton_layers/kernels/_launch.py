@@ -104,11 +104,10 @@ class SoftmaxLaunch:
     elems_per_thread: int = 32
     # Causal rows held whole: 2 (or 4) lets a tile whose rows all see at most half (a
     # quarter) of the columns compute on that part only, and write zeros past it; 1 computes
-    # every tile over its whole rows. The causal forward reaches 0.77-0.79x of the plain one's
-    # time on an H100 (0.75x by bytes) but 0.85-0.94x on an H200 and about 1x at N = 32,768
-    # bf16, which suggests arithmetic, not bytes, sets its pace there. Off until a GPU
-    # measures it (benchmarks/tune_softmax.py sweeps it).
-    causal_prefix_splits: int = 1
+    # every tile over its whole rows. H100, bf16, GPU time (tune_softmax.py): at N = 32,768
+    # 2 took the forward from 1,424 to 1,361 us and the backward from 1,676-1,944 to 1,562;
+    # at N = 1,024 and 2,048 every setting within 1%.
+    causal_prefix_splits: int = 2
 
 
 @dataclass(frozen=True)
