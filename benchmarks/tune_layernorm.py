@@ -31,8 +31,8 @@ SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 32768), (1024, 1310
 FWD_GRID = {"tile_elements": [2048, 4096, 8192]}
 FWD_LONG_GRID = {"loop_block": [2048, 4096, 8192]}
 BWD_SHORT_GRID = {"tile_elements": [2048, 4096, 8192], "bwd_programs_per_sm": [1, 2, 4, 8], "bwd_stages": [1, 2, 3]}
-BWD_LONG_GRID = {"split_one_pass": [True, False], "split_publish_ahead": [0, 2, 8], "loop_block": [4096, 8192],
-                 "split_tile_bytes": [16384, 32768, 65536], "split_programs_per_sm": [2, 4]}
+BWD_LONG_GRID = {"split_one_pass": [True, False], "split_tile_bytes": [16384, 32768, 65536],
+                 "split_programs_per_sm": [1, 2, 4], "split_one_pass_max_chunks": [128]}
 
 
 def norm_case(name: str, dtype: torch.dtype, shape: tuple[int, int],

@@ -226,7 +226,7 @@ def test_rms_backward_keeps_longer_rows_whole(residual, monkeypatch, device):
     monkeypatch.setattr(_launch, "LONG_ROW", 32)  # rows of 40 are "long" here
     names = ("_norm_bwd_kernel", "_norm_bwd_row_sums_kernel", "_norm_bwd_split_kernel")
     # (on a GPU the long rows' one pass needs no row-sums kernel: 5 chunks of 8)
-    split = {names[2]} if _launch.one_pass_split(5, limits, torch.device(device)) else set(names[1:])
+    split = {names[2]} if _launch.one_pass_split(5, False, 4, limits, torch.device(device)) else set(names[1:])
     for kind, launched in (("rms", {"_norm_bwd_kernel"}), ("layer", split)):
         spies = {name: _Spy(getattr(norm_kernels, name), []) for name in names}
         for name, spy in spies.items():

@@ -94,13 +94,14 @@ def test_long_row_backward_one_and_two_passes(one_pass, ahead, rms, dtype, devic
     """Both forms (the one pass waiting on each tile, or publishing two ahead) against
     float64 (LayerNorm and RMSNorm, 13 rows of 7 chunks, a ragged last chunk), and bitwise
     reproducible from run to run."""
-    config = dataclasses.replace(LOOPED["medium"].layer_norm, split_one_pass=one_pass, split_publish_ahead=ahead)
+    config = dataclasses.replace(LOOPED["medium"].layer_norm, split_one_pass=one_pass, split_publish_ahead=ahead,
+                                 split_one_pass_layer_norm_min_bytes=2)  # (bf16 LayerNorm in one pass too)
     x, w, b = _inputs(13, 850, dtype, device, bias=not rms)
     inputs = dict(x=x, weight=w) if rms else dict(x=x, weight=w, bias=b)
     norm, definition = (F.rms_norm, lambda x, w: TF.rms_norm(x, x.shape[-1:], w, torch.finfo(torch.float32).eps)
                         ) if rms else (F.layer_norm, _definition())
     with _launch.use_config(dataclasses.replace(LOOPED["medium"], layer_norm=config)):
-        assert _launch.one_pass_split(7, config, x.device) == one_pass
+        assert _launch.one_pass_split(7, rms, x.element_size(), config, x.device) == one_pass
         check(norm, definition, inputs, summed=dict(weight=13, bias=13), lowp=dtype != torch.float32)
         dy = torch.randn_like(x)
         again = [torch.autograd.grad(norm(*inputs.values()), tuple(inputs.values()), dy) for _ in range(2)]

@@ -78,10 +78,20 @@ class LayerNormLaunch:
     # it (publish ahead 0) was 3-12% slower, publishing 8 ahead slower still.
     split_one_pass: bool = True
     split_publish_ahead: int = 2
-    # A tile holds about this many bytes of z (a power of 2 rows, 1 to 8; 2 rows of 8192
-    # bf16, 1 of fp32, were best), and this many programs a SM (2 and 4 within 1-4%).
+    # A tile holds about this many bytes of z (a power of 2 rows, 1 to 8): in one pass 2 rows
+    # of 8192 bf16 or 1 of fp32 were best; in two passes 1 row (LayerNorm bf16 4096x32768:
+    # 478 us against 554, H100; 365 against 475, H200; elsewhere within 2%). Programs a SM:
+    # 2 and 4 within 1-4%.
     split_tile_bytes: int = 32768
+    split_two_pass_tile_bytes: int = 16384
     split_programs_per_sm: int = 2
+    # The one pass is for rows of at most this many chunks: at 512x262144 (32 chunks of
+    # 8,192) it ran at 27-35% of copy (bf16) against 51% in two passes (H100, LayerNorm).
+    split_one_pass_max_chunks: int = 16
+    # LayerNorm (its backward also holds the mean and the bias sums) takes the one pass for
+    # inputs of at least this many bytes an element: fp32 4096x32768 83% against 57% (H100),
+    # 71% against 56% (H200); bf16 1024x131072 38% against 50% (H200), level on the H100.
+    split_one_pass_layer_norm_min_bytes: int = 4
 
 
 @dataclass(frozen=True)
@@ -338,18 +348,23 @@ def row_groups(n_rows: int, n_chunks: int, block_m: int, programs_per_sm: int, d
     return max(1, min(wanted, cdiv(n_rows, block_m)))
 
 
-def split_rows(block_n: int, elem_size: int, cfg: LayerNormLaunch) -> int:
-    """Rows per tile of the long-row norm backward: ``cfg.split_tile_bytes`` of z, a power of
-    2 from 1 to 8."""
-    rows = max(1, cfg.split_tile_bytes // (block_n * elem_size))
+def split_rows(block_n: int, elem_size: int, one_pass: bool, cfg: LayerNormLaunch) -> int:
+    """Rows per tile of the long-row norm backward: ``cfg.split_tile_bytes`` of z in one
+    pass, ``cfg.split_two_pass_tile_bytes`` in two; a power of 2 from 1 to 8."""
+    tile_bytes = cfg.split_tile_bytes if one_pass else cfg.split_two_pass_tile_bytes
+    rows = max(1, tile_bytes // (block_n * elem_size))
     return min(8, 1 << (rows.bit_length() - 1))
 
 
-def one_pass_split(n_chunks: int, cfg: LayerNormLaunch, device: torch.device) -> bool:
+def one_pass_split(n_chunks: int, rms: bool, elem_size: int, cfg: LayerNormLaunch, device: torch.device) -> bool:
     """Whether the long-row norm backward takes its one-pass form: asked by ``cfg``, on a GPU
     (the Triton interpreter runs one program at a time, and a one-pass program waits for
-    others), and with a row's chunks few enough to run at once (one per SM at most)."""
-    return cfg.split_one_pass and device.type == "cuda" and not _INTERPRET and n_chunks <= num_sms(device)
+    others), with a row's chunks few enough to run at once (one per SM at most) and to wait
+    for (``cfg.split_one_pass_max_chunks``), for RMSNorm or for LayerNorm inputs of
+    ``cfg.split_one_pass_layer_norm_min_bytes`` an element or more."""
+    return (cfg.split_one_pass and device.type == "cuda" and not _INTERPRET
+            and n_chunks <= min(cfg.split_one_pass_max_chunks, num_sms(device))
+            and (rms or elem_size >= cfg.split_one_pass_layer_norm_min_bytes))
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"

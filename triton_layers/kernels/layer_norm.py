@@ -384,7 +384,7 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
         # independent chunks in flight (one program walking long rows stalls on latency).
         n_chunks = _launch.cdiv(n_cols, block_n)
         sums = z.new_empty((n_rows if compute_dx else 0, n_chunks, 2), dtype=torch.float32)
-        one_pass = compute_dx and _launch.one_pass_split(n_chunks, cfg, z.device)
+        one_pass = compute_dx and _launch.one_pass_split(n_chunks, rms, z.element_size(), cfg, z.device)
         # one pass: a ticket counter, then one arrival counter per row (the kernel's top)
         arrivals = z.new_zeros(1 + n_rows, dtype=torch.int32) if one_pass else sums
         if compute_dx and not one_pass:
@@ -393,7 +393,7 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
                 IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset, BLOCK_N=block_n,
                 num_warps=_launch.num_warps(block_n),
             )
-        split_m = _launch.split_rows(block_n, z.element_size(), cfg)
+        split_m = _launch.split_rows(block_n, z.element_size(), one_pass, cfg)
         groups = _launch.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, z.device)
         rows_per_group = _launch.cdiv(n_rows, groups)
         writers = groups
