@@ -14,6 +14,19 @@ RMSNorm on an H100 (2026-11-23, main at 4df051d, 32768x1024 and 16384x4096, bf16
 the defaults within 1-3% of the best setting forward and backward; the bf16 backward at
 32768x1024 is 74% of copy at the default and 75% at best (a 90 us kernel).
 
+Long rows (2026-11-23, 15926c8 and after; GPU time): the column-split backward in one pass
+(split_one_pass) against two, chunks of 4096/8192, tiles of 16-64 KB of z, 1-8 programs an
+SM, publishing 0/2/8 tiles ahead. RMSNorm, H100: one pass with chunks of 8192, 32 KB tiles
+and 2 ahead was best or within 3% in bf16 (2048x32768 194 us / 69% against 245 us two-pass;
+1024x131072 376 us / 71% against 474) and within 1-5% of 1-row fp32 tiles (615 us / 87%
+against 912); waiting on each tile (0 ahead) 3-12% slower, 8 ahead slower still, chunks of
+4096 up to 1.9x slower in one pass. H200: the same setting best in bf16 (56% against 51-54%),
+fp32 preferring 64 KB tiles (72-79% against 73% at the default). LayerNorm: one pass won in
+fp32 (4096x32768 83% against 57%, H100; 71% against 56%, H200) and lost at 512x262144 (32
+chunks: bf16 27-35% against 51%) and in bf16 on the H200 (1024x131072 38% against 50%), so
+those keep two passes, where 16 KB (one-row) tiles were best (bf16 4096x32768 478 us against
+554, H100; 365 against 475, H200).
+
 Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both] [--shapes 32768x1024,...] [--dtypes ...]
 """
 from __future__ import annotations

@@ -18,7 +18,10 @@ then: forward 0.78-0.80x up to N = 8,192 (bf16 and fp32), 0.99x at 32,768 bf16 (
 backward 0.69-0.75x up to 8,192, 0.77-0.86x at 32,768. The looped path (max_fused_cols 4096)
 was slower for plain rows of 8,192 and 32,768 (1.25-1.9x) and mixed for causal ones (bf16
 forward at 32,768 0.96x, fp32 1.31x). H200, bf16: causal/plain 0.85-0.95x forward, 0.74-0.89x
-backward at the best of the grid, the defaults within 3% of it.
+backward at the best of the grid, the defaults within 3% of it. Causal prefix splits (H100,
+bf16, 2f3e8bd): 2 or 4 within 1% of 1 up to N = 8,192; at 32,768 2 took the forward from
+1,424 to 1,361 us and the backward from 1,676-1,944 (two runs) to 1,562-1,567; 4 was level
+forward and 7-23% slower backward. 05d9ba5 makes 2 the default.
 
 Run: python -m benchmarks.tune_softmax [--shapes 256x1024,...] [--dtypes bfloat16,float32]
 """
