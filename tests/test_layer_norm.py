@@ -81,27 +81,30 @@ def test_long_rows_looped_path(n, stable, looped, device):
     _check_against_float64(x, w, b, stable=stable)
 
 
-# The long-row backward's one-pass form (its programs wait for each other's row sums) runs
-# on a GPU only: the interpreter runs programs one at a time and takes the two-pass form.
-# (one_pass, split_publish_ahead)
-ONE_PASS = [(False, 0), (True, 0), (True, 2)] if torch.cuda.is_available() else [(False, 0)]
+# The long-row backward's forms: (one_pass, split_publish_ahead, split_wait_polls). The one
+# pass's programs wait for each other's row sums; with polls > 0 a program that waited that
+# often computes the missing sums itself, which is how the interpreter (one program at a
+# time) runs it; on a GPU, polls 2 sends most tiles down that path too.
+ONE_PASS = [(False, 0, 0), (True, 0, 2), (True, 2, 2)]
+if torch.cuda.is_available():
+    ONE_PASS += [(True, 0, 0), (True, 2, 0)]
 
 
-@pytest.mark.parametrize("one_pass, ahead", ONE_PASS)
+@pytest.mark.parametrize("one_pass, ahead, polls", ONE_PASS)
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_long_row_backward_one_and_two_passes(one_pass, ahead, rms, dtype, device):
-    """Both forms (the one pass waiting on each tile, or publishing two ahead) against
-    float64 (LayerNorm and RMSNorm, 13 rows of 7 chunks, a ragged last chunk), and bitwise
-    reproducible from run to run."""
+def test_long_row_backward_one_and_two_passes(one_pass, ahead, polls, rms, dtype, device):
+    """Every form against float64 (LayerNorm and RMSNorm, 13 rows of 4 chunks, a ragged last
+    chunk), and bitwise reproducible from run to run."""
     config = dataclasses.replace(LOOPED["medium"].layer_norm, split_one_pass=one_pass, split_publish_ahead=ahead,
+                                 split_wait_polls=polls,
                                  split_one_pass_layer_norm_min_bytes=2)  # (bf16 LayerNorm in one pass too)
-    x, w, b = _inputs(13, 850, dtype, device, bias=not rms)
+    x, w, b = _inputs(13, 500, dtype, device, bias=not rms)
     inputs = dict(x=x, weight=w) if rms else dict(x=x, weight=w, bias=b)
     norm, definition = (F.rms_norm, lambda x, w: TF.rms_norm(x, x.shape[-1:], w, torch.finfo(torch.float32).eps)
                         ) if rms else (F.layer_norm, _definition())
     with _launch.use_config(dataclasses.replace(LOOPED["medium"], layer_norm=config)):
-        assert _launch.one_pass_split(7, rms, x.element_size(), config, x.device) == one_pass
+        assert _launch.one_pass_split(4, rms, x.element_size(), config, x.device) == one_pass
         check(norm, definition, inputs, summed=dict(weight=13, bias=13), lowp=dtype != torch.float32)
         dy = torch.randn_like(x)
         again = [torch.autograd.grad(norm(*inputs.values()), tuple(inputs.values()), dy) for _ in range(2)]
@@ -130,7 +133,7 @@ def test_one_pass_split_kernel_matches_two_passes(device):
         arrivals = torch.zeros(1 + m, dtype=torch.int32, device=device)
         LN._norm_bwd_split_kernel[(1, 2)](dy, None, z, w, stats, s, arrivals, dx, None, partials, n, 0, n, n, 0,
                                           m, n, 1, 3, BLOCK_M=block_m, BLOCK_N=128, CHUNKS_POW2=1,
-                                          ONE_PASS=one_pass, PUBLISH_AHEAD=ahead, **flags)
+                                          ONE_PASS=one_pass, PUBLISH_AHEAD=ahead, MAX_POLLS=0, **flags)
         out[one_pass, ahead] = dx, partials, arrivals
     for key in ((True, 0), (True, 2)):
         torch.testing.assert_close(out[key][0], out[False, 0][0], rtol=1e-6, atol=1e-6)

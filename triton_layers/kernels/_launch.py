@@ -92,6 +92,10 @@ class LayerNormLaunch:
     # inputs of at least this many bytes an element: fp32 4096x32768 83% against 57% (H100),
     # 71% against 56% (H200); bf16 1024x131072 38% against 50% (H200), level on the H100.
     split_one_pass_layer_norm_min_bytes: int = 4
+    # One pass: polls of a tile's counter before a program computes the missing chunk sums
+    # itself (the same bits, more reads); 0 waits until every chunk arrived (what the GPU
+    # tables measured). Over 0, the Triton interpreter can run the one pass too (tests).
+    split_wait_polls: int = 0
 
 
 @dataclass(frozen=True)
@@ -357,13 +361,13 @@ def split_rows(block_n: int, elem_size: int, one_pass: bool, cfg: LayerNormLaunc
 
 
 def one_pass_split(n_chunks: int, rms: bool, elem_size: int, cfg: LayerNormLaunch, device: torch.device) -> bool:
-    """Whether the long-row norm backward takes its one-pass form: asked by ``cfg``, on a GPU
-    (the Triton interpreter runs one program at a time, and a one-pass program waits for
-    others), with a row's chunks few enough to run at once (one per SM at most) and to wait
-    for (``cfg.split_one_pass_max_chunks``), for RMSNorm or for LayerNorm inputs of
-    ``cfg.split_one_pass_layer_norm_min_bytes`` an element or more."""
-    return (cfg.split_one_pass and device.type == "cuda" and not _INTERPRET
-            and n_chunks <= min(cfg.split_one_pass_max_chunks, num_sms(device))
+    """Whether the long-row norm backward takes its one-pass form: asked by ``cfg``; on a GPU,
+    or in the Triton interpreter (one program at a time, where a waiting program would wait
+    forever) only with ``cfg.split_wait_polls`` > 0; with a row's chunks few enough to run at
+    once (one per SM at most) and to wait for (``cfg.split_one_pass_max_chunks``); for RMSNorm,
+    or LayerNorm inputs of ``cfg.split_one_pass_layer_norm_min_bytes`` an element or more."""
+    runs = (device.type == "cuda" and not _INTERPRET) or (_INTERPRET and cfg.split_wait_polls > 0)
+    return (cfg.split_one_pass and runs and n_chunks <= min(cfg.split_one_pass_max_chunks, num_sms(device))
             and (rms or elem_size >= cfg.split_one_pass_layer_norm_min_bytes))
 
 

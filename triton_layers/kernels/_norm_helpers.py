@@ -187,8 +187,17 @@ def publish_sums(Sums, Arrivals, rows, row_mask, first, chunk, n_chunks, zhat, g
 
 
 @triton.jit
-def wait_arrivals(counter, n_chunks):
+def wait_arrivals(counter, n_chunks, MAX_POLLS: tl.constexpr):
     """Spin until ``n_chunks`` programs have published at ``counter`` (acquire: their sums
-    are visible after)."""
-    while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") < n_chunks:
-        pass
+    are visible after), or, with MAX_POLLS > 0, until that many polls; whether all arrived."""
+    if MAX_POLLS == 0:
+        while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") < n_chunks:
+            pass
+        arrived = True
+    else:
+        arrived = tl.atomic_add(counter, 0, sem="acquire", scope="gpu") >= n_chunks
+        polls = 1
+        while (not arrived) and polls < MAX_POLLS:
+            arrived = tl.atomic_add(counter, 0, sem="acquire", scope="gpu") >= n_chunks
+            polls += 1
+    return arrived

@@ -204,7 +204,7 @@ def _norm_bwd_split_kernel(
     CAST_BEFORE_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr, STORE_DR: tl.constexpr,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr, ONE_PASS: tl.constexpr,
-    PUBLISH_AHEAD: tl.constexpr,
+    PUBLISH_AHEAD: tl.constexpr, MAX_POLLS: tl.constexpr,
 ):
     # Long rows, step 2: program (chunk, group) owns BLOCK_N columns of a group of rows:
     # dz for them, and the group's weight/bias partials for its columns, kept in registers.
@@ -218,8 +218,11 @@ def _norm_bwd_split_kernel(
     # programs of a group start in ticket order; one that waits waits only on siblings that
     # started before it or will start once a slot frees, and the groups whose programs all
     # started run to the end and free slots: there is no deadlock while one group's
-    # n_chunks programs fit on the GPU at once (the launcher asks n_chunks <= SMs). (The
-    # Triton interpreter runs programs one after another: it takes the two-step path.)
+    # n_chunks programs fit on the GPU at once (the launcher asks n_chunks <= SMs). With
+    # MAX_POLLS > 0 a program that has polled that often computes the missing chunk sums
+    # itself (the same code as the chunks' programs: the same bits): no wait is unbounded,
+    # and the Triton interpreter, which runs programs one after another, can run this form.
+    # MAX_POLLS = 0 waits until every chunk arrived.
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     chunk = tl.program_id(0)
     group = tl.program_id(1).to(tl.int64)
@@ -249,14 +252,14 @@ def _norm_bwd_split_kernel(
                     DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask,
                     chunk, stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
                     IS_RMS, STABLE, CAST_BEFORE_WEIGHT, HAS_DH, STORE_DR, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB,
-                    BLOCK_M, CHUNKS_POW2, False, True)
+                    BLOCK_M, CHUNKS_POW2, False, True, W, HAS_WEIGHT, UNIT_OFFSET, BLOCK_N, MAX_POLLS)
     else:
         for first in range(row_begin, row_stop, BLOCK_M):
             dw_acc, db_acc = _split_tile(
                 DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask,
                 chunk, stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
                 IS_RMS, STABLE, CAST_BEFORE_WEIGHT, HAS_DH, STORE_DR, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB,
-                BLOCK_M, CHUNKS_POW2, ONE_PASS, ONE_PASS)
+                BLOCK_M, CHUNKS_POW2, ONE_PASS, ONE_PASS, W, HAS_WEIGHT, UNIT_OFFSET, BLOCK_N, MAX_POLLS)
     store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW, COMPUTE_DB)
 
 
@@ -267,6 +270,7 @@ def _split_tile(
     IS_RMS: tl.constexpr, STABLE: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr,
     STORE_DR: tl.constexpr, COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
     BLOCK_M: tl.constexpr, CHUNKS_POW2: tl.constexpr, PUBLISH: tl.constexpr, WAIT: tl.constexpr,
+    W, HAS_WEIGHT: tl.constexpr, UNIT_OFFSET: tl.constexpr, BLOCK_N: tl.constexpr, MAX_POLLS: tl.constexpr,
 ):
     """One BLOCK_M-row tile of the split kernel: dz from the rows' chunk sums (publishing
     this chunk's first, and waiting for the others', as asked), and the parameter sums."""
@@ -280,16 +284,33 @@ def _split_tile(
         g = rounded_product(dy, w[None, :], mask)
         if PUBLISH:
             publish_sums(Sums, Arrivals, rows, row_mask, first, chunk, n_chunks, zhat, g)
+        arrived = True
         if WAIT:
-            wait_arrivals(Arrivals + 1 + first, n_chunks)
+            arrived = wait_arrivals(Arrivals + 1 + first, n_chunks, MAX_POLLS)
         # Every program adds a row's chunk sums in the same order: deterministic. (.cg:
         # from L2, where the other programs' sums are, not from this SM's L1.)
         chunk_ids = tl.arange(0, CHUNKS_POW2)
         sums = Sums + (rows[:, None] * n_chunks + chunk_ids[None, :]) * 2
         sums_mask = row_mask[:, None] & (chunk_ids[None, :] < n_chunks)
-        c1, c2 = dz_coefficients(
-            tl.sum(tl.load(sums, mask=sums_mask, other=0.0, cache_modifier=".cg"), axis=1),
-            tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0, cache_modifier=".cg"), axis=1), N, IS_RMS)
+        if MAX_POLLS == 0:  # (each sum right after its load: the order the GPU tables measured)
+            c1, c2 = dz_coefficients(
+                tl.sum(tl.load(sums, mask=sums_mask, other=0.0, cache_modifier=".cg"), axis=1),
+                tl.sum(tl.load(sums + 1, mask=sums_mask, other=0.0, cache_modifier=".cg"), axis=1), N, IS_RMS)
+        else:
+            sums_zg = tl.load(sums, mask=sums_mask, other=0.0, cache_modifier=".cg")
+            sums_g = tl.load(sums + 1, mask=sums_mask, other=0.0, cache_modifier=".cg")
+            if not arrived:  # compute every chunk's sums here, as their programs do
+                for other in range(0, n_chunks):
+                    other_cols = other * BLOCK_N + tl.arange(0, BLOCK_N)
+                    other_mask = row_mask[:, None] & (other_cols[None, :] < N)
+                    dy_o, zhat_o, _ = load_bwd_tile(Z, DY, Mean, Rstd, InvScale, rows, row_mask, other_cols,
+                                                    other_mask, stride_z_row, stride_dy_row, IS_RMS, STABLE, BLOCK_M)
+                    w_o = load_weight(W, other_cols, other_cols < N, HAS_WEIGHT, UNIT_OFFSET)
+                    g_o = rounded_product(dy_o, w_o[None, :], other_mask)
+                    here = chunk_ids[None, :] == other
+                    sums_zg = tl.where(here, tl.sum(zhat_o * g_o, axis=1)[:, None], sums_zg)
+                    sums_g = tl.where(here, tl.sum(g_o, axis=1)[:, None], sums_g)
+            c1, c2 = dz_coefficients(tl.sum(sums_zg, axis=1), tl.sum(sums_g, axis=1), N, IS_RMS)
         store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
                   stride_dh_row, HAS_DH, STORE_DR)
     return param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
@@ -401,7 +422,7 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
         launch(_norm_bwd_split_kernel)[(n_chunks, groups)](
             dy, dh, z, weight, stats, sums, arrivals, dx, dr, partials, *strides, n_rows, n_cols, n_chunks,
             rows_per_group, BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
-            ONE_PASS=one_pass, PUBLISH_AHEAD=cfg.split_publish_ahead,
+            ONE_PASS=one_pass, PUBLISH_AHEAD=cfg.split_publish_ahead, MAX_POLLS=cfg.split_wait_polls,
             num_warps=_launch.num_warps(split_m * block_n), **flags,
         )
     # One reduction for both parameters' partials (none when one program wrote them:
