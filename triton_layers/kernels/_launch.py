@@ -93,7 +93,7 @@ class LayerNormLaunch:
     # 71% against 56% (H200); bf16 1024x131072 38% against 50% (H200), level on the H100.
     split_one_pass_layer_norm_min_bytes: int = 4
     # One pass: polls of a tile's counter before a program computes the missing chunk sums
-    # itself (the same bits, more reads); 0 waits until every chunk arrived (what the GPU
+    # itself (the same code, more reads); 0 waits until every chunk arrived (what the GPU
     # tables measured). Over 0, the Triton interpreter can run the one pass too (tests).
     split_wait_polls: int = 0
 

@@ -220,9 +220,10 @@ def _norm_bwd_split_kernel(
     # started run to the end and free slots: there is no deadlock while one group's
     # n_chunks programs fit on the GPU at once (the launcher asks n_chunks <= SMs). With
     # MAX_POLLS > 0 a program that has polled that often computes the missing chunk sums
-    # itself (the same code as the chunks' programs: the same bits): no wait is unbounded,
-    # and the Triton interpreter, which runs programs one after another, can run this form.
-    # MAX_POLLS = 0 waits until every chunk arrived.
+    # itself with the chunks' own code (for the same bits; not yet confirmed on a GPU, whose
+    # compiler could contract it otherwise): no wait is unbounded, and the Triton
+    # interpreter, which runs programs one after another, can run this form. MAX_POLLS = 0
+    # waits until every chunk arrived.
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     chunk = tl.program_id(0)
     group = tl.program_id(1).to(tl.int64)
