@@ -197,3 +197,50 @@ def test_fast_launch_key_separates_what_triton_specializes_on():
     ]
     assert all(k != base for k in differing)
     assert len(set(differing)) == len(differing)
+
+
+class _Launcher36:
+    """A launcher object with Triton 3.6's layout (``CudaLauncher``)."""
+
+    def __init__(self, scratch=0):
+        self.global_scratch_size, self.profile_scratch_size = scratch, 0
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.calls = []
+        self.launch = lambda *args: self.calls.append(("c", args))
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.calls.append(("py", (gridX, gridY, gridZ, stream, function, *args)))
+
+
+class _LauncherOther(_Launcher36):
+    """Another layout (Triton 3.9's ``__call__`` names its metadata and hooks)."""
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata,
+                 launch_enter_hook, launch_exit_hook, *args):
+        self.calls.append(("py", (gridX, gridY, gridZ, stream, function, kernel_metadata, *args)))
+
+
+class _Compiled:
+    def __init__(self, runner):
+        self.run, self.packed_metadata, self.function = runner, "meta", "fn"
+
+
+@pytest.mark.parametrize("runner, direct", [(_Launcher36(), True), (_Launcher36(scratch=64), False),
+                                            (_LauncherOther(), False)])
+def test_fast_launch_calls_the_c_launch_only_where_it_knows_the_layout(runner, direct):
+    """A cached launch skips the launcher object's Python ``__call__`` (Triton 3.6's builds two
+    closures a call) only where that object has 3.6's layout and the kernel needs no scratch
+    buffer, and passes what ``__call__`` would have: grid, stream, function, cooperative and
+    PDL flags, no scratch, the packed metadata, no launch metadata or hooks, the arguments."""
+    from triton_layers.kernels._doors import _launcher
+
+    compiled = _Compiled(runner)
+    launch, prefix = _launcher(compiled)
+    launch(4, 1, 1, "stream", compiled.function, *prefix, "x", 7, "BLOCK")
+    kind, args = runner.calls[-1]
+    if direct:
+        assert kind == "c"
+        assert args == (4, 1, 1, "stream", "fn", False, True, None, None, "meta", None, None, None, "x", 7, "BLOCK")
+    else:
+        assert kind == "py"
+        assert args[:6] == (4, 1, 1, "stream", "fn", "meta") and args[-3:] == ("x", 7, "BLOCK")

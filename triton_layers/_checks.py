@@ -41,18 +41,25 @@ def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype] = FLOAT_DTY
     return t
 
 
-def check_same_device(**tensors: Optional[Tensor]) -> None:
-    """All given (non-None) tensors must be on one device."""
-    # Called on every op: the common case (all on one device) builds no containers.
-    first = None
-    for t in tensors.values():
-        if t is None:
-            continue
-        if first is None:
-            first = t.device
-        elif t.device != first:
-            where = ", ".join(f"{name} on {t.device}" for name, t in tensors.items() if t is not None)
-            raise ValueError(f"all tensors must be on one device; got {where}")
+def check_same_device(names: tuple[str, ...], *tensors: Optional[Tensor]) -> None:
+    """All given (non-None) ``tensors``, called ``names`` in that order, must be on one device.
+
+    (On every op: names as a constant tuple, not keyword arguments, and CUDA devices compared
+    by index, so the common case builds no dict and no ``torch.device``.)"""
+    first = tensors[0]
+    if first.is_cuda:
+        index = first.get_device()
+        for t in tensors:
+            if t is not None and (not t.is_cuda or t.get_device() != index):
+                break
+        else:
+            return
+    else:
+        device = first.device
+        if all(t is None or t.device == device for t in tensors):
+            return
+    where = ", ".join(f"{name} on {t.device}" for name, t in zip(names, tensors) if t is not None)
+    raise ValueError(f"all tensors must be on one device; got {where}")
 
 
 def check_shape(t: Optional[Tensor], name: str, shape: Sequence[int]) -> None:

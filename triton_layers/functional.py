@@ -120,11 +120,10 @@ def _norm(
         check_tensor(weight, "weight")
     if bias is not None:
         check_tensor(bias, "bias")
-    check_same_device(x=x, weight=weight, bias=bias)
-    device = x.device
+    check_same_device(("x", "weight", "bias"), x, weight, bias)
     if residual is not None:
         check_tensor(residual, "residual")
-        if residual.shape != x.shape or residual.device != device:
+        if residual.shape != x.shape or residual.device != x.device:
             raise ValueError(
                 f"residual must have x's shape and device; got x of shape {tuple(x.shape)} on {x.device}, "
                 f"residual of shape {tuple(residual.shape)} on {residual.device}"
@@ -141,7 +140,7 @@ def _norm(
         n_cols, n_dims = _normalized_cols(x, weight, bias, normalized_shape)
     if not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
-    device_type = "cuda" if x.is_cuda else device.type
+    device_type = "cuda" if x.is_cuda else x.device.type
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype, "out_dtype")
     elif (device_type == "cuda" or device_type == "cpu") and torch.is_autocast_enabled(device_type):
@@ -233,7 +232,7 @@ def weighted_sum(
     check_tensor(weight, "weight")
     if bias is not None:
         check_tensor(bias, "bias")
-    check_same_device(x=x, weight=weight, bias=bias)
+    check_same_device(("x", "weight", "bias"), x, weight, bias)
     if x.dim() < 1:
         raise ValueError("x must have at least one dim (the one summed over), got a 0-dim tensor")
     n_cols = x.shape[-1]
@@ -302,7 +301,7 @@ def coor_descent(
     if mask is not None:
         check_tensor(mask, "mask", (torch.bool,))
         check_shape(mask, "mask", s.shape)
-    check_same_device(s=s, k=k_rows, mask=mask)
+    check_same_device(("s", "k", "mask"), s, k_rows, mask)
 
     # float64 (an oracle's dtype, not a training one) takes the reference in float64.
     kernels = use_kernels(s, use_triton) and s.dtype != torch.float64
@@ -351,7 +350,7 @@ def softmax(
     check_tensor(x, "x")
     if key_padding_mask is not None:
         check_tensor(key_padding_mask, "key_padding_mask", (torch.bool,))
-        check_same_device(x=x, key_padding_mask=key_padding_mask)
+        check_same_device(("x", "key_padding_mask"), x, key_padding_mask)
     if isinstance(scale, bool) or not (scale is None or isinstance(scale, (int, float))):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
     if scale is not None and not math.isfinite(scale):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -46,8 +47,11 @@ def _key(device: int, args: tuple, kwargs: dict) -> tuple:
     being 1, a multiple of 16, 32-bit; a value is finer), the constexprs and options by
     name, the device. One flat tuple: building and hashing it for LayerNorm's forward (14
     arguments, 11 constexprs and options) took 4.7 us on a CPU against 7.9 us with a tuple
-    per argument; it is most of a cached launch's Python."""
-    return (device, *[(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, Tensor) else a for a in args],
+    per argument; it is most of a cached launch's Python. An aligned tensor stands as its
+    dtype alone (no pair built: 3.6 against 4.8 us a key on a CPU), a misaligned one as
+    ``(dtype, False)``."""
+    return (device, *[(a.dtype if not a.data_ptr() & 15 else (a.dtype, False)) if isinstance(a, Tensor) else a
+                      for a in args],
             *map(type, args), *kwargs.items())
 
 
@@ -55,8 +59,9 @@ class _FastLaunch:
     """Eager launches of one ``@triton.jit`` kernel without Triton's per-call binding.
 
     ``kernel[grid](*args, **constexprs)`` through ``JITFunction.run`` binds and specializes
-    every argument in Python on each call: measured on an H100 host (Triton 3.6), 21 us per
-    launch against 7 us through the compiled kernel's launcher. The first call with a given
+    every argument in Python on each call: on an H200 host (Triton 3.6, LayerNorm's forward,
+    ``python -m benchmarks.bench_host --parts``) 24-35 us a launch, against 14-18 us through
+    this class (of which the key 3.5-5.4 us and the C launch 6-8 us). The first call with a given
     specialization key (:func:`_key`) goes through Triton, which compiles or finds the
     kernel; later calls launch that compiled kernel directly, as ``JITFunction.run`` does.
     Launch hooks (profilers such as proton) send every call through Triton.
@@ -82,7 +87,7 @@ class _FastLaunch:
         return lambda *args, **kwargs: self._launch(grid, args, kwargs)
 
     def _launch(self, grid, args, kwargs):
-        runtime = _triton_runtime()
+        runtime = _RUNTIME[0] if _RUNTIME else _triton_runtime()
         if runtime.hooked():
             return self.kernel[grid](*args, **kwargs)
         device = _current_device()
@@ -94,16 +99,46 @@ class _FastLaunch:
             compiled = self.kernel[grid](*args, **kwargs)  # compiles (or finds) and launches
             values = tuple(kwargs.get(name, _MISSING) for name in self.constexprs)
             if compiled is not None and _MISSING not in values and len(args) + len(values) == self.n_params:
-                self.compiled[key] = (compiled, values)
+                self.compiled[key] = (*_launcher(compiled), compiled, values)
             return compiled
-        compiled, values = hit
-        g1 = grid[1] if len(grid) > 1 else 1
-        g2 = grid[2] if len(grid) > 2 else 1
-        compiled.run(grid[0], g1, g2, runtime.stream(device), compiled.function, compiled.packed_metadata,
-                     None, None, None, *args, *values)
+        launch, prefix, compiled, values = hit
+        launch(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, runtime.stream(device),
+               compiled.function, *prefix, *args, *values)
         return compiled
 
 
+def _launcher(compiled) -> tuple[Callable, tuple]:
+    """How to launch ``compiled`` again: ``(launch, prefix)``, called as
+    ``launch(grid0, grid1, grid2, stream, function, *prefix, *args, *constexprs)``.
+
+    Through its launcher object (``compiled.run``) as ``JITFunction.run`` does, with no
+    launch hooks; or, where that object has Triton 3.6's layout (``__call__(gridX, gridY,
+    gridZ, stream, function, *args)``, which only allocates the scratch buffers that kernels
+    using none skip, then calls the C ``launch``), through its C ``launch`` directly: the
+    Python ``__call__`` builds two closures per call (H200 host, LayerNorm's forward kernel:
+    7.1-8.9 us a launch through it, 5.9-7.9 us through the C launch).
+    """
+    runner = compiled.run
+    plain = (runner, (compiled.packed_metadata, None, None, None))
+    layout = _LAYOUTS.get(type(runner))
+    if layout is None:
+        try:
+            params = tuple(inspect.signature(type(runner).__call__).parameters)
+        except (TypeError, ValueError):
+            params = ()
+        layout = _LAYOUTS[type(runner)] = params == ("self", "gridX", "gridY", "gridZ", "stream", "function", "args")
+    if not layout or getattr(runner, "global_scratch_size", 1) or getattr(runner, "profile_scratch_size", 1):
+        return plain
+    try:
+        c_launch, coop, pdl = runner.launch, runner.launch_cooperative_grid, runner.launch_pdl
+    except AttributeError:
+        return plain
+    # launch(grid, stream, function, cooperative, pdl, global scratch, profile scratch,
+    #        packed metadata, launch metadata, enter hook, exit hook, *arguments)
+    return c_launch, (coop, pdl, None, None, compiled.packed_metadata, None, None, None)
+
+
+_LAYOUTS: dict = {}  # launcher class -> whether it has Triton 3.6's layout (see _launcher)
 _MISSING = object()
 # torch.cuda.current_device less its lazy-initialization check, on every launch: a CUDA
 # tensor in hand means CUDA is initialized. (CPU builds of torch lack it: the public one.)
@@ -123,8 +158,11 @@ class _Runtime:
         self._runtime_knobs = knobs.runtime
 
     def hooked(self) -> bool:
+        # (on every launch: plain tests, no generator; 0.2-0.3 us on an H200 host)
         k = self._runtime_knobs
-        return any(h is not None and getattr(h, "calls", True) for h in (k.launch_enter_hook, k.launch_exit_hook))
+        enter, leave = k.launch_enter_hook, k.launch_exit_hook
+        return bool((enter is not None and getattr(enter, "calls", True))
+                    or (leave is not None and getattr(leave, "calls", True)))
 
 
 _RUNTIME: list = []
@@ -207,6 +245,8 @@ class Op:
         # apart from the other saved values, on every call).
         self._grad_pos = tuple(self._names.index(n) for n in desc.differentiable)
         self._grad_items = tuple(zip(desc.differentiable, self._grad_pos))
+        # The differentiable arguments' entries of a tuple in call order, as a tuple (one C call).
+        self._pick_grads = _picker(self._grad_pos)
         is_tensor = [t in (Tensor, Optional[Tensor]) for _, t in desc.saved]
         if is_tensor != sorted(is_tensor, reverse=True):
             raise ValueError(f"{desc.name}: the saved tensors must come before the other saved values, got "
@@ -219,9 +259,6 @@ class Op:
         self.forward_op, self.backward_op = self._compiled_door()
 
     # -- shared by both doors ------------------------------------------------------------
-    def _needs(self, needs_input_grad) -> dict[str, bool]:
-        return {name: needs_input_grad[pos] for name, pos in self._grad_items}
-
     def _grads_in_order(self, grads: dict, needs: dict, dtypes: tuple) -> tuple:
         """The gradients as autograd wants them: one per input, in its dtype, None where
         none is asked (whatever else the backward computed)."""
@@ -238,14 +275,15 @@ class Op:
         return [(a, b) for a, b in self.desc.shared_grads if ctx.needs[a] and ctx.needs[b] and dtype[a] == dtype[b]]
 
     def _stash(self, ctx, args: tuple, results: tuple) -> None:
-        # (on every eager call: written for host time, see _FastLaunch)
+        # (on every eager call: written for host time, see _FastLaunch; the named tuples are
+        # made by tuple.__new__, without _make's length check: the door built both lists)
         ctx.set_materialize_grads(False)  # no zero tensors for outputs without consumers
-        ctx.needs = needs = self._needs(ctx.needs_input_grad)
-        saved = self.desc.save(self._Inputs._make(args), self._Results._make(results), needs)
+        ctx.needs = needs = dict(zip(self.desc.differentiable, self._pick_grads(ctx.needs_input_grad)))
+        saved = self.desc.save(_new_tuple(self._Inputs, args), _new_tuple(self._Results, results), needs)
         n = self._n_saved_tensors
         ctx.save_for_backward(*saved[:n])
         ctx.others = saved[n:]
-        ctx.dtypes = tuple([None if args[i] is None else args[i].dtype for i in self._grad_pos])
+        ctx.dtypes = tuple([None if a is None else a.dtype for a in self._pick_grads(args)])
 
     @staticmethod
     def _saved(ctx) -> tuple:
@@ -333,10 +371,14 @@ class Op:
         # the device its gradients live on, with the forward's stream.)
         if torch._C._are_functorch_transforms_active():
             call = self.function.apply  # (unwraps functorch's tensors: the only door for vmap, grad)
-        elif torch.is_grad_enabled() and any(args[i] is not None and args[i].requires_grad for i in self._grad_pos):
-            call = self._apply
         else:
             call = self._no_grad  # inference: no autograd node, nothing saved
+            if torch.is_grad_enabled():
+                for i in self._grad_pos:  # (a loop: any() of a generator builds one per call)
+                    a = args[i]
+                    if a is not None and a.requires_grad:
+                        call = self._apply
+                        break
         x = args[0]
         if x.is_cuda and x.get_device() != _current_device():  # (no torch.device built: host time)
             with torch.cuda.device(x.device):
@@ -349,6 +391,17 @@ class Op:
         20 us per call against 51 us through the autograd door."""
         results = self.desc.forward(direct, *args)
         return results[0] if self._n_out == 1 else tuple(results[: self._n_out])
+
+
+_new_tuple = tuple.__new__
+
+
+def _picker(positions: tuple[int, ...]) -> Callable[[tuple], tuple]:
+    """``lambda t: tuple(t[i] for i in positions)``, as one ``operator.itemgetter`` call."""
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda t: (t[i],)
+    return operator.itemgetter(*positions)
 
 
 def _one_or_tuple(tensors):
