@@ -11,10 +11,16 @@ out of the way.
     python -m benchmarks.bench_host --out DIR            # host.csv, and a table
     python -m benchmarks.bench_host --out DIR --profile  # + host_profile.txt (cProfile of ours)
     python -m benchmarks.bench_host --out DIR --backward-on-caller  # host_caller.csv
+    python -m benchmarks.bench_host --out DIR --parts    # host_parts.csv: where a LayerNorm call's time goes
 
 Three calls per op: ``fwd`` (inputs that need gradients: the autograd node is built),
 ``fwd+bwd``, and ``fwd no_grad`` (under ``torch.no_grad()``: serving, where our ops skip the
 autograd node altogether).
+
+``--parts`` times the layers of one eager LayerNorm forward (8x256, weight and bias)
+one by one, interleaved, beside the fixed costs any eager op of ours pays (an empty
+``autograd.Function``, one ``torch.empty_like``, one launch each way): the differences
+between successive layers are what each layer adds (:data:`PARTS`).
 
 ``--backward-on-caller`` runs every backward on the calling thread
 (``torch.autograd.set_multithreading_enabled(False)``), for ours and torch's alike: autograd
@@ -131,6 +137,87 @@ def profile(dev, out: str) -> None:
         f.write(buf.getvalue())
 
 
+# (name, what it is) of each part --parts times, outermost first: each layer's time less the
+# next one's is what that layer costs.
+PARTS = (
+    ("torch F.layer_norm", "torch's op, whole (the reference)"),
+    ("functional.layer_norm", "ours, whole: checks, path choice, the door"),
+    ("kernel op (KERNELS.norm)", "the door: tracing and grad-mode choice, device guard"),
+    ("autograd.Function.apply", "the autograd node, saving for the backward"),
+    ("forward launcher", "allocations, launch geometry, the launch"),
+    ("launch, cached (_FastLaunch)", "specialization key, cache lookup, the C launch"),
+    ("launch, C launcher alone", "Triton's compiled launcher (argument parsing, cuLaunchKernelEx)"),
+    ("launch, JITFunction.run", "Triton's own per-call binding (what _FastLaunch skips)"),
+    ("empty autograd.Function", "a Function whose forward allocates one tensor and saves three: the node's floor"),
+    ("torch.empty_like", "one output allocated from Python"),
+)
+
+
+def part_steps(dev) -> dict[str, Callable[[], None]]:
+    """Each part of :data:`PARTS` as a call to time, on one LayerNorm problem (8x256)."""
+    from triton_layers.kernels import _doors, layer_norm, ops
+
+    x, w, b = (torch.randn(*s, device=dev, requires_grad=True) for s in ((8, 256), (256,), (256,)))
+    flags = (1e-5, False, False, False, False, x.dtype)
+    xd, wd, bd = x.detach(), w.detach(), b.detach()
+    # The forward kernel's own arguments, as the launcher passes them (outputs preallocated).
+    y, stats = torch.empty_like(xd), torch.empty(2, 8, device=dev)
+    args = (xd, None, None, y, wd, bd, stats, 256, 0, 0, 256, 8, 256, 1e-5)
+    constexprs = dict(IS_RMS=False, HAS_RESIDUAL=False, HAS_WEIGHT=True, HAS_BIAS=True, STABLE=False,
+                      UNIT_OFFSET=False, CAST_BEFORE_WEIGHT=False, BLOCK_M=8, BLOCK_N=256, SINGLE_PASS=True,
+                      num_warps=4)
+    kernel = layer_norm._norm_fwd_kernel
+    fast = _doors.direct(kernel)
+    fast[(1,)](*args, **constexprs)  # compiles, and caches the launch
+    hit = None  # (None under the interpreter, or where Triton's launcher is not the one _FastLaunch knows)
+    if isinstance(fast, _doors._FastLaunch):
+        hit = fast.compiled.get(_doors._key(_doors._current_device(), args, constexprs))
+
+    class Empty(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b, *flags):
+            out = torch.empty_like(x)
+            ctx.save_for_backward(x, w, b)
+            return out
+
+        @staticmethod
+        def backward(ctx, dy):
+            return (dy,) + (None,) * 8
+
+    empty_apply = super(torch.autograd.Function, Empty).apply  # as the door calls its own
+    steps = {
+        "torch F.layer_norm": lambda: torch.nn.functional.layer_norm(x, (256,), w, b),
+        "functional.layer_norm": lambda: F.layer_norm(x, w, b),
+        "kernel op (KERNELS.norm)": lambda: ops.norm(x, w, b, *flags),
+        "autograd.Function.apply": lambda: ops.norm._apply(x, w, b, *flags),
+        "forward launcher": lambda: ops.norm.desc.forward(_doors.direct, xd, wd, bd, *flags),
+        "launch, cached (_FastLaunch)": lambda: fast[(1,)](*args, **constexprs),
+        "launch, JITFunction.run": lambda: kernel[(1,)](*args, **constexprs),
+        "empty autograd.Function": lambda: empty_apply(x, w, b, *flags),
+        "torch.empty_like": lambda: torch.empty_like(xd),
+    }
+    if hit is not None:
+        launch, prefix, compiled, values = hit
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        steps["launch, C launcher alone"] = lambda: launch(1, 1, 1, stream, compiled.function, *prefix, *args,
+                                                           *values)
+    return steps
+
+
+def measure_parts(dev) -> list[dict]:
+    """host_parts.csv: each part's host time per call, all parts interleaved round by round."""
+    steps = part_steps(dev)
+    for step in steps.values():
+        host_us(step, WARMUP)
+    times = {name: [] for name in steps}
+    for _ in range(ROUNDS):
+        for name, step in steps.items():
+            times[name].append(host_us(step))
+    return [dict(part=name, what=what, rounds=ROUNDS, calls=CALLS, host_us=round(statistics.median(times[name]), 2),
+                 host_us_min=round(min(times[name]), 2), host_us_max=round(max(times[name]), 2))
+            for name, what in PARTS if name in times]
+
+
 def print_table(rows: list[dict]) -> None:
     print(f"host time per eager call (median of {ROUNDS} interleaved rounds of {CALLS} calls, [min-max]); "
           f"graph: the GPU time of the same call (CUDA-graph replay, or the profiler's kernel time)")
@@ -145,10 +232,19 @@ def print_table(rows: list[dict]) -> None:
               f" {r['graph_us']:10.2f} {t['graph_us']:11.2f}")
 
 
+def write_csv(path: str, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("--profile", action="store_true", help="also write host_profile.txt (cProfile)")
+    parser.add_argument("--parts", action="store_true",
+                        help="time the layers of one eager LayerNorm call instead; writes host_parts.csv")
     parser.add_argument("--backward-on-caller", action="store_true",
                         help="backward on the calling thread (set_multithreading_enabled(False)); writes host_caller.csv")
     args = parser.parse_args(argv)
@@ -156,13 +252,15 @@ def main(argv=None) -> None:
         raise SystemExit("bench_host needs a CUDA GPU")
     dev = torch.device("cuda")
     os.makedirs(args.out, exist_ok=True)
+    if args.parts:
+        rows = measure_parts(dev)
+        write_csv(os.path.join(args.out, "host_parts.csv"), rows)
+        for r in rows:
+            print(f"{r['part']:32} {r['host_us']:8.1f} us [{r['host_us_min']:.1f}-{r['host_us_max']:.1f}]  {r['what']}")
+        return
     with torch.autograd.set_multithreading_enabled(not args.backward_on_caller):
         rows = measure(dev)
-    name = "host_caller.csv" if args.backward_on_caller else "host.csv"
-    with open(os.path.join(args.out, name), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(os.path.join(args.out, "host_caller.csv" if args.backward_on_caller else "host.csv"), rows)
     print_table(rows)
     if args.profile:
         profile(dev, args.out)

@@ -100,11 +100,11 @@ def csv_name(op: str) -> str:
 
 def load(results_dir: str) -> dict[str, list[dict]]:
     """op -> rows for each op whose CSV is present in the folder: ``<op>.csv``, or its rows in a
-    GROUPED CSV (norms.csv); and ``train_step.csv``, ``llama_step.csv``, ``host.csv``, ``host_caller.csv``
-    (bench_host: the host cost of one eager call), ``norms_row_limits.csv`` (bench_norms
+    GROUPED CSV (norms.csv); and ``train_step.csv``, ``llama_step.csv``, ``host.csv``, ``host_caller.csv``,
+    ``host_parts.csv`` (bench_host: the host cost of one eager call), ``norms_row_limits.csv`` (bench_norms
     --sweep-row-limits)."""
     found, read = {}, {}
-    for op in OPS + ("train_step", "llama_step", "host", "host_caller", "norms_row_limits"):
+    for op in OPS + ("train_step", "llama_step", "host", "host_caller", "host_parts", "norms_row_limits"):
         path = os.path.join(results_dir, f"{csv_name(op)}.csv")
         if path not in read and os.path.exists(path):
             read[path] = read_csv(path)
@@ -383,6 +383,36 @@ def host_table(rows: list[dict], caller: Optional[list[dict]] = None) -> list[st
     return lines + [""]
 
 
+# The nested layers of one eager call in host_parts.csv, outermost first (bench_host.PARTS):
+# each one's time less the next one's is what that layer adds.
+HOST_LAYERS = ("functional.layer_norm", "kernel op (KERNELS.norm)", "autograd.Function.apply", "forward launcher",
+               "launch, cached (_FastLaunch)", "launch, C launcher alone")
+
+
+def host_parts_table(rows: list[dict]) -> list[str]:
+    """host_parts.csv: the host time of each layer of one eager LayerNorm forward and of the fixed
+    costs beside it, over torch's whole op, and what each nested layer adds to the one inside it."""
+    by = {r["part"]: r for r in rows}
+    torch_us = by.get("torch F.layer_norm", {}).get("host_us")
+    first = rows[0] if rows else {}
+    lines = [f"Where the host time of one eager LayerNorm forward goes (8x256, weight and bias, inputs that need "
+             f"gradients; `python -m benchmarks.bench_host --parts`: median of {first.get('rounds', 7):.0f} "
+             f"interleaved rounds of {first.get('calls', 300):.0f} calls, min-max in parentheses). The layers from "
+             "`functional.layer_norm` down to the C launcher are nested: \"adds\" is a layer's time less the next "
+             "one's. The last rows are fixed costs any eager op of ours pays, for scale.", "",
+             "| part | what it is | host time | adds | / torch's op |", "|---|---|---|---|---|"]
+    for r in rows:
+        name = r["part"]
+        adds = DASH
+        if name in HOST_LAYERS:
+            inner = next((by[n] for n in HOST_LAYERS[HOST_LAYERS.index(name) + 1:] if n in by), None)
+            adds = f"{r['host_us'] - inner['host_us']:.1f} us" if inner else f"{r['host_us']:.1f} us"
+        share = f"{r['host_us'] / torch_us:.2f}x" if torch_us else DASH
+        lines.append(f"| {name} | {r['what']} | {r['host_us']:.1f} us ({r['host_us_min']:.1f}-{r['host_us_max']:.1f}) "
+                     f"| {adds} | {share} |")
+    return lines + [""]
+
+
 def row_limits_table(rows: list[dict]) -> list[str]:
     """norms_row_limits.csv: each row-limit choice's GPU time beside the default's at the same op,
     shape, dtype and direction (the shape column there is "<shape> <choice>")."""
@@ -544,6 +574,8 @@ def render(results_dir: str, out_dir: str) -> str:
         lines += llama_table(data["llama_step"])
     if "host" in data:
         lines += ["### Host cost of one eager call", ""] + host_table(data["host"], data.get("host_caller"))
+    if "host_parts" in data:
+        lines += host_parts_table(data["host_parts"])
     if "norms_row_limits" in data:
         lines += ["### The norms' row limits, swept (bench_norms --sweep-row-limits)", ""]
         lines += row_limits_table(data["norms_row_limits"])

@@ -603,6 +603,38 @@ def test_bench_host_dry_run(monkeypatch, capsys):
     assert "coor_descent 4x1024, 20 iters" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_bench_host_parts_dry_run(monkeypatch):
+    """bench_host --parts on the CPU (the launches through the interpreter): every part of PARTS
+    but the C launcher's (a GPU's), interleaved rounds, in PARTS' order."""
+    from benchmarks import bench_host
+
+    monkeypatch.setattr(bench_host, "CALLS", 1)
+    monkeypatch.setattr(bench_host, "ROUNDS", 2)
+    monkeypatch.setattr(bench_host, "WARMUP", 1)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    rows = bench_host.measure_parts(torch.device("cpu"))
+    names = [name for name, _ in bench_host.PARTS]
+    assert [r["part"] for r in rows] == [n for n in names if n != "launch, C launcher alone"]
+    assert all(r["host_us_min"] <= r["host_us"] <= r["host_us_max"] and r["rounds"] == 2 for r in rows)
+
+
+def test_host_parts_table_subtracts_the_next_layer():
+    """report's host_parts table: each nested layer adds its time less the next measured layer's
+    (a missing layer skipped), fixed costs add nothing, every row over torch's whole op."""
+    def row(part, us):
+        return dict(part=part, what="w", rounds=7.0, calls=300.0, host_us=us, host_us_min=us, host_us_max=us)
+
+    rows = [row("torch F.layer_norm", 20.0), row("functional.layer_norm", 70.0), row("kernel op (KERNELS.norm)", 55.0),
+            row("forward launcher", 35.0), row("launch, cached (_FastLaunch)", 15.0),
+            row("launch, C launcher alone", 6.0), row("torch.empty_like", 4.0)]
+    cells = {line.split(" | ")[0][2:]: line.split(" | ") for line in report.host_parts_table(rows) if line.startswith("| ")}
+    assert cells["functional.layer_norm"][3] == "15.0 us" and cells["functional.layer_norm"][4] == "3.50x |"
+    assert cells["kernel op (KERNELS.norm)"][3] == "20.0 us"  # down to the launcher: the Function's row is absent
+    assert cells["launch, C launcher alone"][3] == "6.0 us"
+    assert cells["torch.empty_like"][3] == report.DASH
+
+
 def test_cast_kernels_counts_only_pure_casts():
     """cast_kernels' pattern: Inductor's cast-only kernels, not kernels that fuse a cast into other work."""
     from benchmarks import cast_kernels
