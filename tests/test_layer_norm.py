@@ -95,7 +95,8 @@ if torch.cuda.is_available():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_long_row_backward_one_and_two_passes(one_pass, ahead, polls, rms, dtype, device):
     """Every form against float64 (LayerNorm and RMSNorm, 13 rows of 4 chunks, a ragged last
-    chunk), and bitwise reproducible from run to run."""
+    chunk), and bitwise reproducible from run to run (the bounded waits on a GPU: within
+    rounding, see below)."""
     config = dataclasses.replace(LOOPED["medium"].layer_norm, split_one_pass=one_pass, split_publish_ahead=ahead,
                                  split_wait_polls=polls,
                                  split_one_pass_layer_norm_min_bytes=2)  # (bf16 LayerNorm in one pass too)
@@ -109,7 +110,13 @@ def test_long_row_backward_one_and_two_passes(one_pass, ahead, polls, rms, dtype
         dy = torch.randn_like(x)
         again = [torch.autograd.grad(norm(*inputs.values()), tuple(inputs.values()), dy) for _ in range(2)]
     for first, second in zip(*again):
-        assert torch.equal(first, second)
+        if polls and device == "cuda":
+            # On a GPU the fallback's recomputed row sums can differ from the published ones in
+            # the last bit (H100: fp32 RMSNorm with publish-ahead 0, dx 2.4e-7 apart at
+            # gradients of about 10), and timing decides which a tile uses: close, not equal.
+            torch.testing.assert_close(first, second, rtol=1e-6, atol=1e-6)
+        else:
+            assert torch.equal(first, second)
 
 
 def test_one_pass_split_kernel_matches_two_passes(device):

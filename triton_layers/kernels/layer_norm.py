@@ -220,10 +220,12 @@ def _norm_bwd_split_kernel(
     # started run to the end and free slots: there is no deadlock while one group's
     # n_chunks programs fit on the GPU at once (the launcher asks n_chunks <= SMs). With
     # MAX_POLLS > 0 a program that has polled that often computes the missing chunk sums
-    # itself with the chunks' own code (for the same bits: on an H100 the polls-2 forms, where
-    # most tiles mix both, gave equal gradients run to run): no wait is unbounded, and the Triton
-    # interpreter, which runs programs one after another, can run this form. MAX_POLLS = 0
-    # waits until every chunk arrived.
+    # itself with the chunks' own code: no wait is unbounded, and the Triton interpreter, which
+    # runs programs one after another, can run this form. The same bits in the interpreter; on
+    # an H100 one form (fp32 RMSNorm, PUBLISH_AHEAD 0) gave dx one rounding apart from run to
+    # run as timing picked fallback or published sums, most likely two compiled copies of the
+    # sums rounded differently (the values pass the float64 check). MAX_POLLS = 0 waits until
+    # every chunk arrived, bitwise reproducible.
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     chunk = tl.program_id(0)
     group = tl.program_id(1).to(tl.int64)
