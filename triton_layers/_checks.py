@@ -42,7 +42,8 @@ def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype] = FLOAT_DTY
 
 
 def check_same_device(names: tuple[str, ...], *tensors: Optional[Tensor]) -> None:
-    """All given (non-None) ``tensors``, called ``names`` in that order, must be on one device.
+    """All given (non-None) ``tensors``, called ``names`` in that order, must be on one device;
+    the first is a tensor (the op's main input).
 
     (On every op: names as a constant tuple, not keyword arguments, and CUDA devices compared
     by index, so the common case builds no dict and no ``torch.device``.)"""

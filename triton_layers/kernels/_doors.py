@@ -87,7 +87,7 @@ class _FastLaunch:
         return lambda *args, **kwargs: self._launch(grid, args, kwargs)
 
     def _launch(self, grid, args, kwargs):
-        runtime = _RUNTIME[0] if _RUNTIME else _triton_runtime()
+        runtime = _RUNTIME[0]  # (set: every _FastLaunch passed supports(), which asked _triton_runtime())
         if runtime.hooked():
             return self.kernel[grid](*args, **kwargs)
         device = _current_device()
@@ -374,8 +374,7 @@ class Op:
         else:
             call = self._no_grad  # inference: no autograd node, nothing saved
             if torch.is_grad_enabled():
-                for i in self._grad_pos:  # (a loop: any() of a generator builds one per call)
-                    a = args[i]
+                for a in self._pick_grads(args):  # (a loop: any() of a generator builds one per call)
                     if a is not None and a.requires_grad:
                         call = self._apply
                         break
