@@ -137,38 +137,46 @@ def profile(dev, out: str) -> None:
         f.write(buf.getvalue())
 
 
-# (name, what it is) of each part --parts times, outermost first: each layer's time less the
-# next one's is what that layer costs.
+# (name, what it is, nested) of each part --parts times. The nested ones are the layers of one
+# call, outermost first: each one's time less the next one's is what that layer adds; the
+# others are references beside them.
 PARTS = (
-    ("torch F.layer_norm", "torch's op, whole (the reference)"),
-    ("functional.layer_norm", "ours, whole: checks, path choice, the door"),
-    ("kernel op (KERNELS.norm)", "the door: tracing and grad-mode choice, device guard"),
-    ("autograd.Function.apply", "the autograd node, saving for the backward"),
-    ("forward launcher", "allocations, launch geometry, the launch"),
-    ("launch, cached (_FastLaunch)", "specialization key, cache lookup, the C launch"),
-    ("launch, C launcher alone", "Triton's compiled launcher (argument parsing, cuLaunchKernelEx)"),
-    ("launch, JITFunction.run", "Triton's own per-call binding (what _FastLaunch skips)"),
-    ("empty autograd.Function", "a Function whose forward allocates one tensor and saves three: the node's floor"),
-    ("torch.empty_like", "one output allocated from Python"),
+    ("torch F.layer_norm", "torch's op, whole (the reference)", False),
+    ("functional.layer_norm", "ours, whole: checks, path choice, the door", True),
+    ("kernel op (KERNELS.norm)", "the door: tracing and grad-mode choice, device guard", True),
+    ("autograd.Function.apply", "the autograd node, saving for the backward", True),
+    ("forward launcher", "allocations, launch geometry, the launch", True),
+    ("launch, cached (_FastLaunch)", "specialization key, cache lookup, the C launch", True),
+    ("launch, C launcher alone", "Triton's compiled launcher (argument parsing, cuLaunchKernelEx)", True),
+    ("launch, JITFunction.run", "Triton's own per-call binding (what _FastLaunch skips)", False),
+    ("empty autograd.Function", "a Function whose forward allocates one tensor and saves three: the node's floor",
+     False),
+    ("torch.empty_like", "one output allocated from Python", False),
 )
 
 
 def part_steps(dev) -> dict[str, Callable[[], None]]:
     """Each part of :data:`PARTS` as a call to time, on one LayerNorm problem (8x256)."""
-    from triton_layers.kernels import _doors, layer_norm, ops
+    from triton_layers.kernels import _doors, ops
 
     x, w, b = (torch.randn(*s, device=dev, requires_grad=True) for s in ((8, 256), (256,), (256,)))
     flags = (1e-5, False, False, False, False, x.dtype)
     xd, wd, bd = x.detach(), w.detach(), b.detach()
-    # The forward kernel's own arguments, as the launcher passes them (outputs preallocated).
-    y, stats = torch.empty_like(xd), torch.empty(2, 8, device=dev)
-    args = (xd, None, None, y, wd, bd, stats, 256, 0, 0, 256, 8, 256, 1e-5)
-    constexprs = dict(IS_RMS=False, HAS_RESIDUAL=False, HAS_WEIGHT=True, HAS_BIAS=True, STABLE=False,
-                      UNIT_OFFSET=False, CAST_BEFORE_WEIGHT=False, BLOCK_M=8, BLOCK_N=256, SINGLE_PASS=True,
-                      num_warps=4)
-    kernel = layer_norm._norm_fwd_kernel
+    # The forward kernel's own arguments, as our launcher passes them: recorded from one call
+    # of it (its outputs allocated then), so the launch parts time the very same launch.
+    recorded = {}
+
+    class Record:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            return lambda *a, **k: recorded.update(kernel=self.kernel, grid=grid, args=a, kw=k)
+
+    ops.norm.desc.forward(Record, xd, wd, bd, *flags)
+    kernel, grid, args, constexprs = (recorded[k] for k in ("kernel", "grid", "args", "kw"))
     fast = _doors.direct(kernel)
-    fast[(1,)](*args, **constexprs)  # compiles, and caches the launch
+    fast[grid](*args, **constexprs)  # compiles, and caches the launch
     hit = None  # (None under the interpreter, or where Triton's launcher is not the one _FastLaunch knows)
     if isinstance(fast, _doors._FastLaunch):
         hit = fast.compiled.get(_doors._key(_doors._current_device(), args, constexprs))
@@ -191,16 +199,16 @@ def part_steps(dev) -> dict[str, Callable[[], None]]:
         "kernel op (KERNELS.norm)": lambda: ops.norm(x, w, b, *flags),
         "autograd.Function.apply": lambda: ops.norm._apply(x, w, b, *flags),
         "forward launcher": lambda: ops.norm.desc.forward(_doors.direct, xd, wd, bd, *flags),
-        "launch, cached (_FastLaunch)": lambda: fast[(1,)](*args, **constexprs),
-        "launch, JITFunction.run": lambda: kernel[(1,)](*args, **constexprs),
+        "launch, cached (_FastLaunch)": lambda: fast[grid](*args, **constexprs),
+        "launch, JITFunction.run": lambda: kernel[grid](*args, **constexprs),
         "empty autograd.Function": lambda: empty_apply(x, w, b, *flags),
         "torch.empty_like": lambda: torch.empty_like(xd),
     }
     if hit is not None:
         launch, prefix, compiled, values = hit
         stream = torch.cuda.current_stream(dev).cuda_stream
-        steps["launch, C launcher alone"] = lambda: launch(1, 1, 1, stream, compiled.function, *prefix, *args,
-                                                           *values)
+        grid3 = (*grid, 1, 1)[:3]
+        steps["launch, C launcher alone"] = lambda: launch(*grid3, stream, compiled.function, *prefix, *args, *values)
     return steps
 
 
@@ -213,9 +221,10 @@ def measure_parts(dev) -> list[dict]:
     for _ in range(ROUNDS):
         for name, step in steps.items():
             times[name].append(host_us(step))
-    return [dict(part=name, what=what, rounds=ROUNDS, calls=CALLS, host_us=round(statistics.median(times[name]), 2),
-                 host_us_min=round(min(times[name]), 2), host_us_max=round(max(times[name]), 2))
-            for name, what in PARTS if name in times]
+    return [dict(part=name, what=what, nested=int(nested), rounds=ROUNDS, calls=CALLS,
+                 host_us=round(statistics.median(times[name]), 2), host_us_min=round(min(times[name]), 2),
+                 host_us_max=round(max(times[name]), 2))
+            for name, what, nested in PARTS if name in times]
 
 
 def print_table(rows: list[dict]) -> None:

@@ -383,16 +383,12 @@ def host_table(rows: list[dict], caller: Optional[list[dict]] = None) -> list[st
     return lines + [""]
 
 
-# The nested layers of one eager call in host_parts.csv, outermost first (bench_host.PARTS):
-# each one's time less the next one's is what that layer adds.
-HOST_LAYERS = ("functional.layer_norm", "kernel op (KERNELS.norm)", "autograd.Function.apply", "forward launcher",
-               "launch, cached (_FastLaunch)", "launch, C launcher alone")
-
-
 def host_parts_table(rows: list[dict]) -> list[str]:
     """host_parts.csv: the host time of each layer of one eager LayerNorm forward and of the fixed
-    costs beside it, over torch's whole op, and what each nested layer adds to the one inside it."""
+    costs beside it, over torch's whole op, and what each nested layer (``nested`` 1, outermost
+    first) adds to the next one measured inside it."""
     by = {r["part"]: r for r in rows}
+    layers = [r["part"] for r in rows if r.get("nested") == 1]
     torch_us = by.get("torch F.layer_norm", {}).get("host_us")
     first = rows[0] if rows else {}
     lines = [f"Where the host time of one eager LayerNorm forward goes (8x256, weight and bias, inputs that need "
@@ -404,9 +400,9 @@ def host_parts_table(rows: list[dict]) -> list[str]:
     for r in rows:
         name = r["part"]
         adds = DASH
-        if name in HOST_LAYERS:
-            inner = next((by[n] for n in HOST_LAYERS[HOST_LAYERS.index(name) + 1:] if n in by), None)
-            adds = f"{r['host_us'] - inner['host_us']:.1f} us" if inner else f"{r['host_us']:.1f} us"
+        if name in layers:
+            inner = layers[layers.index(name) + 1:]
+            adds = f"{r['host_us'] - (by[inner[0]]['host_us'] if inner else 0):.1f} us"
         share = f"{r['host_us'] / torch_us:.2f}x" if torch_us else DASH
         lines.append(f"| {name} | {r['what']} | {r['host_us']:.1f} us ({r['host_us_min']:.1f}-{r['host_us_max']:.1f}) "
                      f"| {adds} | {share} |")

@@ -614,7 +614,7 @@ def test_bench_host_parts_dry_run(monkeypatch):
     monkeypatch.setattr(bench_host, "WARMUP", 1)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
     rows = bench_host.measure_parts(torch.device("cpu"))
-    names = [name for name, _ in bench_host.PARTS]
+    names = [name for name, _, _ in bench_host.PARTS]
     assert [r["part"] for r in rows] == [n for n in names if n != "launch, C launcher alone"]
     assert all(r["host_us_min"] <= r["host_us"] <= r["host_us_max"] and r["rounds"] == 2 for r in rows)
 
@@ -622,12 +622,14 @@ def test_bench_host_parts_dry_run(monkeypatch):
 def test_host_parts_table_subtracts_the_next_layer():
     """report's host_parts table: each nested layer adds its time less the next measured layer's
     (a missing layer skipped), fixed costs add nothing, every row over torch's whole op."""
-    def row(part, us):
-        return dict(part=part, what="w", rounds=7.0, calls=300.0, host_us=us, host_us_min=us, host_us_max=us)
+    def row(part, us, nested=1.0):
+        return dict(part=part, what="w", nested=nested, rounds=7.0, calls=300.0, host_us=us, host_us_min=us,
+                    host_us_max=us)
 
-    rows = [row("torch F.layer_norm", 20.0), row("functional.layer_norm", 70.0), row("kernel op (KERNELS.norm)", 55.0),
-            row("forward launcher", 35.0), row("launch, cached (_FastLaunch)", 15.0),
-            row("launch, C launcher alone", 6.0), row("torch.empty_like", 4.0)]
+    rows = [row("torch F.layer_norm", 20.0, 0.0), row("functional.layer_norm", 70.0),
+            row("kernel op (KERNELS.norm)", 55.0), row("forward launcher", 35.0),
+            row("launch, cached (_FastLaunch)", 15.0), row("launch, C launcher alone", 6.0),
+            row("torch.empty_like", 4.0, 0.0)]
     cells = {line.split(" | ")[0][2:]: line.split(" | ") for line in report.host_parts_table(rows) if line.startswith("| ")}
     assert cells["functional.layer_norm"][3] == "15.0 us" and cells["functional.layer_norm"][4] == "3.50x |"
     assert cells["kernel op (KERNELS.norm)"][3] == "20.0 us"  # down to the launcher: the Function's row is absent
