@@ -142,12 +142,15 @@ def profile(dev, out: str) -> None:
 # others are references beside them.
 PARTS = (
     ("torch F.layer_norm", "torch's op, whole (the reference)", False),
-    ("functional.layer_norm", "ours, whole: checks, path choice, the door", True),
-    ("kernel op (KERNELS.norm)", "the door: tracing and grad-mode choice, device guard", True),
+    ("functional.layer_norm", "ours, whole: the call signature's key, its plan looked up, the door", True),
+    ("planned door (Op.call_planned)", "device guard, grad-mode choice", True),
     ("autograd.Function.apply", "the autograd node, saving for the backward", True),
-    ("forward launcher", "allocations, launch geometry, the launch", True),
-    ("launch, cached (_FastLaunch)", "specialization key, cache lookup, the C launch", True),
+    ("forward run (plan made)", "allocations and the launch the plan decided", True),
+    ("launch, planned (KernelCall)", "the compiled kernel the plan keeps, its C launch", True),
     ("launch, C launcher alone", "Triton's compiled launcher (argument parsing, cuLaunchKernelEx)", True),
+    ("checks and plan (unplanned call)", "what a plan saves: the functional's checks, the launch's geometry, the "
+     "whole call through a plan made anew", False),
+    ("launch, cached (_FastLaunch)", "specialization key, cache lookup, the C launch (a launch no plan holds)", False),
     ("launch, JITFunction.run", "Triton's own per-call binding (what _FastLaunch skips)", False),
     ("empty autograd.Function", "a Function whose forward allocates one tensor and saves three: the node's floor",
      False),
@@ -162,24 +165,15 @@ def part_steps(dev) -> dict[str, Callable[[], None]]:
     x, w, b = (torch.randn(*s, device=dev, requires_grad=True) for s in ((8, 256), (256,), (256,)))
     flags = (1e-5, False, False, False, False, x.dtype)
     xd, wd, bd = x.detach(), w.detach(), b.detach()
-    # The forward kernel's own arguments, as our launcher passes them: recorded from one call
-    # of it (its outputs allocated then), so the launch parts time the very same launch.
-    recorded = {}
-
-    class Record:
-        def __init__(self, kernel):
-            self.kernel = kernel
-
-        def __getitem__(self, grid):
-            return lambda *a, **k: recorded.update(kernel=self.kernel, grid=grid, args=a, kw=k)
-
-    ops.norm.desc.forward(Record, xd, wd, bd, *flags)
-    kernel, grid, args, constexprs = (recorded[k] for k in ("kernel", "grid", "args", "kw"))
-    fast = _doors.direct(kernel)
-    fast[grid](*args, **constexprs)  # compiles, and caches the launch
-    hit = None  # (None under the interpreter, or where Triton's launcher is not the one _FastLaunch knows)
-    if isinstance(fast, _doors._FastLaunch):
-        hit = fast.compiled.get(_doors._key(_doors._current_device(), args, constexprs))
+    op = ops.norm
+    plan = op.plan(x, w, b, *flags)
+    op.call_planned(plan, x, w, b, *flags)  # compiles; the plan's launch keeps the compiled kernel
+    kernel_call = plan.forward.kernel
+    y, stats = plan.run_forward(_doors.direct, plan.forward, xd, wd, bd, *flags)
+    tensors = (xd, None, None, y, wd, bd, stats)  # the kernel's tensors, as the forward run passes them
+    args, constexprs = (*tensors, *kernel_call.scalars), kernel_call.constexprs
+    fast = _doors.direct(kernel_call.kernel)
+    fast[kernel_call.grid](*args, **constexprs)
 
     class Empty(torch.autograd.Function):
         @staticmethod
@@ -192,23 +186,29 @@ def part_steps(dev) -> dict[str, Callable[[], None]]:
         def backward(ctx, dy):
             return (dy,) + (None,) * 8
 
+    def unplanned():
+        op.plans.clear()  # (the op's plan cache: the call checks and plans from scratch)
+        F.layer_norm(x, w, b)
+
     empty_apply = super(torch.autograd.Function, Empty).apply  # as the door calls its own
     steps = {
         "torch F.layer_norm": lambda: torch.nn.functional.layer_norm(x, (256,), w, b),
         "functional.layer_norm": lambda: F.layer_norm(x, w, b),
-        "kernel op (KERNELS.norm)": lambda: ops.norm(x, w, b, *flags),
-        "autograd.Function.apply": lambda: ops.norm._apply(x, w, b, *flags),
-        "forward launcher": lambda: ops.norm.desc.forward(_doors.direct, xd, wd, bd, *flags),
-        "launch, cached (_FastLaunch)": lambda: fast[grid](*args, **constexprs),
-        "launch, JITFunction.run": lambda: kernel[grid](*args, **constexprs),
+        "planned door (Op.call_planned)": lambda: op.call_planned(plan, x, w, b, *flags),
+        "autograd.Function.apply": lambda: op._planned_apply(plan, x, w, b, *flags),
+        "forward run (plan made)": lambda: plan.run_forward(_doors.direct, plan.forward, xd, wd, bd, *flags),
+        "launch, planned (KernelCall)": lambda: kernel_call(_doors.direct, *tensors),
+        "checks and plan (unplanned call)": unplanned,
+        "launch, cached (_FastLaunch)": lambda: fast[kernel_call.grid](*args, **constexprs),
+        "launch, JITFunction.run": lambda: kernel_call.kernel[kernel_call.grid](*args, **constexprs),
         "empty autograd.Function": lambda: empty_apply(x, w, b, *flags),
         "torch.empty_like": lambda: torch.empty_like(xd),
     }
+    hit = getattr(kernel_call, "_hit", None)  # (None under the interpreter)
     if hit is not None:
-        launch, prefix, compiled, values = hit
+        c_launch, g0, g1, g2, function, prefix, tail = hit
         stream = torch.cuda.current_stream(dev).cuda_stream
-        grid3 = (*grid, 1, 1)[:3]
-        steps["launch, C launcher alone"] = lambda: launch(*grid3, stream, compiled.function, *prefix, *args, *values)
+        steps["launch, C launcher alone"] = lambda: c_launch(g0, g1, g2, stream, function, *prefix, *tensors, *tail)
     return steps
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from triton_layers import functional as F
-from triton_layers.kernels import _launch
+from triton_layers.kernels import _doors, _launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._launch import use_config as launch_config
 
@@ -86,7 +86,7 @@ def test_calls_without_gradients_skip_autograd(case, how, device, monkeypatch):
     def autograd_door(*_):
         raise AssertionError("the autograd.Function ran for a call that needs no gradient")
 
-    monkeypatch.setattr(op, "_apply", autograd_door)
+    monkeypatch.setattr(op, "_planned_apply", autograd_door)
     if how == "no_input_needs_grad":
         args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
         without = op(*args)
@@ -168,7 +168,12 @@ def test_contiguous_inputs_reach_the_kernels_as_they_are(op, call, device, monke
     input and the kernel op; a non-contiguous one arrives as rows with last stride 1."""
     seen = []
     real = getattr(kernel_ops, op)
-    monkeypatch.setattr(kernel_ops, op, lambda x, *args: (seen.append(x), real(x, *args))[1])
+    # Both ways into an op: planned (a signature met before, or a plan just made) and plain.
+    call_planned, plain = _doors.Op.call_planned, _doors.Op.__call__
+    monkeypatch.setattr(_doors.Op, "call_planned", lambda self, plan, x, *args: (
+        self is real and seen.append(x), call_planned(self, plan, x, *args))[1])
+    monkeypatch.setattr(_doors.Op, "__call__", lambda self, x, *args: (
+        self is real and seen.append(x), plain(self, x, *args))[1])
     x = torch.randn(2, 3, 5, 8, device=device, requires_grad=True)
     call(x).sum().backward()
     assert seen[-1] is x and x.grad.shape == x.shape
@@ -244,3 +249,131 @@ def test_fast_launch_calls_the_c_launch_only_where_it_knows_the_layout(runner, d
     else:
         assert kind == "py"
         assert args[:6] == (4, 1, 1, "stream", "fn", "meta") and args[-3:] == ("x", 7, "BLOCK")
+
+
+class _FakeRuntime:
+    def __init__(self):
+        self.hooks = False
+
+    def hooked(self):
+        return self.hooks
+
+    def stream(self, device):
+        return f"stream{device}"
+
+
+class _FakeKernel:
+    """A stand-in @triton.jit kernel: ``kernel[grid](...)`` is Triton's own launch."""
+
+    def __init__(self, compiled):
+        self.compiled, self.calls = compiled, []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: (self.calls.append((grid, args, kwargs)), self.compiled)[1]
+
+
+def test_kernel_call_launches_the_compiled_kernel_it_found(monkeypatch):
+    """A planned launch (``KernelCall``) goes through the cached launch once, keeps the
+    compiled kernel it found and then calls its C launch directly with what the cached
+    launch passed (grid, the tensors' device's stream, arguments, constexpr values); with a
+    launch hook set, every call goes through Triton's own launch; under ``wrap_triton``
+    (any other launch) it never takes the shortcut."""
+    runtime = _FakeRuntime()
+    runner = _Launcher36()
+    compiled = _Compiled(runner)
+    kernel = _FakeKernel(compiled)
+    fast = _doors._FastLaunch.__new__(_doors._FastLaunch)
+    fast.kernel, fast.constexprs, fast.n_params, fast.compiled = kernel, ("BLOCK",), 3, {}
+    monkeypatch.setattr(_doors, "_RUNTIME", [runtime])
+    monkeypatch.setitem(_doors._FAST, kernel, fast)
+    monkeypatch.setattr(_doors, "_current_device", lambda: 1)
+    t = torch.zeros(16)
+    call = _doors.KernelCall(kernel, (4, 2), (7,), {"BLOCK": 64}, 1)
+    call(_doors.direct, t)  # a first launch: through Triton, which compiles
+    assert len(kernel.calls) == 1 and not runner.calls
+    call(_doors.direct, t)  # now cached by _FastLaunch (keyed), then by the call itself (not keyed)
+    call(_doors.direct, t)
+    want = ("c", (4, 2, 1, "stream1", "fn", False, True, None, None, "meta", None, None, None, t, 7, 64))
+    assert runner.calls == [want, want]
+    runtime.hooks = True
+    call(_doors.direct, t)
+    assert len(kernel.calls) == 2 and len(runner.calls) == 2
+    runtime.hooks = False
+    traced = []
+    call(lambda k: (traced.append(k), k)[1], t)
+    assert traced == [kernel] and len(kernel.calls) == 3 and len(runner.calls) == 2
+
+
+def _norm_case(device, **kw):
+    x = torch.randn(5, 24, device=device, requires_grad=True)
+    w = (1 + 0.5 * torch.randn(24, device=device)).requires_grad_()
+    b = torch.randn(24, device=device, requires_grad=True)
+    return x, w, b
+
+
+def test_a_call_signature_is_planned_once_and_any_change_plans_again(device, monkeypatch):
+    """The functional ops keep each eager call signature's plan (checks passed, launches
+    decided): a repeated signature makes none, and whatever the plan read (shape, strides,
+    alignment, dtype, requires_grad, the tensor's class, eps, the grad mode, autocast, the
+    launch config) makes a new one. Every call's output and gradients are right."""
+    made = []
+    plan = _doors.Op.plan
+    monkeypatch.setattr(_doors.Op, "plan", lambda self, *a: (made.append(self.desc.name), plan(self, *a))[1])
+    kernel_ops.norm.plans.clear()
+    x, w, b = _norm_case(device)
+    misaligned = torch.randn(5 * 24 + 1, device=device)[1:].view(5, 24).requires_grad_()
+    strided = torch.randn(5, 40, device=device)[:, 3:27].requires_grad_()
+
+    def run(x, w, b, eps=1e-5, grad=True):
+        y = F.layer_norm(x, w, b, eps)
+        want = torch.nn.functional.layer_norm(x.detach().float(), (24,), w.detach(), b.detach(), eps)
+        torch.testing.assert_close(y.float(), want, atol=2e-2 if y.dtype != torch.float32 else 1e-5, rtol=1e-2)
+        if grad and y.requires_grad and x.dtype == torch.float32:
+            dy = torch.randn(24, len(x), device=device).t()  # a transposed gradient: its own backward plan
+            inputs = [t for t in (x, w, b) if t.requires_grad]
+            got = torch.autograd.grad(y, inputs, dy)
+            ref = torch.autograd.grad(torch.nn.functional.layer_norm(x, (24,), w, b, eps), inputs, dy)
+            for g, r in zip(got, ref):
+                torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
+
+    steps = [
+        (lambda: run(x, w, b), 1),
+        (lambda: run(x, w, b), 0),  # the same signature
+        (lambda: run(torch.randn_like(x).requires_grad_(), w, b), 0),  # new values, same signature
+        (lambda: run(torch.randn(7, 24, device=device), w, b), 1),  # shape (and requires_grad)
+        (lambda: run(x.detach(), w, b), 1),  # requires_grad
+        (lambda: run(misaligned, w, b), 1),  # 16-byte alignment
+        (lambda: run(strided, w, b), 1),  # row stride
+        (lambda: run(x, w, b, eps=1e-3), 1),
+        (lambda: run(x, torch.nn.Parameter(w.detach()), b), 1),  # the tensor's class
+        (lambda: run(x.half().detach(), w, b), 1),  # dtype
+    ]
+    for i, (step, new) in enumerate(steps):
+        before = len(made)
+        step()
+        assert len(made) - before == new, f"step {i}: {len(made) - before} plans made, expected {new}"
+    before = len(made)
+    with torch.no_grad():
+        run(x, w, b)
+    with torch.autocast(x.device.type, dtype=torch.bfloat16):
+        assert F.layer_norm(x, w, b).dtype == torch.bfloat16
+    with _launch.use_config(_launch.TINY):  # rows of 24 take the chunked path there
+        run(x, w, b)
+    run(x, w, b)  # back to the default config: its plans were dropped with the switch
+    assert len(made) - before == 4
+
+
+def test_a_planned_signature_still_rejects_bad_inputs(device):
+    """A plan skips the checks only for the signature that passed them: a weight of another
+    shape, dtype or device, or a non-tensor, still gets the checks' error."""
+    x, w, b = _norm_case(device)
+    F.layer_norm(x, w, b)
+    F.layer_norm(x, w, b)
+    with pytest.raises(ValueError, match="normalized_shape"):
+        F.layer_norm(x, torch.randn(23, device=device), b)
+    with pytest.raises(TypeError, match="weight"):
+        F.layer_norm(x, w.to(torch.int32), b)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        F.layer_norm(x.tolist(), w, b)
+    with pytest.raises(ValueError, match="eps"):
+        F.layer_norm(x, w, b, eps=-1.0)

@@ -132,7 +132,7 @@ def test_backward_launcher_skips_what_is_not_asked(device, looped, monkeypatch):
     x, w, _ = _inputs((45, 100), torch.bfloat16, torch.float32, device, bias=False)
     x, w = x.detach(), w.detach()
     dy = torch.randn(45, device=device).to(torch.bfloat16)
-    backward = kernel_ops.weighted_sum.desc.backward
+    backward = kernel_ops.weighted_sum.backward
     grads = backward(direct, (dy,), dict(x=True, weight=False, bias=False), None, w, torch.bfloat16)  # no x
     dx = grads["x"]
     assert "weight" not in grads and dx.dtype == torch.bfloat16

@@ -63,6 +63,26 @@ def check_same_device(names: tuple[str, ...], *tensors: Optional[Tensor]) -> Non
     raise ValueError(f"all tensors must be on one device; got {where}")
 
 
+def signature(t: Optional[Tensor]) -> Optional[tuple]:
+    """A tensor's part of an eager call's signature, the key of the plans the kernel ops keep
+    (``kernels/_doors.PlanCache``): everything the checks and the launchers read of it. Its
+    class, shape, strides, dtype and device, whether its data is 16-byte aligned (the
+    kernels are compiled for that), whether it requires a gradient. Raises AttributeError
+    on what is not a tensor."""
+    if t is None:
+        return None
+    return (type(t), t.shape, t.stride(), t.dtype, t.get_device() if t.is_cuda else t.device,
+            t.data_ptr() & 15, t.requires_grad)
+
+
+def call_state(x: Tensor) -> tuple:
+    """The global state an eager call's plan depends on: the grad mode, and autocast's
+    dtype on ``x``'s device type (None when off)."""
+    device_type = "cuda" if x.is_cuda else "cpu"
+    autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+    return torch.is_grad_enabled(), autocast
+
+
 def check_shape(t: Optional[Tensor], name: str, shape: Sequence[int]) -> None:
     """``t`` (when given) must have exactly ``shape``."""
     if t is not None and tuple(t.shape) != tuple(shape):

@@ -26,6 +26,7 @@ from torch import Tensor
 from torch.library import triton_op, wrap_triton
 
 from .._tracing import tracing
+from . import _launch
 
 
 def direct(kernel):
@@ -192,6 +193,10 @@ class OpDescription:
     - ``outputs``: names of the op's outputs; ``residuals``: names of the tensors the
       forward also returns, for the backward only (statistics; no gradient flows to them).
     - ``forward(launch, *inputs)`` returns a tuple of tensors: ``outputs`` then ``residuals``.
+      Or, split in two: ``plan_forward(*inputs)`` decides everything a call's tensors' metadata
+      fixes (geometry, kernel choices, :class:`KernelCall` objects) without launching, and
+      ``run_forward(launch, plan, *inputs)`` allocates and launches. Eager calls keep the plan
+      per call signature (:meth:`Op.plan`), so that a repeated signature pays only the run.
     - ``saved``: ``(name, type)`` of what the backward needs, tensors (``Tensor``,
       ``Optional[Tensor]``) first; ``save(inputs, results, needs)`` returns those values
       in that order, from the inputs and the forward's results (named tuples:
@@ -199,7 +204,9 @@ class OpDescription:
       gradient).
     - ``backward(launch, grads, needs, *saved)`` gets the outputs' gradients (a tuple) and
       returns ``{argument name: gradient}`` for the arguments in ``needs`` that are True;
-      gradients in fp32 are cast to their argument's dtype by the door.
+      gradients in fp32 are cast to their argument's dtype by the door. Or split as the
+      forward: ``plan_backward(grads, needs, *saved)`` and ``run_backward(launch, plan, grads,
+      needs, *saved)``; a planned call keeps its backward plans by the gradients' strides.
     - ``differentiable``: the arguments that can get a gradient.
     - ``shared_grads``: ``(a, b)`` pairs of arguments whose gradients are equal: when both
       need one and they have one dtype, the backward returns b's gradient tensor as a's
@@ -213,12 +220,22 @@ class OpDescription:
     inputs: tuple[tuple[str, Any], ...]
     outputs: tuple[str, ...]
     residuals: tuple[str, ...]
-    forward: Callable[..., tuple]
+    forward: Optional[Callable[..., tuple]]
     saved: tuple[tuple[str, Any], ...]
     save: Callable[..., tuple]
-    backward: Callable[..., dict]
+    backward: Optional[Callable[..., dict]]
     differentiable: tuple[str, ...]
     shared_grads: tuple[tuple[str, str], ...] = ()
+    plan_forward: Optional[Callable[..., Any]] = None
+    run_forward: Optional[Callable[..., tuple]] = None
+    plan_backward: Optional[Callable[..., Any]] = None
+    run_backward: Optional[Callable[..., dict]] = None
+
+    def __post_init__(self):
+        for plain, plan, run in (("forward", "plan_forward", "run_forward"),
+                                 ("backward", "plan_backward", "run_backward")):
+            if (getattr(self, plain) is None) == (getattr(self, plan) is None or getattr(self, run) is None):
+                raise ValueError(f"{self.name}: give either {plain} or both {plan} and {run}")
 
 
 def _signature(params: tuple[tuple[str, Any], ...], returns: Any) -> inspect.Signature:
@@ -252,11 +269,28 @@ class Op:
             raise ValueError(f"{desc.name}: the saved tensors must come before the other saved values, got "
                              f"{[n for n, _ in desc.saved]}")
         self._n_saved_tensors = sum(is_tensor)
+        self.plans = PlanCache()
+        """Callers' plans by call signature (the functional ops key and fill it)."""
         self.function = self._eager_door()
         # Function.apply less its Python prologue (binding default args, unwrapping dead
         # functorch wrappers): ~4 us per call on a CPU; used while no functorch transform runs.
-        self._apply = super(torch.autograd.Function, self.function).apply
+        self._planned_apply = super(torch.autograd.Function, self._planned_door()).apply
         self.forward_op, self.backward_op = self._compiled_door()
+
+    # -- the description's forward and backward, planned or not --------------------------
+    def forward(self, launch: Callable, *args) -> tuple:
+        """The op's forward launcher on ``args`` (outputs, then residuals)."""
+        d = self.desc
+        if d.forward is not None:
+            return d.forward(launch, *args)
+        return d.run_forward(launch, d.plan_forward(*args), *args)
+
+    def backward(self, launch: Callable, grads: tuple, needs: dict, *saved) -> dict:
+        """The op's backward launcher: ``{argument name: gradient}``."""
+        d = self.desc
+        if d.backward is not None:
+            return d.backward(launch, grads, needs, *saved)
+        return d.run_backward(launch, d.plan_backward(grads, needs, *saved), grads, needs, *saved)
 
     # -- shared by both doors ------------------------------------------------------------
     def _grads_in_order(self, grads: dict, needs: dict, dtypes: tuple) -> tuple:
@@ -297,7 +331,7 @@ class Op:
         class _Function(torch.autograd.Function):
             @staticmethod
             def forward(ctx, *args):
-                results = op.desc.forward(direct, *args)
+                results = op.forward(direct, *args)
                 op._stash(ctx, args, results)
                 # The residuals are saved, not returned: fewer outputs for autograd to wrap.
                 return results[0] if n_out == 1 else results[:n_out]
@@ -305,11 +339,42 @@ class Op:
             @staticmethod
             def backward(ctx, *grads):
                 saved = op._saved(ctx)
-                grads = op.desc.backward(direct, grads[:n_out], ctx.needs, *saved)
+                grads = op.backward(direct, grads[:n_out], ctx.needs, *saved)
                 return op._grads_in_order(grads, ctx.needs, ctx.dtypes)
 
         _Function.__name__ = _Function.__qualname__ = f"{self._camel()}Function"
         return _Function
+
+    def _planned_door(self) -> type:
+        """The eager door of planned calls: the plan (first argument) holds what the call
+        signature fixes: the forward's decisions, which inputs need a gradient and their
+        dtypes, and the backward plans met so far."""
+        op = self
+        d = self.desc
+        n_out, n_tensors = self._n_out, self._n_saved_tensors
+        Inputs, Results = self._Inputs, self._Results
+
+        class _PlannedFunction(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, plan, *args):
+                results = plan.run_forward(direct, plan.forward, *args)
+                ctx.set_materialize_grads(False)
+                ctx.plan = plan
+                saved = d.save(_new_tuple(Inputs, args), _new_tuple(Results, results), plan.needs)
+                ctx.save_for_backward(*saved[:n_tensors])
+                ctx.others = saved[n_tensors:]
+                return results[0] if n_out == 1 else results[:n_out]
+
+            @staticmethod
+            def backward(ctx, *grads):
+                plan = ctx.plan
+                saved = (*ctx.saved_tensors, *ctx.others)
+                grads = grads[:n_out]
+                out = plan.run_backward(direct, plan.backward_plan(grads, saved), grads, plan.needs, *saved)
+                return (None, *op._grads_in_order(out, plan.needs, plan.dtypes))
+
+        _PlannedFunction.__name__ = _PlannedFunction.__qualname__ = f"{self._camel()}PlannedFunction"
+        return _PlannedFunction
 
     def _camel(self) -> str:
         return "".join(part.title() for part in self.desc.name.split("_"))
@@ -321,7 +386,7 @@ class Op:
         n_out = self._n_out
 
         def forward_body(*args):
-            return _one_or_tuple(d.forward(wrap_triton, *args))
+            return _one_or_tuple(desc.forward(wrap_triton, *args))
 
         forward_body.__signature__ = _signature(d.inputs, _tensor_tuple(len(self._result_names)))
         forward_op = triton_op(f"triton_layers::{d.name}_fwd", mutates_args=())(forward_body)
@@ -333,7 +398,7 @@ class Op:
             grads = args[:n_out]
             saved = args[n_out:-1]
             needs = dict(zip(d.differentiable, args[-1]))
-            out = d.backward(wrap_triton, grads, needs, *saved)
+            out = desc.backward(wrap_triton, grads, needs, *saved)
             # A custom op returns tensors only: an empty one stands for "no gradient", and
             # for the second of a shared pair (backward() below hands it the first's).
             shared = {a for a, b in d.shared_grads if needs[a] and needs[b] and out[a] is out[b]}
@@ -370,25 +435,51 @@ class Op:
         # tensors' device. (The backward needs no guard: autograd runs it on a thread of
         # the device its gradients live on, with the forward's stream.)
         if torch._C._are_functorch_transforms_active():
-            call = self.function.apply  # (unwraps functorch's tensors: the only door for vmap, grad)
-        else:
-            call = self._no_grad  # inference: no autograd node, nothing saved
-            if torch.is_grad_enabled():
-                for a in self._pick_grads(args):  # (a loop: any() of a generator builds one per call)
-                    if a is not None and a.requires_grad:
-                        call = self._apply
-                        break
-        x = args[0]
-        if x.is_cuda and x.get_device() != _current_device():  # (no torch.device built: host time)
-            with torch.cuda.device(x.device):
-                return call(*args)
-        return call(*args)
+            # (unwraps functorch's tensors: the only door for vmap, grad)
+            x = args[0]
+            if x.is_cuda and x.get_device() != _current_device():
+                with torch.cuda.device(x.device):
+                    return self.function.apply(*args)
+            return self.function.apply(*args)
+        return self.call_planned(self.plan(*args), *args)
 
-    def _no_grad(self, *args):
-        """The forward alone, for calls that no gradient will flow through (``torch.no_grad``,
-        inference mode, inputs that need none). LayerNorm 8x256, launches stubbed, on a CPU:
-        20 us per call against 51 us through the autograd door."""
-        results = self.desc.forward(direct, *args)
+    def plan(self, *args) -> "OpPlan":
+        """What an eager call on ``args`` decides before launching, for every later call
+        with the same signature: the same shapes, strides, dtypes, devices, 16-byte
+        alignments, ``requires_grad`` flags and non-tensor values, under the same grad mode
+        and launch config. (The caller keys it: see :class:`PlanCache`.)"""
+        d = self.desc
+        grad_args = self._pick_grads(args)
+        autograd = torch.is_grad_enabled() and any(a is not None and a.requires_grad for a in grad_args)
+        needs = {n: autograd and a is not None and a.requires_grad for n, a in zip(d.differentiable, grad_args)}
+        dtypes = tuple(None if a is None else a.dtype for a in grad_args)
+        x = args[0]
+        if d.plan_forward is None:  # an op not split into plan and run: its forward each call
+            forward, run_forward = None, lambda launch, _, *a: d.forward(launch, *a)
+        else:
+            forward, run_forward = d.plan_forward(*args), d.run_forward
+        if d.plan_backward is None:
+            plan_backward, run_backward = _no_plan, lambda launch, _, *a: d.backward(launch, *a)
+        else:
+            plan_backward, run_backward = d.plan_backward, d.run_backward
+        return OpPlan(forward, run_forward, plan_backward, run_backward, needs, dtypes, autograd,
+                      x.get_device() if x.is_cuda else None)
+
+    def call_planned(self, plan: "OpPlan", *args):
+        """The op on ``args`` by ``plan`` (:meth:`plan` of a call with ``args``' signature), eagerly."""
+        if plan.device is not None and plan.device != _current_device():
+            # Triton launches on the current device: make that the tensors'. (The backward
+            # needs no guard: autograd runs it on its device's thread, with the forward's stream.)
+            with torch.cuda.device(plan.device):
+                return self._call_planned(plan, args)
+        return self._call_planned(plan, args)
+
+    def _call_planned(self, plan: "OpPlan", args: tuple):
+        if plan.autograd:
+            return self._planned_apply(plan, *args)
+        # No gradient will flow (torch.no_grad, inference mode, inputs that need none): the
+        # forward alone, no autograd node, nothing saved.
+        results = plan.run_forward(direct, plan.forward, *args)
         return results[0] if self._n_out == 1 else tuple(results[: self._n_out])
 
 
@@ -432,10 +523,99 @@ def build(desc: OpDescription) -> Op:
 
 
 def mask_bytes(mask: Optional[Tensor], launch: Callable) -> Optional[Tensor]:
-    """A bool mask as uint8 for the kernels (last stride 1): a free view on the eager
-    door, a (small) copy on the compiled one, whose Inductor cannot lower a bool -> uint8 view."""
+    """A bool mask as uint8 for the kernels, contiguous (the plans take its row stride to be
+    its last dim): a free view on the eager door, a (small) copy on the compiled one, whose
+    Inductor cannot lower a bool -> uint8 view."""
     if mask is None:
         return None
-    if mask.stride(-1) != 1:
+    if not mask.is_contiguous():
         mask = mask.contiguous()
     return mask.to(torch.uint8) if traced(launch) else mask.view(torch.uint8)
+
+
+def _no_plan(*_) -> None:
+    return None
+
+
+class OpPlan:
+    """One call signature's decisions (:meth:`Op.plan`): the forward's plan and how to run
+    it, which differentiable inputs need a gradient and their dtypes, whether autograd
+    records the call, the CUDA device (None off CUDA), and the backward plans by the
+    gradients' layouts."""
+
+    __slots__ = ("forward", "run_forward", "plan_backward", "run_backward", "needs", "dtypes", "autograd",
+                 "device", "_backwards")
+
+    def __init__(self, forward, run_forward, plan_backward, run_backward, needs: dict, dtypes: tuple,
+                 autograd: bool, device: Optional[int]):
+        self.forward, self.run_forward = forward, run_forward
+        self.plan_backward, self.run_backward = plan_backward, run_backward
+        self.needs, self.dtypes, self.autograd, self.device = needs, dtypes, autograd, device
+        self._backwards: dict = {}
+
+    def backward_plan(self, grads: tuple, saved: tuple):
+        """The backward's plan for ``grads``: the saved tensors are fixed by the forward's
+        signature, the gradients' strides and alignment are not (a consumer may hand back a
+        transposed or strided gradient)."""
+        key = tuple([None if g is None else (g.stride(), g.data_ptr() & 15) for g in grads])
+        plan = self._backwards.get(key, _MISSING)
+        if plan is _MISSING:
+            plan = self._backwards[key] = self.plan_backward(grads, self.needs, *saved)
+        return plan
+
+
+class PlanCache(dict):
+    """Plans by call signature, for one op's callers. Emptied when the launch config changes
+    (the plans hold its decisions) and when it holds :data:`_MAX_KEYS` (shapes vary)."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = _launch.current()
+
+    def get(self, key, default=None):
+        if _launch._current is not self.config:
+            self.clear()
+            self.config = _launch._current
+        return dict.get(self, key, default)
+
+    def put(self, key, plan) -> None:
+        if len(self) >= _MAX_KEYS:
+            self.clear()
+        self[key] = plan
+
+
+class KernelCall:
+    """One launch of a ``@triton.jit`` kernel, decided by a plan: the kernel, its grid, its
+    arguments after the tensors (every kernel of ours takes its tensors first), its
+    constexprs and launch options, the CUDA device. Called with the launch (``direct`` or
+    ``wrap_triton``) and the tensors.
+
+    Eagerly on a GPU, the first call launches through :class:`_FastLaunch` and keeps the
+    compiled kernel it found; later calls launch that directly, without the specialization
+    key :func:`_key` builds per launch (the plan's own key fixes everything that key reads:
+    the tensors' dtypes, alignment and None-ness, every other argument's value)."""
+
+    __slots__ = ("kernel", "grid", "scalars", "constexprs", "device", "_hit")
+
+    def __init__(self, kernel, grid: tuple, scalars: tuple, constexprs: dict, device: Optional[int]):
+        self.kernel, self.grid, self.scalars, self.constexprs, self.device = kernel, grid, scalars, constexprs, device
+        self._hit = None
+
+    def __call__(self, launch: Callable, *tensors) -> None:
+        hit = self._hit
+        if hit is not None and launch is direct:
+            runtime = _RUNTIME[0]
+            if not runtime.hooked():
+                c_launch, g0, g1, g2, function, prefix, tail = hit
+                c_launch(g0, g1, g2, runtime.stream(self.device), function, *prefix, *tensors, *tail)
+                return
+        launch(self.kernel)[self.grid](*tensors, *self.scalars, **self.constexprs)
+        if hit is None and launch is direct and self.device is not None:
+            fast = _FAST.get(self.kernel)
+            if isinstance(fast, _FastLaunch):
+                entry = fast.compiled.get(_key(self.device, (*tensors, *self.scalars), self.constexprs))
+                if entry is not None:
+                    c_launch, prefix, compiled, values = entry
+                    grid = (*self.grid, 1, 1)
+                    self._hit = (c_launch, grid[0], grid[1], grid[2], compiled.function, prefix,
+                                 (*self.scalars, *values))

@@ -254,6 +254,22 @@ def matrix(t: torch.Tensor) -> torch.Tensor:
     return t if t.dim() == 2 else t.reshape(-1, t.shape[-1] if t.dim() else 1)
 
 
+def rows_as_is(t: torch.Tensor) -> bool:
+    """Whether a kernel can read ``t`` as (rows, its last dim) by its pointer and one row
+    stride (:func:`row_stride`): contiguous, or 2-D with last stride 1."""
+    return t.is_contiguous() or (t.dim() == 2 and t.stride(1) == 1)
+
+
+def row_stride(t: torch.Tensor) -> int:
+    """The row stride of :func:`rows_as_is` ``t`` seen as (rows, its last dim)."""
+    return t.stride(0) if t.dim() == 2 else (t.shape[-1] if t.dim() else 1)
+
+
+def device_index(t: torch.Tensor) -> Optional[int]:
+    """``t``'s CUDA device index; None off CUDA (the Triton interpreter's CPU tensors)."""
+    return t.get_device() if t.is_cuda else None
+
+
 def new_output(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """An uninitialized contiguous tensor of ``t``'s shape and device (and ``dtype``, default
     t's) for a launcher to write: ``torch.empty_like`` costs about a third of the host time of

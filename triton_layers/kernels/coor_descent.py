@@ -25,7 +25,7 @@ writes its chunk of ds. Masked entries get zero; fully masked rows give zeros ev
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -233,62 +233,84 @@ def _coor_descent_bwd_kernel(
             tl.store(DK + row, dk)
 
 
-def _forward(
-    launch, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float,
-    n_iters: int, eps: float, eps_init: float, eps_decay: float,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``(y, stats, eps_schedule)`` for ``s`` (..., n) whose rows are a matrix (contiguous, or
-    2-D with last stride 1), ``mask`` bool of the same shape and layout or None, ``k`` one value per row (1-D) or None to use ``k_value``. stats
-    (rows, 2, n_iters) fp32 holds a_t and L_t; eps_schedule (n_iters + 1,) fp32 holds e_0..e_T."""
+class _ForwardPlan(NamedTuple):
+    kernel: _doors.KernelCall
+    stats_shape: tuple[int, int, int]
+    schedule_shape: tuple[int]
+
+
+def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float, n_iters: int, eps: float,
+                  eps_init: float, eps_decay: float) -> _ForwardPlan:
+    """The forward's launch for ``s`` (..., n) whose rows are a matrix as it is
+    (:func:`_launch.rows_as_is`), ``mask`` bool of s's shape or None (it reaches the kernel
+    contiguous: see mask_bytes), ``k`` one value per row (1-D) or None to use ``k_value``."""
     cfg = _launch.current().coor_descent
-    y = _launch.new_output(s)
-    s, y2 = _launch.matrix(s), _launch.matrix(y)
-    mask = None if mask is None else _launch.matrix(mask)
-    n_rows, n_cols = s.shape
-    stats = torch.empty((n_rows, 2, n_iters), dtype=torch.float32, device=s.device)
-    eps_schedule = torch.empty(n_iters + 1, dtype=torch.float32, device=s.device)
+    n_cols = s.shape[-1]
+    n_rows = s.numel() // n_cols if n_cols else 0
     block, single_pass = _launch.row_block(n_cols, cfg.max_fused_cols, cfg.loop_block)
-    launch(_coor_descent_fwd_kernel)[(n_rows,)](
-        s, _doors.mask_bytes(mask, launch), k, y2, stats, eps_schedule,
-        s.stride(0), 0 if mask is None else mask.stride(0), 0 if k is None else k.stride(0), y2.stride(0),
-        n_cols, n_iters, k_value, eps, eps_init, eps_decay,
-        HAS_MASK=mask is not None, K_PER_ROW=k is not None,
-        BLOCK_N=block, SINGLE_PASS=single_pass, num_warps=_launch.num_warps(block),
-    )
+    kernel = _doors.KernelCall(
+        _coor_descent_fwd_kernel, (n_rows,),
+        (_launch.row_stride(s), 0 if mask is None else n_cols, 0 if k is None else k.stride(0), n_cols,
+         n_cols, n_iters, k_value, eps, eps_init, eps_decay),
+        dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None,
+             BLOCK_N=block, SINGLE_PASS=single_pass, num_warps=_launch.num_warps(block)),
+        _launch.device_index(s))
+    return _ForwardPlan(kernel, (n_rows, 2, n_iters), (n_iters + 1,))
+
+
+def _run_forward(launch, plan: _ForwardPlan, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
+                 *_) -> tuple[Tensor, Tensor, Tensor]:
+    """``(y, stats, eps_schedule)``: y of s's shape; stats (rows, 2, n_iters) fp32 holds a_t
+    and L_t; eps_schedule (n_iters + 1,) fp32 holds e_0..e_T."""
+    y = _launch.new_output(s)
+    stats = s.new_empty(plan.stats_shape, dtype=torch.float32)
+    eps_schedule = s.new_empty(plan.schedule_shape, dtype=torch.float32)
+    plan.kernel(launch, s, _doors.mask_bytes(mask, launch), k, y, stats, eps_schedule)
     return y, stats, eps_schedule
 
 
-def _backward(
-    launch, grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], stats: Tensor,
-    eps_schedule: Tensor, k_value: float,
-) -> dict:
-    """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
-    compute_dk = needs["k"]
-    ds = _launch.new_output(s)
-    dy, s, ds2 = _launch.matrix(grads[0]), _launch.matrix(s), _launch.matrix(ds)
-    mask = None if mask is None else _launch.matrix(mask)
-    if dy.stride(-1) != 1:
-        dy = dy.contiguous()
-    n_rows, n_cols = s.shape
+class _BackwardPlan(NamedTuple):
+    partials: _doors.KernelCall
+    grads: _doors.KernelCall
+    copy_dy: bool
+    partial_shape: tuple[int, int, int]
+
+
+def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
+                   stats: Tensor, eps_schedule: Tensor, k_value: float) -> _BackwardPlan:
+    """The backward's two launches for this gradient's layout."""
+    dy = grads[0]
+    copy_dy = not _launch.rows_as_is(dy)
+    n_cols = s.shape[-1]
+    n_rows = s.numel() // n_cols if n_cols else 0
     n_iters = stats.shape[-1]
     block, n_chunks = _launch.split_row(n_rows, n_cols, _launch.current().coor_descent, s.device)
-    partial = torch.empty((n_rows, n_iters, n_chunks), dtype=torch.float32, device=s.device)
-    dk = s.new_empty(n_rows, dtype=torch.float32) if compute_dk else None
-    flags = _doors.mask_bytes(mask, launch)
-    stride_m = 0 if mask is None else mask.stride(0)
+    stride_s, stride_m = _launch.row_stride(s), 0 if mask is None else n_cols
+    stride_dy = n_cols if copy_dy else _launch.row_stride(dy)
     warps = _launch.num_warps(block)
-    launch(_coor_descent_bwd_partial_kernel)[(n_rows, n_chunks)](
-        s, flags, dy, stats, eps_schedule, partial,
-        s.stride(0), stride_m, dy.stride(0), n_cols, n_iters, n_chunks,
-        HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps,
-    )
-    launch(_coor_descent_bwd_kernel)[(n_rows, n_chunks)](
-        s, flags, dy, k, stats, eps_schedule, partial, ds2, dk,
-        s.stride(0), stride_m, dy.stride(0), 0 if k is None else k.stride(0), ds2.stride(0),
-        n_cols, n_iters, n_chunks, k_value,
-        HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=compute_dk,
-        BLOCK_N=block, CHUNKS_BLOCK=max(_launch.next_power_of_2(n_chunks), 2), num_warps=warps,
-    )
+    device = _launch.device_index(s)
+    partials = _doors.KernelCall(
+        _coor_descent_bwd_partial_kernel, (n_rows, n_chunks), (stride_s, stride_m, stride_dy, n_cols, n_iters, n_chunks),
+        dict(HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps), device)
+    grads_kernel = _doors.KernelCall(
+        _coor_descent_bwd_kernel, (n_rows, n_chunks),
+        (stride_s, stride_m, stride_dy, 0 if k is None else k.stride(0), n_cols, n_cols, n_iters, n_chunks, k_value),
+        dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=needs["k"],
+             BLOCK_N=block, CHUNKS_BLOCK=max(_launch.next_power_of_2(n_chunks), 2), num_warps=warps),
+        device)
+    return _BackwardPlan(partials, grads_kernel, copy_dy, (n_rows, n_iters, n_chunks))
+
+
+def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
+                  k: Optional[Tensor], stats: Tensor, eps_schedule: Tensor, k_value: float) -> dict:
+    """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
+    dy = grads[0].contiguous() if plan.copy_dy else grads[0]
+    ds = _launch.new_output(s)
+    partial = s.new_empty(plan.partial_shape, dtype=torch.float32)
+    dk = s.new_empty(plan.partial_shape[0], dtype=torch.float32) if needs["k"] else None
+    flags = _doors.mask_bytes(mask, launch)
+    plan.partials(launch, s, flags, dy, stats, eps_schedule, partial)
+    plan.grads(launch, s, flags, dy, k, stats, eps_schedule, partial, ds, dk)
     return {"s": ds, "k": dk}
 
 
@@ -298,12 +320,16 @@ coor_descent = _doors.build(_doors.OpDescription(
             ("n_iters", int), ("eps", float), ("eps_init", float), ("eps_decay", float)),
     outputs=("y",),
     residuals=("stats", "eps_schedule"),
-    forward=_forward,
+    forward=None,
+    plan_forward=_plan_forward,
+    run_forward=_run_forward,
     saved=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("stats", Tensor),
            ("eps_schedule", Tensor), ("k_value", float)),
     save=lambda inputs, results, needs: (inputs.s, inputs.mask, inputs.k, results.stats,
                                          results.eps_schedule, inputs.k_value),
-    backward=_backward,
+    backward=None,
+    plan_backward=_plan_backward,
+    run_backward=_run_backward,
     differentiable=("s", "k"),
 ))
 """Differentiable coordinate descent of a 2-D ``s`` (last stride 1):

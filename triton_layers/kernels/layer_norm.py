@@ -24,7 +24,7 @@ GPU, sets the pace.)
 from __future__ import annotations
 
 import operator
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -322,57 +322,79 @@ def _split_tile(
 # --- launchers ------------------------------------------------------------------------------
 
 
-def _forward(
-    launch, x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+class _ForwardPlan(NamedTuple):
+    kernel: _doors.KernelCall
+    out_dtype: torch.dtype
+    residual_dtype: Optional[torch.dtype]
+    stats_shape: tuple[int, int]
+
+
+def _plan_forward(
+    x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
     rms: bool, stable: bool, unit_offset: bool, cast_before_weight: bool, out_dtype: torch.dtype,
     residual_dtype: Optional[torch.dtype],
-) -> tuple[Tensor, ...]:
-    """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top)."""
+) -> _ForwardPlan:
+    """The forward's launch for inputs of these shapes, strides and dtypes. ``x`` and
+    ``residual`` are rows as they are (:func:`_launch.rows_as_is`); y and h are new, contiguous."""
     cfg = _launch.current().layer_norm
-    y = _launch.new_output(x, out_dtype)
-    h = None if residual is None else _launch.new_output(x, residual_dtype)
-    shaped = (y,) if h is None else (y, h)  # the outputs in x's shape; the kernel sees matrices
-    x, y = _launch.matrix(x), _launch.matrix(y)
-    h = None if h is None else _launch.matrix(h)
-    residual = None if residual is None else _launch.matrix(residual)
-    n_rows, n_cols = x.shape
-    stats = x.new_empty(((1 if rms else 2) + int(stable), n_rows), dtype=torch.float32)
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols if n_cols else 0
     max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
-    launch(_norm_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
-        x, residual, h, y, weight, bias, stats,
-        x.stride(0), 0 if residual is None else residual.stride(0), 0 if h is None else h.stride(0), y.stride(0),
-        n_rows, n_cols, eps,
-        IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        STABLE=stable, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-        num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size()),
-    )
-    return (*shaped, stats)
+    kernel = _doors.KernelCall(
+        _norm_fwd_kernel, (_launch.cdiv(n_rows, block_m),),
+        (_launch.row_stride(x), 0 if residual is None else _launch.row_stride(residual),
+         0 if residual is None else n_cols, n_cols, n_rows, n_cols, eps),
+        dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+             STABLE=stable, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
+             BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
+             num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size())),
+        _launch.device_index(x))
+    return _ForwardPlan(kernel, out_dtype, residual_dtype, ((1 if rms else 2) + int(stable), n_rows))
 
 
-def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor], stats: Tensor, rms: bool,
-              stable: bool, unit_offset: bool, cast_before_weight: bool, x_dtype: torch.dtype,
-              r_dtype: Optional[torch.dtype]) -> dict:
-    """Gradients of x (and residual), weight and bias, those in ``needs``; the parameters'
-    in fp32. ``z`` is the normalized input: x, or h with a residual; ``x_dtype`` and
-    ``r_dtype`` are the dtypes of x and of the residual. One kernel pass writes dz once, as
-    dx (and as dresidual when that has another dtype; else dresidual is the same tensor)."""
+def _run_forward(launch, plan: _ForwardPlan, x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor],
+                 bias: Optional[Tensor], *flags) -> tuple[Tensor, ...]:
+    """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top).
+    y and h have x's shape; the kernel sees them as matrices (it reads pointers and row strides)."""
+    y = _launch.new_output(x, plan.out_dtype)
+    stats = x.new_empty(plan.stats_shape, dtype=torch.float32)
+    if residual is None:
+        plan.kernel(launch, x, None, None, y, weight, bias, stats)
+        return y, stats
+    h = _launch.new_output(x, plan.residual_dtype)
+    plan.kernel(launch, x, residual, h, y, weight, bias, stats)
+    return y, h, stats
+
+
+class _BackwardPlan(NamedTuple):
+    kernels: tuple  # (the one-pass kernel,) or (the row sums kernel or None, the split kernel)
+    copy_dy: bool  # a gradient that is not rows as they are: copied first
+    copy_dh: bool
+    dx_dtype: Optional[torch.dtype]  # None: no dx computed
+    dr_dtype: Optional[torch.dtype]  # None: dresidual is dx itself (or not asked)
+    partials_shape: tuple[int, int]
+    writers: int
+    sums_shape: Optional[tuple[int, int, int]]  # the split path's per-chunk row sums
+    one_pass: bool
+
+
+def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor], stats: Tensor, rms: bool,
+                   stable: bool, unit_offset: bool, cast_before_weight: bool, x_dtype: torch.dtype,
+                   r_dtype: Optional[torch.dtype]) -> _BackwardPlan:
+    """The backward's launches for these gradients (their strides) and saved tensors."""
     cfg = _launch.current().layer_norm
     dy, dh = grads[0], grads[1] if len(grads) > 1 else None
-    if dy is None:  # only h has consumers
-        dy = torch.zeros_like(z)
-    z_nd = z
-    z, dy = _launch.matrix(z), _launch.matrix(dy)
-    dh = None if dh is None else _launch.matrix(dh)
-    if dy.stride(-1) != 1:
-        dy = dy.contiguous()
-    if dh is not None and dh.stride(-1) != 1:
-        dh = dh.contiguous()
+    copy_dy = dy is not None and not _launch.rows_as_is(dy)
+    copy_dh = dh is not None and not _launch.rows_as_is(dh)
+    n_cols = z.shape[-1]
+    n_rows = z.numel() // n_cols if n_cols else 0
+    # (a missing dy is zeros, and a copied gradient, contiguous: row stride n_cols)
+    dy_stride = n_cols if dy is None or copy_dy else _launch.row_stride(dy)
+    dh_stride = 0 if dh is None else n_cols if copy_dh else _launch.row_stride(dh)
     need_x, need_r = needs["x"], needs.get("residual", False)
     compute_dx, compute_dw, compute_db = need_x or need_r, needs["weight"], needs["bias"]
     store_dr = need_x and need_r and r_dtype != x_dtype
-    n_rows, n_cols = z.shape
     if rms:
         max_fused = cfg.bwd_rms_max_fused_cols
     else:
@@ -381,66 +403,94 @@ def _backward(launch, grads: tuple, needs: dict, z: Tensor, weight: Optional[Ten
     flags = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                  CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
-    # dx, dr in the inputs' shape (contiguous: row stride n_cols), launched as matrices.
-    dx_dtype = x_dtype if need_x else r_dtype
-    dx_out = _launch.new_output(z_nd, dx_dtype) if compute_dx else z.new_empty((0, n_cols), dtype=dx_dtype)
-    dr_out = _launch.new_output(z_nd, r_dtype) if store_dr else None
-    dx, dr = _launch.matrix(dx_out), None if dr_out is None else _launch.matrix(dr_out)
-    strides = (dy.stride(0), 0 if dh is None else dh.stride(0), z.stride(0), dx.stride(0),
-               0 if dr is None else dr.stride(0))
+    # dx, dr: new and contiguous (row stride n_cols), in the inputs' shape.
+    strides = (dy_stride, dh_stride, _launch.row_stride(z), n_cols, n_cols if store_dr else 0)
     n_partials = int(compute_dw) + int(compute_db)
+    device = _launch.device_index(z)
+    sums_shape, one_pass = None, False
     if single_pass:
         n_tiles = _launch.cdiv(n_rows, block_m)
         # bytes the prefetched loads bring per element: z, dy and (with a residual) dh
-        loaded = z.element_size() + dy.element_size() + (0 if dh is None else dh.element_size())
+        loaded = z.element_size() * (2 if dy is None else 1) + (0 if dy is None else dy.element_size()) + (
+            0 if dh is None else dh.element_size())
         programs, tiles_per_program = _launch.persistent_grid(n_tiles, z.device, cfg.bwd_programs_per_sm)
         stages = cfg.bwd_stages if block_n <= _launch.LONG_ROW else cfg.bwd_long_row_stages
         writers = programs
-        partials = z.new_empty((n_partials, writers * n_cols), dtype=torch.float32)
-        launch(_norm_bwd_kernel)[(programs,)](
-            dy, dh, z, weight, stats, dx, dr, partials, *strides, n_rows, n_cols, tiles_per_program,
-            BLOCK_M=block_m, BLOCK_N=block_n,
-            NUM_STAGES=_launch.prefetch_stages(stages, block_m * block_n * loaded, z.device),
-            num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **flags,
-        )
+        kernels = (_doors.KernelCall(
+            _norm_bwd_kernel, (programs,), (*strides, n_rows, n_cols, tiles_per_program),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n,
+                 NUM_STAGES=_launch.prefetch_stages(stages, block_m * block_n * loaded, z.device),
+                 num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **flags),
+            device),)
     else:
         # Rows longer than a block: two streaming launches, so that every SM has many
         # independent chunks in flight (one program walking long rows stalls on latency).
         n_chunks = _launch.cdiv(n_cols, block_n)
-        sums = z.new_empty((n_rows if compute_dx else 0, n_chunks, 2), dtype=torch.float32)
+        sums_shape = (n_rows if compute_dx else 0, n_chunks, 2)
         one_pass = compute_dx and _launch.one_pass_split(n_chunks, rms, z.element_size(), cfg, z.device)
-        # one pass: a ticket counter, then one arrival counter per row (the kernel's top)
-        arrivals = z.new_zeros(1 + n_rows, dtype=torch.int32) if one_pass else sums
+        row_sums = None
         if compute_dx and not one_pass:
-            launch(_norm_bwd_row_sums_kernel)[(n_rows, n_chunks)](
-                dy, z, weight, stats, sums, dy.stride(0), z.stride(0), n_rows, n_cols, n_chunks,
-                IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset, BLOCK_N=block_n,
-                num_warps=_launch.num_warps(block_n),
-            )
+            row_sums = _doors.KernelCall(
+                _norm_bwd_row_sums_kernel, (n_rows, n_chunks), (dy_stride, _launch.row_stride(z), n_rows, n_cols, n_chunks),
+                dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
+                     BLOCK_N=block_n, num_warps=_launch.num_warps(block_n)),
+                device)
         split_m = _launch.split_rows(block_n, z.element_size(), one_pass, cfg)
         groups = _launch.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, z.device)
-        rows_per_group = _launch.cdiv(n_rows, groups)
         writers = groups
-        partials = z.new_empty((n_partials, writers * n_cols), dtype=torch.float32)
-        launch(_norm_bwd_split_kernel)[(n_chunks, groups)](
-            dy, dh, z, weight, stats, sums, arrivals, dx, dr, partials, *strides, n_rows, n_cols, n_chunks,
-            rows_per_group, BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
-            ONE_PASS=one_pass, PUBLISH_AHEAD=cfg.split_publish_ahead, MAX_POLLS=cfg.split_wait_polls,
-            num_warps=_launch.num_warps(split_m * block_n), **flags,
-        )
+        kernels = (row_sums, _doors.KernelCall(
+            _norm_bwd_split_kernel, (n_chunks, groups), (*strides, n_rows, n_cols, n_chunks, _launch.cdiv(n_rows, groups)),
+            dict(BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
+                 ONE_PASS=one_pass, PUBLISH_AHEAD=cfg.split_publish_ahead, MAX_POLLS=cfg.split_wait_polls,
+                 num_warps=_launch.num_warps(split_m * block_n), **flags),
+            device))
+    return _BackwardPlan(kernels, copy_dy, copy_dh, (x_dtype if need_x else r_dtype) if compute_dx else None,
+                         r_dtype if store_dr else None, (n_partials, writers * n_cols), writers, sums_shape, one_pass)
+
+
+def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],
+                  stats: Tensor, *flags) -> dict:
+    """Gradients of x (and residual), weight and bias, those in ``needs``; the parameters'
+    in fp32. ``z`` is the normalized input: x, or h with a residual. One kernel pass writes
+    dz once, as dx (and as dresidual when that has another dtype; else dresidual is the
+    same tensor)."""
+    dy, dh = grads[0], grads[1] if len(grads) > 1 else None
+    if dy is None:  # only h has consumers
+        dy = torch.zeros_like(z, memory_format=torch.contiguous_format)
+    elif plan.copy_dy:
+        dy = dy.contiguous()
+    if plan.copy_dh:
+        dh = dh.contiguous()
+    compute_dx = plan.dx_dtype is not None
+    dx = _launch.new_output(z, plan.dx_dtype) if compute_dx else z.new_empty((0, z.shape[-1]), dtype=z.dtype)
+    dr = None if plan.dr_dtype is None else _launch.new_output(z, plan.dr_dtype)
+    n_partials = plan.partials_shape[0]
+    partials = z.new_empty(plan.partials_shape, dtype=torch.float32)
+    if plan.sums_shape is None:
+        plan.kernels[0](launch, dy, dh, z, weight, stats, dx, dr, partials)
+    else:
+        row_sums, split = plan.kernels
+        sums = z.new_empty(plan.sums_shape, dtype=torch.float32)
+        # one pass: a ticket counter, then one arrival counter per row (the kernel's top)
+        arrivals = z.new_zeros(1 + plan.sums_shape[0], dtype=torch.int32) if plan.one_pass else sums
+        if row_sums is not None:
+            row_sums(launch, dy, z, weight, stats, sums)
+        split(launch, dy, dh, z, weight, stats, sums, arrivals, dx, dr, partials)
     # One reduction for both parameters' partials (none when one program wrote them:
     # small shapes, where the host sets the pace), each gradient a row of it taken by
     # select (H100 host, torch.profiler: unbind 8.7 us a call, select 2.3 us a row).
     if n_partials:
-        param_grads = partials if writers == 1 else partials.view(n_partials, writers, n_cols).sum(1)
+        n_cols = z.shape[-1]
+        param_grads = partials if plan.writers == 1 else partials.view(n_partials, plan.writers, n_cols).sum(1)
     grads_out = {}
+    need_x, need_r = needs["x"], needs.get("residual", False)
     if need_x:
-        grads_out["x"] = dx_out
+        grads_out["x"] = dx
     if need_r:
-        grads_out["residual"] = dr_out if store_dr else dx_out
-    if compute_dw:
+        grads_out["residual"] = dx if dr is None else dr
+    if needs["weight"]:
         grads_out["weight"] = param_grads.select(0, 0)
-    if compute_db:
+    if needs["bias"]:
         grads_out["bias"] = param_grads.select(0, n_partials - 1)
     return grads_out
 
@@ -463,14 +513,18 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
                     ("residual_dtype", torch.dtype)),
             outputs=("y", "h"),
             residuals=("stats",),
-            forward=_forward,
+            plan_forward=_plan_forward,
+            run_forward=_run_forward,
+            forward=None,
             # The backward reads h (the normalized input) instead of x and the residual.
             saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS,
                    ("x_dtype", torch.dtype), ("r_dtype", torch.dtype)),
             save=lambda inputs, results, needs: (
                 results.h, inputs.weight, results.stats, *_saved_flags(inputs), inputs.x.dtype,
                 inputs.residual.dtype),
-            backward=_backward,
+            plan_backward=_plan_backward,
+            run_backward=_run_backward,
+            backward=None,
             differentiable=("x", "residual", "weight", "bias"),
             shared_grads=(("residual", "x"),),
         )
@@ -479,11 +533,15 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         inputs=(("x", Tensor), *params, *_FLAGS, ("out_dtype", torch.dtype)),
         outputs=("y",),
         residuals=("stats",),
-        forward=lambda launch, x, *args: _forward(launch, x, None, *args, None),
+        forward=None,
+        plan_forward=lambda x, *args: _plan_forward(x, None, *args, None),
+        run_forward=lambda launch, plan, x, weight, bias, *flags: _run_forward(launch, plan, x, None, weight, bias),
         saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS),
         save=lambda inputs, results, needs: (
             inputs.x, inputs.weight, results.stats, *_saved_flags(inputs)),
-        backward=lambda launch, grads, needs, z, *saved: _backward(launch, grads, needs, z, *saved, z.dtype, None),
+        backward=None,
+        plan_backward=lambda grads, needs, z, *saved: _plan_backward(grads, needs, z, *saved, z.dtype, None),
+        run_backward=_run_backward,
         differentiable=("x", "weight", "bias"),
     )
 

@@ -255,48 +255,57 @@ def _softmax_bwd_kernel(
             _store_zeros_past(dx_row, limit, n_cols, BLOCK_N)
 
 
-def _forward(
-    launch: Callable, x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int,
-    causal: bool, scale: float,
-) -> tuple[Tensor]:
-    """``(y,)`` for ``x`` (..., Nk) whose rows are a matrix (contiguous, or 2-D with last stride 1). ``key_padding_mask`` is bool (B, Nk), True =
-    padding; row ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the number of queries
-    per score matrix (rows ``r % n_q``), used when ``causal``."""
-    y = _launch.new_output(x)
-    x, y2 = _launch.matrix(x), _launch.matrix(y)
-    n_rows, n_cols = x.shape
-    pad_mask = _doors.mask_bytes(key_padding_mask, launch)
+def _plan(y_like: Tensor, causal: bool) -> tuple:
+    """``(grid, BLOCK_M, BLOCK_N, single_pass, num_warps, PREFIX_SPLITS)`` for rows like ``y_like``'s."""
+    n_cols = y_like.shape[-1] if y_like.dim() else 1
+    n_rows = y_like.numel() // n_cols if n_cols else 0
     block_m, block_n, single_pass, warps, prefix_splits = _launch.softmax_tile(
         n_rows, n_cols, _launch.current().softmax, causal)
-    launch(_softmax_fwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
-        x, y2, pad_mask,
-        x.stride(0), y2.stride(0), pad_mask.stride(0) if pad_mask is not None else 0,
-        n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E,
-        CAUSAL=causal, HAS_MASK=pad_mask is not None,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-        PREFIX_SPLITS=prefix_splits, num_warps=warps,
-    )
+    return n_rows, n_cols, (_launch.cdiv(n_rows, block_m),), dict(
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, PREFIX_SPLITS=prefix_splits, num_warps=warps)
+
+
+def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool,
+                  scale: float) -> _doors.KernelCall:
+    """The forward's launch for ``x`` (..., Nk) whose rows are a matrix as it is
+    (:func:`_launch.rows_as_is`). ``key_padding_mask`` is bool (B, Nk), True = padding; row
+    ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the number of queries per score
+    matrix (rows ``r % n_q``), used when ``causal``."""
+    n_rows, n_cols, grid, tile = _plan(x, causal)
+    # (y is new and contiguous; the mask reaches the kernel contiguous: see mask_bytes)
+    return _doors.KernelCall(
+        _softmax_fwd_kernel, grid,
+        (_launch.row_stride(x), n_cols, 0 if key_padding_mask is None else key_padding_mask.shape[-1],
+         n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E),
+        dict(CAUSAL=causal, HAS_MASK=key_padding_mask is not None, **tile), _launch.device_index(x))
+
+
+def _run_forward(launch: Callable, kernel: _doors.KernelCall, x: Tensor, key_padding_mask: Optional[Tensor],
+                 *_) -> tuple[Tensor]:
+    """``(y,)``, y of x's shape."""
+    y = _launch.new_output(x)
+    kernel(launch, x, y, _doors.mask_bytes(key_padding_mask, launch))
     return (y,)
 
 
-def _backward(launch: Callable, grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool,
-              scale: float) -> dict:
-    """``dx`` from the saved output ``y`` and ``dy``."""
+def _plan_backward(grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool, scale: float) -> tuple:
+    """``(launch, whether dy is copied first)`` for this gradient's layout."""
+    dy = grads[0]
+    copy_dy = not _launch.rows_as_is(dy)
+    n_rows, n_cols, grid, tile = _plan(y, causal)
+    kernel = _doors.KernelCall(
+        _softmax_bwd_kernel, grid,
+        (n_cols if copy_dy else _launch.row_stride(dy), n_cols, n_cols, n_rows, n_cols, n_q, scale),
+        dict(CAUSAL=causal, **tile), _launch.device_index(y))
+    return kernel, copy_dy
+
+
+def _run_backward(launch: Callable, plan: tuple, grads: tuple, needs: dict, y: Tensor, *_) -> dict:
+    """``dx`` from the saved output ``y`` (new, contiguous) and ``dy``."""
+    kernel, copy_dy = plan
+    dy = grads[0].contiguous() if copy_dy else grads[0]
     dx = _launch.new_output(y)
-    dy, y, dx2 = _launch.matrix(grads[0]), _launch.matrix(y), _launch.matrix(dx)
-    if dy.stride(-1) != 1:
-        dy = dy.contiguous()
-    n_rows, n_cols = y.shape
-    block_m, block_n, single_pass, warps, prefix_splits = _launch.softmax_tile(
-        n_rows, n_cols, _launch.current().softmax, causal)
-    launch(_softmax_bwd_kernel)[(_launch.cdiv(n_rows, block_m),)](
-        dy, y, dx2,
-        dy.stride(0), y.stride(0), dx2.stride(0),
-        n_rows, n_cols, n_q, scale,
-        CAUSAL=causal,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-        PREFIX_SPLITS=prefix_splits, num_warps=warps,
-    )
+    kernel(launch, dy, y, dx)
     return {"x": dx}
 
 
@@ -306,10 +315,14 @@ softmax = _doors.build(_doors.OpDescription(
             ("causal", bool), ("scale", float)),
     outputs=("y",),
     residuals=(),
-    forward=_forward,
+    forward=None,
+    plan_forward=_plan_forward,
+    run_forward=_run_forward,
     saved=(("y", Tensor), ("n_q", int), ("causal", bool), ("scale", float)),
     save=lambda inputs, results, needs: (results.y, inputs.n_q, inputs.causal, inputs.scale),
-    backward=_backward,
+    backward=None,
+    plan_backward=_plan_backward,
+    run_backward=_run_backward,
     differentiable=("x",),
 ))
 """Differentiable masked softmax of a 2-D ``x`` (last stride 1):

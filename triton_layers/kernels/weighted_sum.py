@@ -19,7 +19,7 @@ and read (or write) every element of x exactly once:
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -122,68 +122,101 @@ def _weighted_sum_bwd_kernel(
             tl.store(DB_partial + pid_m, tl.sum(db_acc, axis=0))
 
 
-def _forward(launch, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor]:
-    """Forward launcher: ``x`` (..., D) whose rows are a matrix (contiguous, or 2-D with last
-    stride 1), ``weight`` (D,) contiguous, ``bias`` 0-dim or None. Returns ``(y,)``, y of
-    shape x.shape[:-1] (contiguous) in x's dtype."""
+class _ForwardPlan(NamedTuple):
+    y_shape: tuple
+    partial_shape: Optional[tuple[int, int]]  # split columns: per-split row sums (else None)
+    kernel: _doors.KernelCall
+    reduce: Optional[_doors.KernelCall]  # the split sums' reduction
+
+
+def _plan_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> _ForwardPlan:
+    """The forward's launches: ``x`` (..., D) whose rows are a matrix as it is
+    (:func:`_launch.rows_as_is`), ``weight`` (D,) contiguous, ``bias`` 0-dim or None."""
     cfg = _launch.current().weighted_sum
-    y = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)
-    x = _launch.matrix(x)
-    n_rows, n_cols = x.shape
-    aligned = _launch.rows_aligned(x, n_cols)
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols if n_cols else 0
+    aligned = _launch.rows_aligned(_launch.matrix(x), n_cols)
     wide = x.element_size() >= 4  # fp32 keeps its own forward tile and loop (see the knobs)
     block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), cfg, aligned,
                                               cfg.fwd_tile_bytes_4byte if wide else None)
     row_blocks = _launch.cdiv(n_rows, block_m)
     wanted = _launch.cdiv(_launch.num_sms(x.device) * cfg.fwd_programs_per_sm, row_blocks)
     cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
-    # (no buffer, not even an empty one, where it is not written: each allocation costs host time)
-    partial = x.new_empty((splits, n_rows), dtype=torch.float32) if splits > 1 else None
-    stages = cfg.fwd_stages_4byte if wide else cfg.fwd_stages
-    launch(_weighted_sum_fwd_kernel)[(row_blocks, splits)](
-        x, weight, bias, y, partial,
-        x.stride(0), n_rows, n_cols, cols_per_program,
-        HAS_BIAS=bias is not None, SPLIT=splits > 1,
-        BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=stages, num_warps=warps,
-    )
+    device = _launch.device_index(x)
+    kernel = _doors.KernelCall(
+        _weighted_sum_fwd_kernel, (row_blocks, splits), (_launch.row_stride(x), n_rows, n_cols, cols_per_program),
+        dict(HAS_BIAS=bias is not None, SPLIT=splits > 1, BLOCK_M=block_m, BLOCK_D=block_d,
+             NUM_STAGES=cfg.fwd_stages_4byte if wide else cfg.fwd_stages, num_warps=warps),
+        device)
+    reduce = None
     if splits > 1:
         block = min(cfg.reduce_block, _launch.next_power_of_2(n_rows))
-        launch(_weighted_sum_fwd_reduce_kernel)[(_launch.cdiv(n_rows, block),)](
-            partial, bias, y, n_rows, splits,
-            HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4,
-        )
+        reduce = _doors.KernelCall(_weighted_sum_fwd_reduce_kernel, (_launch.cdiv(n_rows, block),), (n_rows, splits),
+                                   dict(HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4), device)
+    # (no buffer, not even an empty one, where it is not written: each allocation costs host time)
+    return _ForwardPlan(tuple(x.shape[:-1]), (splits, n_rows) if splits > 1 else None, kernel, reduce)
+
+
+def _run_forward(launch, plan: _ForwardPlan, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor]:
+    """``(y,)``, y of shape x.shape[:-1] (contiguous) in x's dtype."""
+    y = x.new_empty(plan.y_shape)
+    partial = None if plan.partial_shape is None else x.new_empty(plan.partial_shape, dtype=torch.float32)
+    plan.kernel(launch, x, weight, bias, y, partial)
+    if plan.reduce is not None:
+        plan.reduce(launch, partial, bias, y)
     return (y,)
 
 
-def _backward(launch, grads: tuple, needs: dict, x: Optional[Tensor], weight: Tensor,
-              x_dtype: torch.dtype) -> dict:
-    """Gradients of x, weight (fp32) and bias (fp32), those in ``needs``. ``x`` as the forward
-    took it, or None when the weight needs no gradient; dx comes out contiguous."""
+class _BackwardPlan(NamedTuple):
+    kernel: Optional[_doors.KernelCall]  # None: only the bias needs a gradient (a sum of dy)
+    copy_dy: bool
+    dx_shape: tuple
+    programs: int  # rows of the parameter gradients' partial sums
+
+
+def _plan_backward(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tensor,
+                   x_dtype: torch.dtype) -> _BackwardPlan:
+    """The backward's launch for this gradient's layout. ``x`` as the forward took it, or
+    None when the weight needs no gradient."""
     cfg = _launch.current().weighted_sum
     dy = grads[0]
     compute_dx, compute_dw, compute_db = needs["x"], needs["weight"], needs["bias"]
-    if not (compute_dx or compute_dw):
-        return {"bias": dy.sum(dtype=torch.float32)} if compute_db else {}
     dx_shape = (*dy.shape, weight.shape[0])
-    dy = dy.reshape(-1)
-    if x is not None:
-        x = _launch.matrix(x)
-    n_rows, n_cols = dy.shape[0], weight.shape[0]
+    if not (compute_dx or compute_dw):
+        return _BackwardPlan(None, False, dx_shape, 0)
+    # dy read as one column of rows: by its stride when 1-D, else contiguous (a copy if need be)
+    copy_dy = dy.dim() > 1 and not dy.is_contiguous()
+    dy_stride = dy.stride(0) if dy.dim() == 1 else 1
+    n_rows, n_cols = dy.numel(), weight.shape[0]
     elem_size = torch.finfo(x_dtype).bits // 8
-    aligned = _launch.rows_aligned(x if compute_dw else None, n_cols)
+    aligned = _launch.rows_aligned(_launch.matrix(x) if compute_dw else None, n_cols)
     block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, elem_size, cfg, aligned)
     col_blocks = _launch.cdiv(n_cols, block_d)
     wanted = _launch.cdiv(_launch.num_sms(dy.device) * cfg.bwd_programs_per_sm, col_blocks)
     rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
-    dx = torch.empty(dx_shape, dtype=x_dtype, device=dy.device) if compute_dx else None
+    kernel = _doors.KernelCall(
+        _weighted_sum_bwd_kernel, (col_blocks, programs),
+        (dy_stride, _launch.row_stride(x) if compute_dw else 0, n_cols, n_rows, n_cols, rows_per_program),
+        dict(COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db,
+             BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=cfg.bwd_stages, num_warps=warps),
+        _launch.device_index(dy))
+    return _BackwardPlan(kernel, copy_dy, dx_shape, programs)
+
+
+def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, x: Optional[Tensor], weight: Tensor,
+                  x_dtype: torch.dtype) -> dict:
+    """Gradients of x, weight (fp32) and bias (fp32), those in ``needs``; dx comes out contiguous."""
+    dy = grads[0]
+    compute_dx, compute_dw, compute_db = needs["x"], needs["weight"], needs["bias"]
+    if plan.kernel is None:
+        return {"bias": dy.sum(dtype=torch.float32)} if compute_db else {}
+    if plan.copy_dy:
+        dy = dy.contiguous()
+    programs, n_cols = plan.programs, weight.shape[0]
+    dx = dy.new_empty(plan.dx_shape, dtype=x_dtype) if compute_dx else None
     dw_partial = dy.new_empty((programs, n_cols), dtype=torch.float32) if compute_dw else None
     db_partial = dy.new_empty(programs, dtype=torch.float32) if compute_db else None
-    launch(_weighted_sum_bwd_kernel)[(col_blocks, programs)](
-        dy, x, weight, dx, dw_partial, db_partial,
-        dy.stride(0), x.stride(0) if compute_dw else 0, n_cols, n_rows, n_cols, rows_per_program,
-        COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db,
-        BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=cfg.bwd_stages, num_warps=warps,
-    )
+    plan.kernel(launch, dy, x, weight, dx, dw_partial, db_partial)
     out = {"x": dx} if compute_dx else {}
     if compute_dw:
         out["weight"] = dw_partial[0] if programs == 1 else dw_partial.sum(0)
@@ -197,12 +230,16 @@ weighted_sum = _doors.build(_doors.OpDescription(
     inputs=(("x", Tensor), ("weight", Tensor), ("bias", Optional[Tensor])),
     outputs=("y",),
     residuals=(),
-    forward=_forward,
+    forward=None,
+    plan_forward=_plan_forward,
+    run_forward=_run_forward,
     # x is needed only for the weight's gradient: not kept alive otherwise.
     saved=(("x", Optional[Tensor]), ("weight", Tensor), ("x_dtype", torch.dtype)),
     save=lambda inputs, results, needs: (inputs.x if needs["weight"] else None, inputs.weight,
                                          inputs.x.dtype),
-    backward=_backward,
+    backward=None,
+    plan_backward=_plan_backward,
+    run_backward=_run_backward,
     differentiable=("x", "weight", "bias"),
 ))
 """Differentiable weighted sum of a 2-D ``x`` (last stride 1): ``weighted_sum(x, weight, bias)``."""
