@@ -471,10 +471,7 @@ class Op:
             # Triton launches on the current device: make that the tensors'. (The backward
             # needs no guard: autograd runs it on its device's thread, with the forward's stream.)
             with torch.cuda.device(plan.device):
-                return self._call_planned(plan, args)
-        return self._call_planned(plan, args)
-
-    def _call_planned(self, plan: "OpPlan", args: tuple):
+                return self.call_planned(plan, *args)
         if plan.autograd:
             return self._planned_apply(plan, *args)
         # No gradient will flow (torch.no_grad, inference mode, inputs that need none): the
