@@ -290,8 +290,9 @@ def test_kernel_call_launches_the_compiled_kernel_it_found(monkeypatch):
     t = torch.zeros(16)
     call = _doors.KernelCall(kernel, (4, 2), (7,), {"BLOCK": 64}, 1)
     call(_doors.direct, t)  # a first launch: through Triton, which compiles
-    assert len(kernel.calls) == 1 and not runner.calls
+    assert len(kernel.calls) == 1 and not runner.calls and call._hit is False
     call(_doors.direct, t)  # now cached by _FastLaunch (keyed), then by the call itself (not keyed)
+    assert call._hit
     call(_doors.direct, t)
     want = ("c", (4, 2, 1, "stream1", "fn", False, True, None, None, "meta", None, None, None, t, 7, 64))
     assert runner.calls == [want, want]

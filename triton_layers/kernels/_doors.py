@@ -587,10 +587,12 @@ class KernelCall:
     constexprs and launch options, the CUDA device. Called with the launch (``direct`` or
     ``wrap_triton``) and the tensors.
 
-    Eagerly on a GPU, the first call launches through :class:`_FastLaunch` and keeps the
-    compiled kernel it found; later calls launch that directly, without the specialization
-    key :func:`_key` builds per launch (the plan's own key fixes everything that key reads:
-    the tensors' dtypes, alignment and None-ness, every other argument's value)."""
+    Eagerly on a GPU, a call launches through :class:`_FastLaunch` until the call has found
+    the compiled kernel there (on its second launch: a signature met once, as when shapes
+    change on every call, pays no more than an unplanned launch); later calls launch that
+    directly, without the specialization key :func:`_key` builds per launch (the plan's own
+    key fixes everything that key reads: the tensors' dtypes, alignment and None-ness, every
+    other argument's value)."""
 
     __slots__ = ("kernel", "grid", "scalars", "constexprs", "device", "_hit")
 
@@ -600,14 +602,16 @@ class KernelCall:
 
     def __call__(self, launch: Callable, *tensors) -> None:
         hit = self._hit
-        if hit is not None and launch is direct:
+        if hit and launch is direct:
             runtime = _RUNTIME[0]
             if not runtime.hooked():
                 c_launch, g0, g1, g2, function, prefix, tail = hit
                 c_launch(g0, g1, g2, runtime.stream(self.device), function, *prefix, *tensors, *tail)
                 return
         launch(self.kernel)[self.grid](*tensors, *self.scalars, **self.constexprs)
-        if hit is None and launch is direct and self.device is not None:
+        if hit is None and launch is direct:
+            self._hit = False  # launched once: the next eager launch looks for the compiled kernel
+        elif hit is False and launch is direct and self.device is not None:
             fast = _FAST.get(self.kernel)
             if isinstance(fast, _FastLaunch):
                 entry = fast.compiled.get(_key(self.device, (*tensors, *self.scalars), self.constexprs))
