@@ -134,6 +134,8 @@ CASES = [
     Case("ln-dtype-f64", lambda: F.layer_norm(x_(2, 8, dtype=torch.float64)),
          (TypeError, r"x has dtype torch.float64")),
     Case("ln-not-tensor", lambda: F.layer_norm([[1.0, 2.0]]), (TypeError, r"x must be a torch.Tensor, got list")),
+    Case("ln-sparse", lambda: F.layer_norm(x_(2, 8).to_sparse()),
+         (TypeError, r"x must be a dense tensor \(layout torch.strided\), got layout torch.sparse_coo")),
     Case("ln-weight-dtype", lambda: F.layer_norm(x_(2, 8), torch.ones(8, dtype=torch.int32, device=DEVICE)),
          (TypeError, r"weight has dtype torch.int32")),
     Case("ln-weight-shape", lambda: F.layer_norm(x_(2, 8), torch.ones(7, device=DEVICE)),

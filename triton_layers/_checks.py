@@ -32,9 +32,11 @@ except ModuleNotFoundError as _err:  # only a missing triton; any other error is
 
 
 def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> Tensor:
-    """``t`` must be a tensor of one of ``dtypes``."""
+    """``t`` must be a dense tensor of one of ``dtypes``."""
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout is not torch.strided:  # (sparse, nested: no strides for the kernels or the reference)
+        raise TypeError(f"{name} must be a dense tensor (layout torch.strided), got layout {t.layout}")
     if t.dtype not in dtypes:
         names = ", ".join(str(d) for d in dtypes)
         raise TypeError(f"{name} has dtype {t.dtype}; expected one of {names}")

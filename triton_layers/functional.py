@@ -104,7 +104,7 @@ def _planned(op, tensors: tuple, values: tuple) -> tuple[Optional[tuple], Any]:
     try:
         key = (*map(signature, tensors), *values, *call_state(tensors[0]))
         return key, op.plans.get(key)
-    except (AttributeError, TypeError):
+    except Exception:  # (a tensor without strides or storage, say): the unplanned path's checks decide
         return None, None
 
 
