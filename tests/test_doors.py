@@ -378,3 +378,38 @@ def test_a_planned_signature_still_rejects_bad_inputs(device):
         F.layer_norm(x.tolist(), w, b)
     with pytest.raises(ValueError, match="eps"):
         F.layer_norm(x, w, b, eps=-1.0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the guard's logic, faked on the CPU (a faked device on a "
+                    "GPU would file a compiled kernel under another device's key); tests/test_devices.py on 2 GPUs")
+def test_a_planned_call_enters_its_tensors_device(device, monkeypatch):
+    """A planned call whose tensors are not on the current CUDA device runs under that
+    device's guard (Triton launches on the current device), and only then; the real thing
+    runs in tests/test_devices.py where two GPUs are present."""
+    x, w, b = _norm_case(device)
+    op = kernel_ops.norm
+    args = (x, w, b, 1e-5, False, False, False, False, x.dtype)
+    plan = op.plan(*args)
+    current = [0]
+    entered = []
+
+    class Guard:  # torch.cuda.device, recorded
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            entered.append(self.index)
+            current.append(self.index)
+
+        def __exit__(self, *exc):
+            current.pop()
+
+    monkeypatch.setattr(torch.cuda, "device", Guard)
+    monkeypatch.setattr(_doors, "_current_device", lambda: current[-1])
+    plan.device = 0  # on the current device: no guard
+    want = op.call_planned(plan, *args)
+    assert entered == []
+    plan.device = 1  # as if the tensors lived on cuda:1
+    got = op.call_planned(plan, *args)
+    assert entered == [1] and current == [0]
+    assert torch.equal(got, want)
