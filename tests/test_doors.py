@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from triton_layers import functional as F
-from triton_layers.kernels import _doors, _launch
+from triton_layers.kernels import _doors, _fast_launch, _launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._launch import use_config as launch_config
 
@@ -182,10 +182,10 @@ def test_contiguous_inputs_reach_the_kernels_as_they_are(op, call, device, monke
 
 
 def test_fast_launch_key_separates_what_triton_specializes_on():
-    """The eager door's cache of compiled kernels (``_doors._key``) must give another key
+    """The eager door's cache of compiled kernels (``_fast_launch._key``) must give another key
     wherever Triton could compile another kernel: a tensor's dtype or 16-byte alignment, an
     argument's type (1, True and 1.0 are equal in Python), a constexpr's value, the device."""
-    from triton_layers.kernels._doors import _key
+    from triton_layers.kernels._fast_launch import _key
 
     t = torch.zeros(16)
     base = _key(0, (t, 1, 2.0), {"BLOCK": 64})
@@ -237,7 +237,7 @@ def test_fast_launch_calls_the_c_launch_only_where_it_knows_the_layout(runner, d
     closures a call) only where that object has 3.6's layout and the kernel needs no scratch
     buffer, and passes what ``__call__`` would have: grid, stream, function, cooperative and
     PDL flags, no scratch, the packed metadata, no launch metadata or hooks, the arguments."""
-    from triton_layers.kernels._doors import _launcher
+    from triton_layers.kernels._fast_launch import _launcher
 
     compiled = _Compiled(runner)
     launch, prefix = _launcher(compiled)
@@ -282,11 +282,11 @@ def test_kernel_call_launches_the_compiled_kernel_it_found(monkeypatch):
     runner = _Launcher36()
     compiled = _Compiled(runner)
     kernel = _FakeKernel(compiled)
-    fast = _doors._FastLaunch.__new__(_doors._FastLaunch)
+    fast = _fast_launch._FastLaunch.__new__(_fast_launch._FastLaunch)
     fast.kernel, fast.constexprs, fast.n_params, fast.compiled = kernel, ("BLOCK",), 3, {}
-    monkeypatch.setattr(_doors, "_RUNTIME", [runtime])
-    monkeypatch.setitem(_doors._FAST, kernel, fast)
-    monkeypatch.setattr(_doors, "_current_device", lambda: 1)
+    monkeypatch.setattr(_fast_launch, "_RUNTIME", [runtime])
+    monkeypatch.setitem(_fast_launch._FAST, kernel, fast)
+    monkeypatch.setattr(_fast_launch, "current_device", lambda: 1)
     t = torch.zeros(16)
     call = _doors.KernelCall(kernel, (4, 2), (7,), {"BLOCK": 64}, 1)
     call(_doors.direct, t)  # a first launch: through Triton, which compiles
@@ -405,7 +405,7 @@ def test_a_planned_call_enters_its_tensors_device(device, monkeypatch):
             current.pop()
 
     monkeypatch.setattr(torch.cuda, "device", Guard)
-    monkeypatch.setattr(_doors, "_current_device", lambda: current[-1])
+    monkeypatch.setattr(_doors, "current_device", lambda: current[-1])
     plan.device = 0  # on the current device: no guard
     want = op.call_planned(plan, *args)
     assert entered == []

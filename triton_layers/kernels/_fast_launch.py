@@ -1,0 +1,205 @@
+"""Eager launches of our Triton kernels without Triton's per-call Python binding.
+
+``direct`` is how the eager door launches: ``direct(kernel)[grid](*args, **constexprs)``
+goes through :class:`_FastLaunch`, which keeps each compiled kernel by its specialization
+key (:func:`_key`) and launches it through its compiled launcher; a plan's
+:class:`KernelCall` keeps the compiled kernel it found and launches it without a key.
+The compiled door launches through ``wrap_triton`` instead (kernels/_doors.py).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+
+def direct(kernel):
+    """How the eager door launches ``kernel`` (the compiled door passes ``wrap_triton``):
+    on a GPU through the compiled kernel's own launcher (:class:`_FastLaunch`), under the
+    Triton interpreter as is."""
+    fast = _FAST.get(kernel)
+    if fast is None:
+        fast = _FAST[kernel] = _FastLaunch(kernel) if _FastLaunch.supports(kernel) else kernel
+    return fast
+
+
+_FAST: dict = {}
+
+
+def _key(device: int, args: tuple, kwargs: dict) -> tuple:
+    """What the compiled kernel for ``args`` depends on, or finer: each tensor's dtype and
+    16-byte alignment, every other argument's value and type (Triton specializes ints on
+    being 1, a multiple of 16, 32-bit; a value is finer), the constexprs and options by
+    name, the device. One flat tuple: building and hashing it for LayerNorm's forward (14
+    arguments, 11 constexprs and options) took 4.7 us on a CPU against 7.9 us with a tuple
+    per argument; it is most of a cached launch's Python. An aligned tensor stands as its
+    dtype alone (no pair built: 3.6 against 4.8 us a key on a CPU), a misaligned one as
+    ``(dtype, False)``."""
+    return (device, *[(a.dtype if not a.data_ptr() & 15 else (a.dtype, False)) if isinstance(a, Tensor) else a
+                      for a in args],
+            *map(type, args), *kwargs.items())
+
+
+class _FastLaunch:
+    """Eager launches of one ``@triton.jit`` kernel without Triton's per-call binding.
+
+    ``kernel[grid](*args, **constexprs)`` through ``JITFunction.run`` binds and specializes
+    every argument in Python on each call: on an H200 host (Triton 3.6, LayerNorm's forward,
+    ``python -m benchmarks.bench_host --parts``) 24-35 us a launch, against 14-18 us through
+    this class (of which the key 3.5-5.4 us and the C launch 6-8 us). The first call with a given
+    specialization key (:func:`_key`) goes through Triton, which compiles or finds the
+    kernel; later calls launch that compiled kernel directly, as ``JITFunction.run`` does.
+    Launch hooks (profilers such as proton) send every call through Triton.
+    """
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.constexprs = tuple(p.name for p in kernel.params if p.is_constexpr)
+        self.n_params = len(kernel.params)
+        self.compiled: dict = {}
+
+    @staticmethod
+    def supports(kernel) -> bool:
+        """A GPU JITFunction whose constexpr parameters come last (ours all do)."""
+        from triton.runtime.jit import JITFunction
+
+        if not isinstance(kernel, JITFunction) or _triton_runtime() is None:
+            return False  # the interpreter's kernels, or a Triton too different from ours
+        flags = [p.is_constexpr for p in kernel.params]
+        return flags == sorted(flags)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self._launch(grid, args, kwargs)
+
+    def _launch(self, grid, args, kwargs):
+        runtime = _RUNTIME[0]  # (set: every _FastLaunch passed supports(), which asked _triton_runtime())
+        if runtime.hooked():
+            return self.kernel[grid](*args, **kwargs)
+        device = current_device()
+        key = _key(device, args, kwargs)
+        hit = self.compiled.get(key)
+        if hit is None:
+            if len(self.compiled) >= MAX_KEYS:  # ints are keyed by value: bound the shapes kept
+                self.compiled.clear()
+            compiled = self.kernel[grid](*args, **kwargs)  # compiles (or finds) and launches
+            values = tuple(kwargs.get(name, _MISSING) for name in self.constexprs)
+            if compiled is not None and _MISSING not in values and len(args) + len(values) == self.n_params:
+                self.compiled[key] = (*_launcher(compiled), compiled, values)
+            return compiled
+        launch, prefix, compiled, values = hit
+        launch(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, runtime.stream(device),
+               compiled.function, *prefix, *args, *values)
+        return compiled
+
+
+def _launcher(compiled) -> tuple[Callable, tuple]:
+    """How to launch ``compiled`` again: ``(launch, prefix)``, called as
+    ``launch(grid0, grid1, grid2, stream, function, *prefix, *args, *constexprs)``.
+
+    Through its launcher object (``compiled.run``) as ``JITFunction.run`` does, with no
+    launch hooks; or, where that object has Triton 3.6's layout (``__call__(gridX, gridY,
+    gridZ, stream, function, *args)``, which only allocates the scratch buffers that kernels
+    using none skip, then calls the C ``launch``), through its C ``launch`` directly: the
+    Python ``__call__`` builds two closures per call (H200 host, LayerNorm's forward kernel:
+    7.1-8.9 us a launch through it, 5.9-7.9 us through the C launch).
+    """
+    runner = compiled.run
+    plain = (runner, (compiled.packed_metadata, None, None, None))
+    layout = _LAYOUTS.get(type(runner))
+    if layout is None:
+        try:
+            params = tuple(inspect.signature(type(runner).__call__).parameters)
+        except (TypeError, ValueError):
+            params = ()
+        layout = _LAYOUTS[type(runner)] = params == ("self", "gridX", "gridY", "gridZ", "stream", "function", "args")
+    if not layout or getattr(runner, "global_scratch_size", 1) or getattr(runner, "profile_scratch_size", 1):
+        return plain
+    try:
+        c_launch, coop, pdl = runner.launch, runner.launch_cooperative_grid, runner.launch_pdl
+    except AttributeError:
+        return plain
+    # launch(grid, stream, function, cooperative, pdl, global scratch, profile scratch,
+    #        packed metadata, launch metadata, enter hook, exit hook, *arguments)
+    return c_launch, (coop, pdl, None, None, compiled.packed_metadata, None, None, None)
+
+
+_LAYOUTS: dict = {}  # launcher class -> whether it has Triton 3.6's layout (see _launcher)
+_MISSING = object()
+# torch.cuda.current_device less its lazy-initialization check, on every launch: a CUDA
+# tensor in hand means CUDA is initialized. (CPU builds of torch lack it: the public one.)
+current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+MAX_KEYS = 4096
+
+
+class _Runtime:
+    """The parts of Triton's runtime the fast launch needs: the current stream, and
+    whether launch hooks are set (Triton 3.4+: triton.knobs)."""
+
+    def __init__(self):
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        self.stream = driver.active.get_current_stream
+        self._runtime_knobs = knobs.runtime
+
+    def hooked(self) -> bool:
+        # (on every launch: plain tests, no generator; 0.2-0.3 us on an H200 host)
+        k = self._runtime_knobs
+        enter, leave = k.launch_enter_hook, k.launch_exit_hook
+        return bool((enter is not None and getattr(enter, "calls", True))
+                    or (leave is not None and getattr(leave, "calls", True)))
+
+
+_RUNTIME: list = []
+
+
+def _triton_runtime() -> Optional[_Runtime]:
+    if not _RUNTIME:
+        try:
+            _RUNTIME.append(_Runtime())
+        except (ImportError, AttributeError, RuntimeError):  # no GPU driver, or another Triton
+            _RUNTIME.append(None)
+    return _RUNTIME[0]
+
+
+class KernelCall:
+    """One launch of a ``@triton.jit`` kernel, decided by a plan: the kernel, its grid, its
+    arguments after the tensors (every kernel of ours takes its tensors first), its
+    constexprs and launch options, the CUDA device. Called with the launch (``direct`` or
+    ``wrap_triton``) and the tensors.
+
+    Eagerly on a GPU, a call launches through :class:`_FastLaunch` until the call has found
+    the compiled kernel there (on its second launch: a signature met once, as when shapes
+    change on every call, pays no more than an unplanned launch); later calls launch that
+    directly, without the specialization key :func:`_key` builds per launch (the plan's own
+    key fixes everything that key reads: the tensors' dtypes, alignment and None-ness, every
+    other argument's value)."""
+
+    __slots__ = ("kernel", "grid", "scalars", "constexprs", "device", "_hit")
+
+    def __init__(self, kernel, grid: tuple, scalars: tuple, constexprs: dict, device: Optional[int]):
+        self.kernel, self.grid, self.scalars, self.constexprs, self.device = kernel, grid, scalars, constexprs, device
+        self._hit = None
+
+    def __call__(self, launch: Callable, *tensors) -> None:
+        hit = self._hit
+        if hit and launch is direct:
+            runtime = _RUNTIME[0]
+            if not runtime.hooked():
+                c_launch, g0, g1, g2, function, prefix, tail = hit
+                c_launch(g0, g1, g2, runtime.stream(self.device), function, *prefix, *tensors, *tail)
+                return
+        launch(self.kernel)[self.grid](*tensors, *self.scalars, **self.constexprs)
+        if hit is None and launch is direct:
+            self._hit = False  # launched once: the next eager launch looks for the compiled kernel
+        elif hit is False and launch is direct and self.device is not None:
+            fast = _FAST.get(self.kernel)
+            if isinstance(fast, _FastLaunch):
+                entry = fast.compiled.get(_key(self.device, (*tensors, *self.scalars), self.constexprs))
+                if entry is not None:
+                    c_launch, prefix, compiled, values = entry
+                    grid = (*self.grid, 1, 1)
+                    self._hit = (c_launch, grid[0], grid[1], grid[2], compiled.function, prefix,
+                                 (*self.scalars, *values))
