@@ -413,3 +413,44 @@ def test_a_planned_call_enters_its_tensors_device(device, monkeypatch):
     got = op.call_planned(plan, *args)
     assert entered == [1] and current == [0]
     assert torch.equal(got, want)
+
+
+def _planned_cases(device):
+    r = lambda *s, **k: torch.randn(*s, device=device, **k)  # noqa: E731
+    mask = torch.rand(2, 24, device=device) > 0.3
+    return {
+        "layer_norm": (lambda x, w, b: F.layer_norm(x, w, b), (r(3, 5, 24), 1 + r(24), r(24))),
+        "rms_norm+residual": (lambda x, res, w: F.rms_norm(x, w, residual=res, residual_dtype=torch.float32)[0],
+                              (r(6, 24), r(6, 24), 1 + r(24))),
+        "softmax causal+mask": (lambda x: F.softmax(x, causal=True, scale=0.3, key_padding_mask=mask),
+                                (r(2, 3, 7, 24),)),
+        "weighted_sum bias (1,)": (lambda x, w, b: F.weighted_sum(x, w, b), (r(4, 5, 24), r(24), r(1))),
+        "coor_descent k per row+mask": (
+            lambda s, k: F.coor_descent(s, n_iters=3, k=k, mask=mask[:, None, :].expand(2, 3, 24).contiguous()),
+            (r(2, 3, 24), 1 + r(2, 1).abs())),
+    }
+
+
+@pytest.mark.parametrize("case", ["layer_norm", "rms_norm+residual", "softmax causal+mask", "weighted_sum bias (1,)",
+                                  "coor_descent k per row+mask"])
+def test_a_planned_call_gives_bitwise_what_planning_gave(case, device):
+    """The call that makes a plan and the later calls that find it give bitwise the same
+    outputs and gradients, for every op (the plan keeps the launches; the run only
+    allocates and launches), with fresh inputs of the same signature in between."""
+    from triton_layers.kernels import ops
+
+    fn, inputs = _planned_cases(device)[case]
+    for op in (ops.norm, ops.softmax, ops.weighted_sum, ops.coor_descent):
+        op.plans.clear()
+
+    def run():
+        leaves = [t.detach().clone().requires_grad_() for t in inputs]
+        y = fn(*leaves)
+        return (y, *torch.autograd.grad(y, leaves, torch.ones_like(y)))
+
+    first = run()  # plans
+    fn(*[torch.randn_like(t).requires_grad_() for t in inputs])  # another call of the signature
+    again = run()  # planned
+    assert sum(len(op.plans) for op in (ops.norm, ops.softmax, ops.weighted_sum, ops.coor_descent)) >= 1
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
