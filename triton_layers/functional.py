@@ -97,8 +97,8 @@ def _planned(op, tensors: tuple, values: tuple) -> tuple[Optional[tuple], Any]:
     that are not tensors or not hashable (the checks then say what is wrong).
 
     Every functional op begins here: a plan found skips its checks (they passed for this
-    signature) and its launches' geometry (H100 host, LayerNorm 8x256 forward: 43 us a call
-    against 64-77 us unplanned, F.layer_norm 21 us)."""
+    signature) and its launches' geometry (H100 host, LayerNorm 8x256 forward: 43-52 us a
+    call, against 64-77 us before there were plans and 21-25 us for F.layer_norm)."""
     if op is None or tracing() or _functorch_active():
         return None, None
     try:
