@@ -48,21 +48,21 @@ class OpDescription:
       ``bool``, ``torch.dtype``).
     - ``outputs``: names of the op's outputs; ``residuals``: names of the tensors the
       forward also returns, for the backward only (statistics; no gradient flows to them).
-    - ``forward(launch, *inputs)`` returns a tuple of tensors: ``outputs`` then ``residuals``.
-      Or, split in two: ``plan_forward(*inputs)`` decides everything a call's tensors' metadata
-      fixes (geometry, kernel choices, :class:`KernelCall` objects) without launching, and
-      ``run_forward(launch, plan, *inputs)`` allocates and launches. Eager calls keep the plan
-      per call signature (:meth:`Op.plan`), so that a repeated signature pays only the run.
+    - The forward in two halves: ``plan_forward(*inputs)`` decides everything a call's
+      tensors' metadata fixes (geometry, kernel choices, :class:`KernelCall` objects)
+      without launching, and ``run_forward(launch, plan, *inputs)`` allocates and launches,
+      returning a tuple of tensors: ``outputs`` then ``residuals``. Eager calls keep the
+      plan per call signature (:meth:`Op.plan`), so that a repeated signature pays only the run.
     - ``saved``: ``(name, type)`` of what the backward needs, tensors (``Tensor``,
       ``Optional[Tensor]``) first; ``save(inputs, results, needs)`` returns those values
       in that order, from the inputs and the forward's results (named tuples:
       ``inputs.x``, ``results.stats``) and ``needs`` (argument name -> whether it needs a
       gradient).
-    - ``backward(launch, grads, needs, *saved)`` gets the outputs' gradients (a tuple) and
-      returns ``{argument name: gradient}`` for the arguments in ``needs`` that are True;
-      gradients in fp32 are cast to their argument's dtype by the door. Or split as the
-      forward: ``plan_backward(grads, needs, *saved)`` and ``run_backward(launch, plan, grads,
-      needs, *saved)``; a planned call keeps its backward plans by the gradients' strides.
+    - The backward likewise: ``plan_backward(grads, needs, *saved)`` and ``run_backward(launch,
+      plan, grads, needs, *saved)``, which gets the outputs' gradients (a tuple) and returns
+      ``{argument name: gradient}`` for the arguments in ``needs`` that are True; gradients
+      in fp32 are cast to their argument's dtype by the door. A planned call keeps its
+      backward plans by the gradients' strides.
     - ``differentiable``: the arguments that can get a gradient.
     - ``shared_grads``: ``(a, b)`` pairs of arguments whose gradients are equal: when both
       need one and they have one dtype, the backward returns b's gradient tensor as a's
@@ -76,22 +76,14 @@ class OpDescription:
     inputs: tuple[tuple[str, Any], ...]
     outputs: tuple[str, ...]
     residuals: tuple[str, ...]
-    forward: Optional[Callable[..., tuple]]
+    plan_forward: Callable[..., Any]
+    run_forward: Callable[..., tuple]
     saved: tuple[tuple[str, Any], ...]
     save: Callable[..., tuple]
-    backward: Optional[Callable[..., dict]]
+    plan_backward: Callable[..., Any]
+    run_backward: Callable[..., dict]
     differentiable: tuple[str, ...]
     shared_grads: tuple[tuple[str, str], ...] = ()
-    plan_forward: Optional[Callable[..., Any]] = None
-    run_forward: Optional[Callable[..., tuple]] = None
-    plan_backward: Optional[Callable[..., Any]] = None
-    run_backward: Optional[Callable[..., dict]] = None
-
-    def __post_init__(self):
-        for plain, plan, run in (("forward", "plan_forward", "run_forward"),
-                                 ("backward", "plan_backward", "run_backward")):
-            if (getattr(self, plain) is None) == (getattr(self, plan) is None or getattr(self, run) is None):
-                raise ValueError(f"{self.name}: give either {plain} or both {plan} and {run}")
 
 
 def _signature(params: tuple[tuple[str, Any], ...], returns: Any) -> inspect.Signature:
@@ -133,19 +125,15 @@ class Op:
         self._planned_apply = super(torch.autograd.Function, self._planned_door()).apply
         self.forward_op, self.backward_op = self._compiled_door()
 
-    # -- the description's forward and backward, planned or not --------------------------
+    # -- the description's forward and backward, planned for this call alone ------------
     def forward(self, launch: Callable, *args) -> tuple:
-        """The op's forward launcher on ``args`` (outputs, then residuals)."""
+        """The op's forward on ``args`` (outputs, then residuals)."""
         d = self.desc
-        if d.forward is not None:
-            return d.forward(launch, *args)
         return d.run_forward(launch, d.plan_forward(*args), *args)
 
     def backward(self, launch: Callable, grads: tuple, needs: dict, *saved) -> dict:
-        """The op's backward launcher: ``{argument name: gradient}``."""
+        """The op's backward: ``{argument name: gradient}``."""
         d = self.desc
-        if d.backward is not None:
-            return d.backward(launch, grads, needs, *saved)
         return d.run_backward(launch, d.plan_backward(grads, needs, *saved), grads, needs, *saved)
 
     # -- shared by both doors ------------------------------------------------------------
@@ -310,16 +298,8 @@ class Op:
         needs = {n: autograd and a is not None and a.requires_grad for n, a in zip(d.differentiable, grad_args)}
         dtypes = tuple(None if a is None else a.dtype for a in grad_args)
         x = args[0]
-        if d.plan_forward is None:  # an op not split into plan and run: its forward each call
-            forward, run_forward = None, lambda launch, _, *a: d.forward(launch, *a)
-        else:
-            forward, run_forward = d.plan_forward(*args), d.run_forward
-        if d.plan_backward is None:
-            plan_backward, run_backward = _no_plan, lambda launch, _, *a: d.backward(launch, *a)
-        else:
-            plan_backward, run_backward = d.plan_backward, d.run_backward
-        return OpPlan(forward, run_forward, plan_backward, run_backward, needs, dtypes, autograd,
-                      x.get_device() if x.is_cuda else None)
+        return OpPlan(d.plan_forward(*args), d.run_forward, d.plan_backward, d.run_backward, needs, dtypes,
+                      autograd, x.get_device() if x.is_cuda else None)
 
     def call_planned(self, plan: "OpPlan", *args):
         """The op on ``args`` by ``plan`` (:meth:`plan` of a call with ``args``' signature), eagerly."""
@@ -387,10 +367,6 @@ def mask_bytes(mask: Optional[Tensor], launch: Callable) -> Optional[Tensor]:
 
 
 _NONE_YET = object()
-
-
-def _no_plan(*_) -> None:
-    return None
 
 
 class OpPlan:

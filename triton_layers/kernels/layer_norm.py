@@ -411,8 +411,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
     if single_pass:
         n_tiles = _launch.cdiv(n_rows, block_m)
         # bytes the prefetched loads bring per element: z, dy and (with a residual) dh
-        loaded = z.element_size() * (2 if dy is None else 1) + (0 if dy is None else dy.element_size()) + (
-            0 if dh is None else dh.element_size())
+        loaded = z.element_size() + (z if dy is None else dy).element_size() + (0 if dh is None else dh.element_size())
         programs, tiles_per_program = _launch.persistent_grid(n_tiles, z.device, cfg.bwd_programs_per_sm)
         stages = cfg.bwd_stages if block_n <= _launch.LONG_ROW else cfg.bwd_long_row_stages
         writers = programs
@@ -515,7 +514,6 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
             residuals=("stats",),
             plan_forward=_plan_forward,
             run_forward=_run_forward,
-            forward=None,
             # The backward reads h (the normalized input) instead of x and the residual.
             saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS,
                    ("x_dtype", torch.dtype), ("r_dtype", torch.dtype)),
@@ -524,7 +522,6 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
                 inputs.residual.dtype),
             plan_backward=_plan_backward,
             run_backward=_run_backward,
-            backward=None,
             differentiable=("x", "residual", "weight", "bias"),
             shared_grads=(("residual", "x"),),
         )
@@ -533,13 +530,11 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         inputs=(("x", Tensor), *params, *_FLAGS, ("out_dtype", torch.dtype)),
         outputs=("y",),
         residuals=("stats",),
-        forward=None,
         plan_forward=lambda x, *args: _plan_forward(x, None, *args, None),
         run_forward=lambda launch, plan, x, weight, bias, *flags: _run_forward(launch, plan, x, None, weight, bias),
         saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS),
         save=lambda inputs, results, needs: (
             inputs.x, inputs.weight, results.stats, *_saved_flags(inputs)),
-        backward=None,
         plan_backward=lambda grads, needs, z, *saved: _plan_backward(grads, needs, z, *saved, z.dtype, None),
         run_backward=_run_backward,
         differentiable=("x", "weight", "bias"),
