@@ -101,17 +101,25 @@ def host_us(step: Callable[[], None], calls: Optional[int] = None) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
+def interleaved(steps: dict[str, Callable[[], None]]) -> dict[str, list[float]]:
+    """Each step's host time per call (:func:`host_us`) in each of ROUNDS rounds, the steps
+    taking turns within a round (A B A B ...) so that the host's drift hits all alike; after
+    WARMUP calls of each."""
+    for step in steps.values():
+        host_us(step, WARMUP)
+    times = {name: [] for name in steps}
+    for _ in range(ROUNDS):
+        for name, step in steps.items():
+            times[name].append(host_us(step))
+    return times
+
+
 def measure(dev) -> list[dict]:
     rows = []
     for op, (leaves, ours, theirs) in _cases(dev).items():
         for mode in MODES:
             steps = {"triton_layers": _step(ours, leaves, mode), "torch": _step(theirs, leaves, mode)}
-            for step in steps.values():
-                host_us(step, WARMUP)
-            times = {impl: [] for impl in steps}
-            for _ in range(ROUNDS):  # interleaved: A B A B ...
-                for impl, step in steps.items():
-                    times[impl].append(host_us(step))
+            times = interleaved(steps)
             for impl, step in steps.items():
                 t = times[impl]
                 rows.append(dict(op=op, mode=mode, impl=impl, rounds=ROUNDS, calls=CALLS,
@@ -215,13 +223,7 @@ def part_steps(dev) -> dict[str, Callable[[], None]]:
 
 def measure_parts(dev) -> list[dict]:
     """host_parts.csv: each part's host time per call, all parts interleaved round by round."""
-    steps = part_steps(dev)
-    for step in steps.values():
-        host_us(step, WARMUP)
-    times = {name: [] for name in steps}
-    for _ in range(ROUNDS):
-        for name, step in steps.items():
-            times[name].append(host_us(step))
+    times = interleaved(part_steps(dev))
     return [dict(part=name, what=what, nested=int(nested), rounds=ROUNDS, calls=CALLS,
                  host_us=round(statistics.median(times[name]), 2), host_us_min=round(min(times[name]), 2),
                  host_us_max=round(max(times[name]), 2))
