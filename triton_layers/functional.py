@@ -108,6 +108,16 @@ def _planned(op, tensors: tuple, values: tuple) -> tuple[Optional[tuple], Any]:
         return None, None
 
 
+def _plan_and_call(plans, key: tuple, op, tensors: tuple, tail: tuple):
+    """``op(*tensors, *tail)`` through a new plan, kept in ``plans`` under ``key`` as
+    ``(op, plan, tail)`` for the later calls with this signature (whose hit passes its own
+    tensors and that ``tail``)."""
+    args = (*tensors, *tail)
+    plan = op.plan(*args)
+    plans.put(key, (op, plan, tail))
+    return op.call_planned(plan, *args)
+
+
 def _out_dtype(value: object, name: str) -> torch.dtype:
     if not isinstance(value, torch.dtype) or value not in FLOAT_DTYPES:
         names = ", ".join(str(d) for d in FLOAT_DTYPES)
@@ -206,16 +216,14 @@ def _norm(
             b = b.contiguous()
         flags = (eps, rms, stable, bool(unit_offset), bool(cast_before_weight), out_dtype)
         if r2 is None:
-            op, args = _kernels.norm, (x2, w, b, *flags)
+            op, tensors = _kernels.norm, (x2, w, b)
         else:
-            op, args, flags = _kernels.residual_norm, (x2, r2, w, b, *flags, residual_dtype), (*flags, residual_dtype)
+            op, tensors, flags = _kernels.residual_norm, (x2, r2, w, b), (*flags, residual_dtype)
         if key is not None and x2 is x and r2 is residual and w is weight and b is bias:
             # As given (no reshape, no copy): later calls with this signature start at the plan.
-            plan = op.plan(*args)
-            _kernels.norm.plans.put(key, (op, plan, flags))
-            y = op.call_planned(plan, *args)
+            y = _plan_and_call(_kernels.norm.plans, key, op, tensors, flags)
         else:
-            y = op(*args)
+            y = op(*tensors, *flags)
         if r2 is not None:
             y, h = y
     else:
@@ -267,10 +275,10 @@ def weighted_sum(
     fp32 with fp16/bf16 ``x``. The same as ``nn.functional.linear(x, weight[None], bias)``
     without its trailing dim of size 1.
     """
-    key, plan = _planned(_kernels and _kernels.weighted_sum, (x, weight, bias), (use_triton,))
-    if plan is not None:
-        return _kernels.weighted_sum.call_planned(plan, x, weight, bias if bias is None or not bias.dim() else
-                                                  bias.reshape(()))
+    key, hit = _planned(_kernels and _kernels.weighted_sum, (x, weight, bias), (use_triton,))
+    if hit is not None:
+        op, plan, _ = hit
+        return op.call_planned(plan, x, weight, bias if bias is None or not bias.dim() else bias.reshape(()))
     check_tensor(x, "x")
     check_tensor(weight, "weight")
     if bias is not None:
@@ -292,9 +300,7 @@ def weighted_sum(
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
     op = _kernels.weighted_sum
     if key is not None and x2 is x and w is weight:
-        plan = op.plan(x, w, b)
-        op.plans.put(key, plan)
-        return op.call_planned(plan, x, w, b)
+        return _plan_and_call(op.plans, key, op, (x, w, b), ())
     y = op(x2, w, b)
     return y if x2 is x else y.reshape(x.shape[:-1])
 
@@ -333,9 +339,8 @@ def coor_descent(
     key, hit = _planned(_kernels and _kernels.coor_descent, (s, mask, k if k_tensor else None), (
         n_iters, None if k_tensor else k, eps, eps_init, eps_decay, use_triton))
     if hit is not None:
-        plan, tail = hit
-        return _kernels.coor_descent.call_planned(
-            plan, s, mask, k.expand(s.shape[:-1]).reshape(-1) if k_tensor else None, *tail)
+        op, plan, tail = hit
+        return op.call_planned(plan, s, mask, k.expand(s.shape[:-1]).reshape(-1) if k_tensor else None, *tail)
     check_tensor(s, "s", FLOAT_DTYPES + (torch.float64,))
     if s.dim() < 1:
         raise ValueError(f"s must have at least one dim (rows x sequence), got shape {tuple(s.shape)}")
@@ -373,9 +378,7 @@ def coor_descent(
     tail = (0.0 if k2 is not None else float(k), n_iters, float(eps), float(eps if eps_init is None else eps_init),
             float(eps_decay))
     if key is not None and s2 is s and m2 is mask:
-        plan = op.plan(s, mask, k2, *tail)
-        op.plans.put(key, (plan, tail))
-        return op.call_planned(plan, s, mask, k2, *tail)
+        return _plan_and_call(op.plans, key, op, (s, mask, k2), tail)
     y = op(s2, m2, k2, *tail)
     return y if s2 is s else y.reshape(s.shape)
 
@@ -408,8 +411,8 @@ def softmax(
     """
     key, hit = _planned(_kernels and _kernels.softmax, (x, key_padding_mask), (causal, scale, use_triton))
     if hit is not None:
-        plan, tail = hit
-        return _kernels.softmax.call_planned(plan, x, key_padding_mask, *tail)
+        op, plan, tail = hit
+        return op.call_planned(plan, x, key_padding_mask, *tail)
     check_tensor(x, "x")
     if key_padding_mask is not None:
         check_tensor(key_padding_mask, "key_padding_mask", (torch.bool,))
@@ -440,8 +443,6 @@ def softmax(
     n_q = x.shape[-2] if causal else 1
     op, tail = _kernels.softmax, (n_q, rows_per_batch, causal, scale)
     if key is not None and x2 is x:
-        plan = op.plan(x, key_padding_mask, *tail)
-        op.plans.put(key, (plan, tail))
-        return op.call_planned(plan, x, key_padding_mask, *tail)
+        return _plan_and_call(op.plans, key, op, (x, key_padding_mask), tail)
     y = op(x2, key_padding_mask, *tail)
     return y if x2 is x else y.reshape(x.shape)
