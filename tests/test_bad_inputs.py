@@ -153,6 +153,8 @@ CASES = [
          (ValueError, rf"all tensors must be on one device; got x on {DEVICE}.*, weight on {OTHER}")),
     Case("ln-wrong-device", lambda: F.layer_norm(x_(2, 8, device="meta"), use_triton=True),
          (ValueError, r"use_triton=True needs a CUDA tensor .* got a tensor on meta")),
+    Case("functorch-use-triton", lambda: torch.func.grad(lambda x: F.layer_norm(x, use_triton=True).sum())(x_(2, 8)),
+         (ValueError, r"use_triton=True cannot run under torch.func transforms")),
     Case("ln-empty-rows", lambda: with_x(lambda x: F.layer_norm(x, w8()), x_(0, 8)), empty_result((0, 8))),
     Case("ln-empty-cols", lambda: with_x(F.layer_norm, x_(3, 0)), empty_result((3, 0))),
     Case("ln-noncontiguous", *ln_nc),

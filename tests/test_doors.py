@@ -454,3 +454,29 @@ def test_a_planned_call_gives_bitwise_what_planning_gave(case, device):
     assert sum(len(op.plans) for op in (ops.norm, ops.softmax, ops.weighted_sum, ops.coor_descent)) >= 1
     for a, b in zip(first, again):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("transform", ["grad", "vmap"])
+def test_torch_func_transforms_run_the_reference(transform, device):
+    """Under torch.func's transforms (whose autograd.Function rules our eager door lacks)
+    every op runs the pure-torch reference: the same values as the reference called
+    directly, per sample under vmap, and its gradients under grad."""
+    from triton_layers import reference
+
+    w = 1 + torch.randn(24, device=device)
+    x = torch.randn(3, 5, 24, device=device)
+    ops = {
+        "layer_norm": (lambda t: F.layer_norm(t, w), lambda t: torch.nn.functional.layer_norm(t, (24,), w)),
+        "softmax": (lambda t: F.softmax(t, causal=True, scale=0.5),
+                    lambda t: reference.softmax(t, True, 0.5, None)),
+        "weighted_sum": (lambda t: F.weighted_sum(t, w), lambda t: reference.weighted_sum(t, w, None)),
+        "coor_descent": (lambda t: F.coor_descent(t, n_iters=3, k=2.0),
+                         lambda t: reference.coor_descent(t, 3, 2.0, 0.1, None, 1.0, None)),
+    }
+    for name, (ours, ref) in ops.items():
+        if transform == "grad":
+            got = torch.func.grad(lambda t: ours(t).square().sum())(x)
+            want = torch.func.grad(lambda t: ref(t).square().sum())(x)
+        else:
+            got, want = torch.func.vmap(ours)(x), torch.stack([ref(t) for t in x])
+        torch.testing.assert_close(got, want, msg=name)

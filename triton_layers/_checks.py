@@ -13,6 +13,9 @@ from torch import Tensor
 
 from ._tracing import tracing
 
+# Whether a torch.func transform (vmap, grad, ...) is running.
+functorch_active = torch._C._are_functorch_transforms_active
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # Triton picks the interpreter when its kernels are defined, i.e. when triton_layers is
@@ -103,10 +106,16 @@ def use_kernels(x: Tensor, use_triton: Optional[bool]) -> bool:
     """Pick the path for ``x``: the Triton kernels or the pure-torch reference.
 
     ``None`` (auto): kernels for CUDA tensors, and for CPU tensors when TRITON_INTERPRET=1
-    was set before triton_layers was imported; the reference otherwise. ``True`` forces
-    the kernels and raises where they cannot run; ``False`` forces the reference.
+    was set before triton_layers was imported; the reference otherwise, and always under a
+    torch.func transform (vmap, grad, ...). ``True`` forces the kernels and raises where
+    they cannot run; ``False`` forces the reference.
     """
-    if x.is_cuda:
+    if functorch_active():
+        # Our eager door is an autograd.Function with neither setup_context nor a vmap rule,
+        # which torch.func's transforms refuse: under them the reference (torch ops) runs.
+        can_run = False
+        why = "cannot run under torch.func transforms (vmap, grad, jacrev, ...); use_triton=None takes the reference there"
+    elif x.is_cuda:
         if use_triton is None and KERNELS is not None:
             return True  # the common case, first
         can_run, why = KERNELS is not None, KERNELS_MISSING

@@ -15,12 +15,9 @@ from torch import Tensor
 from . import reference
 from ._checks import (
     FLOAT_DTYPES, KERNELS as _kernels, as_rows, call_state, check_positive, check_same_device, check_shape,
-    check_tensor, kernel_rows, signature, use_kernels,
+    check_tensor, functorch_active, kernel_rows, signature, use_kernels,
 )
 from ._tracing import tracing
-
-# Whether a functorch transform (vmap, grad) runs: those calls take the unplanned door.
-_functorch_active = torch._C._are_functorch_transforms_active
 
 __all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent"]
 
@@ -99,7 +96,7 @@ def _planned(op, tensors: tuple, values: tuple) -> tuple[Optional[tuple], Any]:
     Every functional op begins here: a plan found skips its checks (they passed for this
     signature) and its launches' geometry (H100 host, LayerNorm 8x256 forward: 43-52 us a
     call, against 64-77 us before there were plans and 21-25 us for F.layer_norm)."""
-    if op is None or tracing() or _functorch_active():
+    if op is None or tracing() or functorch_active():
         return None, None
     try:
         key = (*map(signature, tensors), *values, *call_state(tensors[0]))
