@@ -119,7 +119,6 @@ class Op:
         self._n_saved_tensors = sum(is_tensor)
         self.plans = PlanCache()
         """Callers' plans by call signature (the functional ops key and fill it)."""
-        self.function = self._eager_door()
         # Function.apply less its Python prologue (binding default args, unwrapping dead
         # functorch wrappers): ~4 us per call on a CPU; used while no functorch transform runs.
         self._planned_apply = super(torch.autograd.Function, self._planned_door()).apply
@@ -153,8 +152,9 @@ class Op:
         return [(a, b) for a, b in self.desc.shared_grads if ctx.needs[a] and ctx.needs[b] and dtype[a] == dtype[b]]
 
     def _stash(self, ctx, args: tuple, results: tuple) -> None:
-        # (on every eager call: written for host time, see _FastLaunch; the named tuples are
-        # made by tuple.__new__, without _make's length check: the door built both lists)
+        """The compiled door's ``setup_context``: what the backward needs, from the call.
+        (The named tuples are made by tuple.__new__, without _make's length check: the door
+        built both lists.)"""
         ctx.set_materialize_grads(False)  # no zero tensors for outputs without consumers
         ctx.needs = needs = dict(zip(self.desc.differentiable, self._pick_grads(ctx.needs_input_grad)))
         saved = self.desc.save(_new_tuple(self._Inputs, args), _new_tuple(self._Results, results), needs)
@@ -168,27 +168,6 @@ class Op:
         return (*ctx.saved_tensors, *ctx.others)
 
     # -- eager door ----------------------------------------------------------------------
-    def _eager_door(self) -> type:
-        op = self
-        n_out = self._n_out
-
-        class _Function(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, *args):
-                results = op.forward(direct, *args)
-                op._stash(ctx, args, results)
-                # The residuals are saved, not returned: fewer outputs for autograd to wrap.
-                return results[0] if n_out == 1 else results[:n_out]
-
-            @staticmethod
-            def backward(ctx, *grads):
-                saved = op._saved(ctx)
-                grads = op.backward(direct, grads[:n_out], ctx.needs, *saved)
-                return op._grads_in_order(grads, ctx.needs, ctx.dtypes)
-
-        _Function.__name__ = _Function.__qualname__ = f"{self._camel()}Function"
-        return _Function
-
     def _planned_door(self) -> type:
         """The eager door of planned calls: the plan (first argument) holds what the call
         signature fixes: the forward's decisions, which inputs need a gradient and their
@@ -275,16 +254,7 @@ class Op:
             results = self.forward_op(*args)
             results = (results,) if isinstance(results, Tensor) else results
             return results[0] if self._n_out == 1 else tuple(results[: self._n_out])
-        # Triton launches on the current device and its current stream: make that the
-        # tensors' device. (The backward needs no guard: autograd runs it on a thread of
-        # the device its gradients live on, with the forward's stream.)
-        if torch._C._are_functorch_transforms_active():
-            # (unwraps functorch's tensors: the only door for vmap, grad)
-            x = args[0]
-            if x.is_cuda and x.get_device() != current_device():
-                with torch.cuda.device(x.device):
-                    return self.function.apply(*args)
-            return self.function.apply(*args)
+        # (torch.func transforms never come here: functional runs the reference under them)
         return self.call_planned(self.plan(*args), *args)
 
     def plan(self, *args) -> "OpPlan":
