@@ -748,3 +748,27 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
     # every backward under its case's limit (the forwards' is fwd_max_fused_cols): split at 32, whole at 64
     fwd_limits = {_launch.DEFAULT.layer_norm.fwd_max_fused_cols, _launch.DEFAULT.layer_norm.fwd_residual_max_fused_cols}
     assert {p for p in paths if p[0] not in fwd_limits} == {(32, False), (64, True)}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_coor_descent with the timer patched out: each combination of both grids runs our
+    forward (or forward + backward) under its knobs (a spy sees the warps each launch got)."""
+    from benchmarks import tune_coor_descent
+    from triton_layers.kernels import _launch
+
+    runs = _fake_gpu_timer(monkeypatch)
+    warps = []
+    warps_for = _launch.warps_for
+
+    def spy(block, elems_per_thread, max_warps=32):
+        warps.append((block, elems_per_thread, max_warps))
+        return warps_for(block, elems_per_thread, max_warps)
+    monkeypatch.setattr(_launch, "warps_for", spy)
+    monkeypatch.setattr(tune_coor_descent, "FWD_GRID", {"fwd_elems_per_thread": [1, 8], "fwd_max_warps": [16, 32]})
+    monkeypatch.setattr(tune_coor_descent, "BWD_GRID", {"bwd_elems_per_thread": [2], "split_programs_per_sm": [1, 4]})
+    tune_coor_descent.main(["--shapes", "3x40"])
+    assert len(runs) == 4 + 2
+    assert {(64, 1, 16), (64, 1, 32), (64, 8, 16), (64, 8, 32)} <= set(warps)
+    assert "fwd default 1 us" in capsys.readouterr().out
+    assert _launch.current() is _launch.DEFAULT

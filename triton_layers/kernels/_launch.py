@@ -161,16 +161,27 @@ class WeightedSumLaunch:
 
 @dataclass(frozen=True)
 class CoorDescentLaunch:
-    """coor_descent launch knobs."""
+    """coor_descent launch knobs: the op is bound by its chain of n_iters row reductions,
+    not by bytes. Chosen with benchmarks/tune_coor_descent.py (H100, GPU time, 2026-11-25)."""
 
-    # Rows up to this many columns are held in registers whole; longer rows are streamed.
-    max_fused_cols: int = 8192
+    # Rows up to this many columns are held in registers whole; longer rows are streamed,
+    # every iteration reading the row again. At 16x32768 held whole: 59 us against 97 (8,192).
+    max_fused_cols: int = 32768
     loop_block: int = 4096
+    # Elements a thread holds (num_warps = block / (32 * this), see warps_for) in the forward
+    # (one program a row, at most fwd_max_warps) and the backward (one program a chunk).
+    # Each iteration costs per element: at 256x1024 the forward took 14 us at 8 a thread,
+    # 16 at 16, 23 at 32.
+    fwd_elems_per_thread: int = 8
+    fwd_max_warps: int = 16
+    bwd_elems_per_thread: int = 8
     # The backward splits each row into chunks of at least split_min_block (at most
     # loop_block) columns, aiming at this many programs per SM, so that a few long rows
-    # still fill the GPU.
+    # still fill the GPU. A row of one chunk takes one launch, several take two: at one
+    # program an SM, 256x1024 is one launch (forward + backward 21 us against 25-27 us in two
+    # chunks); other shapes within 2 us of their best (1-8 programs an SM).
     split_min_block: int = 256
-    split_programs_per_sm: int = 4
+    split_programs_per_sm: int = 1
 
 
 @dataclass(frozen=True)
@@ -244,6 +255,11 @@ ELEMENTS_PER_WARP = 512
 def num_warps(block: int, max_warps: int = 16) -> int:
     """Warps for a program holding ``block`` elements at a time."""
     return max(1, min(max_warps, block // ELEMENTS_PER_WARP))
+
+
+def warps_for(block: int, elems_per_thread: int, max_warps: int = 32) -> int:
+    """Warps for a program holding ``block`` elements, about ``elems_per_thread`` a thread."""
+    return max(1, min(max_warps, block // (32 * elems_per_thread)))
 
 
 def matrix(t: torch.Tensor) -> torch.Tensor:

@@ -18,10 +18,16 @@ Backward (the exact gradient of the unrolled iterations). With g = dy * y / e_T 
     mass above the relu kink);  t = 1 has no s-dependence (s + b_0 = 0);
     ds = g - sum_{t=2..T} da_t * exp(s / e_{t-1} - L_t) * [s + a_{t-1} <= 0]
     dlog k = sum_{t=1..T} e_{t-1} da_t,  dk = dlog k / k (0 where k was clamped to 1e-20).
-After one row sum and T - 1 row counts, ds is elementwise, so the backward splits every row
-over many programs: launch 1 writes per-chunk partials (sum g, counts), launch 2 reduces
-them in a fixed order (no atomics: bitwise reproducible), runs the scalar recursion and
-writes its chunk of ds. Masked entries get zero; fully masked rows give zeros everywhere.
+After one row sum and T - 1 row counts, ds is elementwise, so the backward may split rows
+into chunks (a few long rows then still fill the GPU): launch 1 writes per-chunk partials
+(sum g, counts), launch 2 reduces them in a fixed order (no atomics: bitwise reproducible),
+runs the scalar recursion and writes its chunk of ds. A row of one chunk (many rows) takes
+launch 2 alone, its program computing the row's sum and counts itself. Masked entries get
+zero; fully masked rows give zeros everywhere.
+
+Both directions are bound by latency (the chain of T reductions), and each iteration's cost
+is per element: the forward's exps are taken in base 2 with the division by e folded into
+one factor, and every launch holds few elements a thread (CoorDescentLaunch).
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from . import _doors, _launch
 
 # log k uses k clamped to at least this (as colt5-attention does).
 K_MIN = tl.constexpr(1e-20)
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
 
 @triton.jit
@@ -45,6 +52,35 @@ def _load_chunk(S, Mask, offs, N, HAS_MASK: tl.constexpr):
         valid = valid & (tl.load(Mask + offs, mask=valid, other=0) != 0)
     s = tl.load(S + offs, mask=valid, other=0.0).to(tl.float32)
     return s, valid
+
+
+@triton.jit
+def _fwd_iteration(S, Mask, A, L, s, valid, s_max, a, e, logk, poison, t, N,
+                   HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr):
+    """Iteration t + 1 of the forward (a = a_t, e = e_t): store a_{t+1} and L_{t+1}; return a_{t+1}."""
+    lim = -a
+    # max_j min(s_j, -a), reached by the row's max: every exp below is <= 1 and the sum is
+    # >= 1 (on valid rows), so the log below is safe.
+    top = tl.minimum(s_max, lim)
+    # In base 2, the division by e folded into one factor: a subtraction, a multiply and an
+    # exp2 per element (a division, a subtraction and exp's own multiply before); each
+    # iteration's cost is per element. Subtracting before scaling keeps the large terms'
+    # exponents as exact as the division did (x / e - top / e rounded both, then cancelled).
+    c = LOG2E / e
+    if SINGLE_PASS:
+        total = tl.sum(tl.where(valid, tl.exp2((tl.minimum(s, lim) - top) * c), 0.0), axis=0)
+    else:
+        cols = tl.arange(0, BLOCK_N)
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            s_chunk, valid_chunk = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
+            acc += tl.where(valid_chunk, tl.exp2((tl.minimum(s_chunk, lim) - top) * c), 0.0)
+        total = tl.sum(acc, axis=0)
+    lse = top / e + tl.log(tl.maximum(total, 1.0))
+    a = e * (logk - lse) + poison
+    tl.store(A + t, a)
+    tl.store(L + t, lse)
+    return a
 
 
 @triton.jit
@@ -85,14 +121,16 @@ def _coor_descent_fwd_kernel(
         s_max = tl.max(tl.where(valid, s, float("-inf")), axis=0)
         poison = tl.sum(tl.where(valid, s * 0.0, 0.0), axis=0)
     else:
+        s = tl.zeros([BLOCK_N], dtype=tl.float32)  # unused: each pass reads the row again
+        valid = cols < 0
         cnt_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         max_acc = tl.full([BLOCK_N], float("-inf"), dtype=tl.float32)
         poison_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for start in range(0, N, BLOCK_N):
-            s, valid = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
-            cnt_acc += valid.to(tl.float32)
-            max_acc = tl.maximum(max_acc, tl.where(valid, s, float("-inf")))
-            poison_acc += tl.where(valid, s * 0.0, 0.0)
+            s_chunk, valid_chunk = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
+            cnt_acc += valid_chunk.to(tl.float32)
+            max_acc = tl.maximum(max_acc, tl.where(valid_chunk, s_chunk, float("-inf")))
+            poison_acc += tl.where(valid_chunk, s_chunk * 0.0, 0.0)
         n_valid = tl.sum(cnt_acc, axis=0)
         s_max = tl.max(max_acc, axis=0)
         poison = tl.sum(poison_acc, axis=0)
@@ -106,41 +144,24 @@ def _coor_descent_fwd_kernel(
     a = e * (logk - lse) + poison
     tl.store(A, a)
     tl.store(L, lse)
-    if row == 0:
-        tl.store(Eps, e)
-    e = tl.maximum(e * eps_decay, eps)
     for t in range(1, n_iters):
-        if row == 0:
-            tl.store(Eps + t, e)
-        lim = -a
-        # max_j min(s_j, -a) / e, reached by the row's max: every exp below is <= 1 and the
-        # sum is >= 1 (on valid rows), so the log below is safe.
-        m = tl.minimum(s_max, lim) / e
-        if SINGLE_PASS:
-            z = tl.where(valid, tl.exp(tl.minimum(s, lim) / e - m), 0.0)
-            total = tl.sum(z, axis=0)
-        else:
-            acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-            for start in range(0, N, BLOCK_N):
-                s, valid = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
-                acc += tl.where(valid, tl.exp(tl.minimum(s, lim) / e - m), 0.0)
-            total = tl.sum(acc, axis=0)
-        lse = m + tl.log(tl.maximum(total, 1.0))
-        a = e * (logk - lse) + poison
-        tl.store(A + t, a)
-        tl.store(L + t, lse)
         e = tl.maximum(e * eps_decay, eps)
-    if row == 0:
-        tl.store(Eps + n_iters, e)
+        a = _fwd_iteration(S, Mask, A, L, s, valid, s_max, a, e, logk, poison, t, N, HAS_MASK, BLOCK_N, SINGLE_PASS)
+    e = tl.maximum(e * eps_decay, eps)  # e_T
 
     if SINGLE_PASS:
         y = tl.where(valid, tl.exp(tl.minimum(s + a, 0.0) / e) + poison, 0.0)
         tl.store(Y + cols, y.to(Y.dtype.element_ty), mask=cols < N)
     else:
         for start in range(0, N, BLOCK_N):
-            s, valid = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
-            y = tl.where(valid, tl.exp(tl.minimum(s + a, 0.0) / e) + poison, 0.0)
+            s_chunk, valid_chunk = _load_chunk(S, Mask, start + cols, N, HAS_MASK)
+            y = tl.where(valid_chunk, tl.exp(tl.minimum(s_chunk + a, 0.0) / e) + poison, 0.0)
             tl.store(Y + start + cols, y.to(Y.dtype.element_ty), mask=start + cols < N)
+    if row == 0:  # the schedule e_0..e_T (the same fp32 operations as the chain above)
+        e_i = tl.maximum(eps_init, eps)
+        for i in range(0, n_iters + 1):
+            tl.store(Eps + i, e_i)
+            e_i = tl.maximum(e_i * eps_decay, eps)
 
 
 @triton.jit
@@ -159,12 +180,18 @@ def _coor_descent_grad_out(S, Mask, DY, Stats, Eps, offs, N, n_iters, HAS_MASK: 
 
 
 @triton.jit
+def _count_above(s, valid, a_prev):
+    """#{valid j: s_j + a_{t-1} > 0} over the block."""
+    return tl.sum((valid & (s + a_prev > 0.0)).to(tl.float32), axis=0)
+
+
+@triton.jit
 def _coor_descent_bwd_partial_kernel(
     S, Mask, DY, Stats, Eps, Partial,
     stride_s_row, stride_m_row, stride_dy_row, N, n_iters, n_chunks,
     HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    # Partial[row, 0, chunk] = sum of g over the chunk;
+    # Rows of several chunks, step 1: Partial[row, 0, chunk] = sum of g over the chunk;
     # Partial[row, t - 1, chunk] = #{valid j in chunk: s_j + a_{t-1} > 0} for t = 2..T.
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
@@ -178,9 +205,29 @@ def _coor_descent_bwd_partial_kernel(
     s, valid, g = _coor_descent_grad_out(S, Mask, DY, A, Eps, offs, N, n_iters, HAS_MASK)
     tl.store(P, tl.sum(g, axis=0))
     for t in range(2, n_iters + 1):
-        a_prev = tl.load(A + t - 2)
-        above = valid & (s + a_prev > 0.0)
-        tl.store(P + (t - 1) * n_chunks, tl.sum(above.to(tl.float32), axis=0))
+        tl.store(P + (t - 1) * n_chunks, _count_above(s, valid, tl.load(A + t - 2)))
+
+
+@triton.jit
+def _bwd_iteration(A, L, Eps, P, s, valid, ds, da, dlogk, t, n_chunks, chunk_ids, in_row,
+                   ONE_CHUNK: tl.constexpr):
+    """Iteration t (T down to 2) of the backward: ds -= da_t * p_t below the kink, dlog k += e_{t-1} da_t;
+    returns (ds, dlogk, da_{t-1})."""
+    a_prev = tl.load(A + t - 2)
+    lse = tl.load(L + t - 1)
+    e_prev = tl.load(Eps + t - 1)
+    below = valid & (s + a_prev <= 0.0)
+    # p_t = softmax of min(s, -a_{t-1}) / e_{t-1}: <= 1, never inf. Not in the forward's base-2
+    # form: on a row of one entry L_t = s / e_{t-1} (the same division), so p_t = 1 exactly and
+    # ds = 0 exactly; exp2(x * LOG2E / e - L * LOG2E) left 1e-4 there (H100).
+    p = tl.exp(tl.minimum(s, -a_prev) / e_prev - lse)
+    ds -= tl.where(below, da * p, 0.0)
+    dlogk += e_prev * da
+    if ONE_CHUNK:
+        count = _count_above(s, valid, a_prev)
+    else:
+        count = tl.sum(tl.load(P + (t - 1) * n_chunks + chunk_ids, mask=in_row, other=0.0), axis=0)
+    return ds, dlogk, da * (count * tl.exp(-a_prev / e_prev - lse))
 
 
 @triton.jit
@@ -189,8 +236,11 @@ def _coor_descent_bwd_kernel(
     stride_s_row, stride_m_row, stride_dy_row, stride_k, stride_ds_row, N, n_iters, n_chunks,
     k_value,
     HAS_MASK: tl.constexpr, K_PER_ROW: tl.constexpr, COMPUTE_DK: tl.constexpr,
-    BLOCK_N: tl.constexpr, CHUNKS_BLOCK: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_BLOCK: tl.constexpr,
 ):
+    # A row of one chunk: its program computes the row's sum of g and counts itself (one
+    # launch). Several chunks: every program of a row reduces the row's partials (step 1's)
+    # itself, in the same fixed order.
     k_value = tl.cast(k_value, tl.float32)  # fp64 under Inductor, see the forward kernel
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
@@ -201,26 +251,20 @@ def _coor_descent_bwd_kernel(
         Mask += row * stride_m_row
     A = Stats + row * 2 * n_iters
     L = A + n_iters
-    P = Partial + row * n_iters * n_chunks
+    P = Partial
     chunk_ids = tl.arange(0, CHUNKS_BLOCK)
     in_row = chunk_ids < n_chunks
     offs = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     s, valid, ds = _coor_descent_grad_out(S, Mask, DY, A, Eps, offs, N, n_iters, HAS_MASK)
-    # Every program of a row reduces the row's partials itself, in the same fixed order.
-    da = tl.sum(tl.load(P + chunk_ids, mask=in_row, other=0.0), axis=0)  # da_T
+    if ONE_CHUNK:
+        da = tl.sum(ds, axis=0)  # da_T
+    else:
+        P += row * n_iters * n_chunks
+        da = tl.sum(tl.load(P + chunk_ids, mask=in_row, other=0.0), axis=0)
     dlogk = da * 0.0
     for i in range(0, n_iters - 1):
-        t = n_iters - i  # T, T-1, ..., 2
-        a_prev = tl.load(A + t - 2)
-        lse = tl.load(L + t - 1)
-        e_prev = tl.load(Eps + t - 1)
-        below = valid & (s + a_prev <= 0.0)
-        # p_t = softmax of min(s, -a_{t-1}) / e_{t-1}: <= 1, never inf.
-        p = tl.exp(tl.minimum(s, -a_prev) / e_prev - lse)
-        ds -= tl.where(below, da * p, 0.0)
-        dlogk += e_prev * da
-        count = tl.sum(tl.load(P + (t - 1) * n_chunks + chunk_ids, mask=in_row, other=0.0), axis=0)
-        da = da * (count * tl.exp(-a_prev / e_prev - lse))
+        ds, dlogk, da = _bwd_iteration(A, L, Eps, P, s, valid, ds, da, dlogk, n_iters - i, n_chunks, chunk_ids,
+                                       in_row, ONE_CHUNK)
     tl.store(DS + offs, ds.to(DS.dtype.element_ty), mask=offs < N)
     if COMPUTE_DK:
         if chunk == 0:
@@ -252,8 +296,8 @@ def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_valu
         _coor_descent_fwd_kernel, (n_rows,),
         (_launch.row_stride(s), 0 if mask is None else n_cols, 0 if k is None else k.stride(0), n_cols,
          n_cols, n_iters, k_value, eps, eps_init, eps_decay),
-        dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None,
-             BLOCK_N=block, SINGLE_PASS=single_pass, num_warps=_launch.num_warps(block)),
+        dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, BLOCK_N=block, SINGLE_PASS=single_pass,
+             num_warps=_launch.warps_for(block, cfg.fwd_elems_per_thread, cfg.fwd_max_warps)),
         _launch.device_index(s))
     return _ForwardPlan(kernel, (n_rows, 2, n_iters), (n_iters + 1,))
 
@@ -270,7 +314,7 @@ def _run_forward(launch, plan: _ForwardPlan, s: Tensor, mask: Optional[Tensor], 
 
 
 class _BackwardPlan(NamedTuple):
-    partials: _doors.KernelCall
+    partials: Optional[_doors.KernelCall]  # None: rows of one chunk, one launch
     grads: _doors.KernelCall
     copy_dy: bool
     partial_shape: tuple[int, int, int]
@@ -278,25 +322,31 @@ class _BackwardPlan(NamedTuple):
 
 def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
                    stats: Tensor, eps_schedule: Tensor, k_value: float) -> _BackwardPlan:
-    """The backward's two launches for this gradient's layout."""
+    """The backward's launches for this gradient's layout: one when each row is one chunk,
+    else a first one writing the chunks' partial sums."""
+    cfg = _launch.current().coor_descent
     dy = grads[0]
     copy_dy = not _launch.rows_as_is(dy)
     n_cols = s.shape[-1]
     n_rows = s.numel() // n_cols if n_cols else 0
     n_iters = stats.shape[-1]
-    block, n_chunks = _launch.split_row(n_rows, n_cols, _launch.current().coor_descent, s.device)
+    block, n_chunks = _launch.split_row(n_rows, n_cols, cfg, s.device)
     stride_s, stride_m = _launch.row_stride(s), 0 if mask is None else n_cols
     stride_dy = n_cols if copy_dy else _launch.row_stride(dy)
-    warps = _launch.num_warps(block)
+    warps = _launch.warps_for(block, cfg.bwd_elems_per_thread)
     device = _launch.device_index(s)
-    partials = _doors.KernelCall(
-        _coor_descent_bwd_partial_kernel, (n_rows, n_chunks), (stride_s, stride_m, stride_dy, n_cols, n_iters, n_chunks),
-        dict(HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps), device)
+    partials = None
+    if n_chunks > 1:
+        partials = _doors.KernelCall(
+            _coor_descent_bwd_partial_kernel, (n_rows, n_chunks),
+            (stride_s, stride_m, stride_dy, n_cols, n_iters, n_chunks),
+            dict(HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps), device)
     grads_kernel = _doors.KernelCall(
         _coor_descent_bwd_kernel, (n_rows, n_chunks),
         (stride_s, stride_m, stride_dy, 0 if k is None else k.stride(0), n_cols, n_cols, n_iters, n_chunks, k_value),
-        dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=needs["k"],
-             BLOCK_N=block, CHUNKS_BLOCK=max(_launch.next_power_of_2(n_chunks), 2), num_warps=warps),
+        dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=needs["k"], ONE_CHUNK=n_chunks == 1,
+             BLOCK_N=block,
+             CHUNKS_BLOCK=max(_launch.next_power_of_2(n_chunks), 2), num_warps=warps),
         device)
     return _BackwardPlan(partials, grads_kernel, copy_dy, (n_rows, n_iters, n_chunks))
 
@@ -306,10 +356,12 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Ten
     """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
     dy = grads[0].contiguous() if plan.copy_dy else grads[0]
     ds = _launch.new_output(s)
-    partial = s.new_empty(plan.partial_shape, dtype=torch.float32)
     dk = s.new_empty(plan.partial_shape[0], dtype=torch.float32) if needs["k"] else None
     flags = _doors.mask_bytes(mask, launch)
-    plan.partials(launch, s, flags, dy, stats, eps_schedule, partial)
+    partial = None
+    if plan.partials is not None:
+        partial = s.new_empty(plan.partial_shape, dtype=torch.float32)
+        plan.partials(launch, s, flags, dy, stats, eps_schedule, partial)
     plan.grads(launch, s, flags, dy, k, stats, eps_schedule, partial, ds, dk)
     return {"s": ds, "k": dk}
 
