@@ -278,6 +278,17 @@ def test_backward_is_bitwise_deterministic(device):
         assert torch.equal(a, c)
 
 
+def test_small_backward_tiles_get_more_programs():
+    # bf16 rows of 1,024 (2-row tiles: 8 KB of z and dy) run with twice the persistent
+    # programs of fp32 ones (16 KB) or of bf16 ones with the residual's gradient (12 KB).
+    cfg = _launch.DEFAULT.layer_norm
+    base = cfg.bwd_programs_per_sm
+    assert [_launch.bwd_programs_per_sm_for(b, cfg) for b in (4096, 8192, 12288, 16384, 65536)] == \
+        [4 * base, 2 * base, base, base, base]
+    off = dataclasses.replace(cfg, bwd_tile_bytes=0)
+    assert _launch.bwd_programs_per_sm_for(64, off) == base
+
+
 # --- the module ---------------------------------------------------------------------------
 
 

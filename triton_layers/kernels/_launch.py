@@ -60,6 +60,15 @@ class LayerNormLaunch:
     # stages are capped to what the device's shared memory holds (prefetch_stages).
     bwd_programs_per_sm: int = 2
     bwd_stages: int = 3
+    # Tiles whose prefetched loads (z, dy and dh) bring fewer bytes than this get
+    # proportionally more programs per SM, so that an SM keeps as many bytes in flight
+    # (bwd_programs_per_sm_for). bf16 rows of 1,024 (2-row tiles, 8 KB of z and dy) at 4
+    # programs an SM against 2, GPU time: H200 RMSNorm 70 us against 78, LayerNorm 72 against
+    # 82; H100 level (90 against 90, 93 against 95), 65536x512 4-5% faster, 16384x2048 2-3%
+    # slower. Tiles of 16 KB and more (fp32 rows of 1,024, bf16 rows of 4,096 and 8,192, bf16
+    # rows of 1,024 with the residual's gradient) ran best at 2: 6-13% slower at 3-4 (H200),
+    # and the fused residual's bf16 32768x1024 6% slower at 4 (H100).
+    bwd_tile_bytes: int = 16384
     # Whole rows of more than LONG_ROW columns (RMSNorm's, up to bwd_rms_max_fused_cols):
     # loop stages. A second stage was 7-15% slower at 16,384 (H100): its buffers take the
     # shared memory, and the spilled registers' L1, that the row's one tile needs.
@@ -374,6 +383,13 @@ def ln_fwd_warps(block: int, elem_size: int) -> int:
     64 KiB of input (an fp32 row of 32768: 64 values a thread at 16 warps; measured on an
     H200, 32 warps read it at 89% of copy against 80%, while bf16 rows run best at 16)."""
     return num_warps(block, max_warps=32 if block * elem_size > 65536 else 16)
+
+
+def bwd_programs_per_sm_for(tile_bytes: int, cfg: LayerNormLaunch) -> int:
+    """Persistent programs per SM of the short-row norm backward for tiles whose loads bring
+    ``tile_bytes``: ``cfg.bwd_programs_per_sm``, times how many such tiles make
+    ``cfg.bwd_tile_bytes``."""
+    return cfg.bwd_programs_per_sm * max(1, cfg.bwd_tile_bytes // max(tile_bytes, 1))
 
 
 @functools.lru_cache(maxsize=4096)

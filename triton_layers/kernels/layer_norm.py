@@ -412,7 +412,8 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
         n_tiles = _launch.cdiv(n_rows, block_m)
         # bytes the prefetched loads bring per element: z, dy and (with a residual) dh
         loaded = z.element_size() + (z if dy is None else dy).element_size() + (0 if dh is None else dh.element_size())
-        programs, tiles_per_program = _launch.persistent_grid(n_tiles, z.device, cfg.bwd_programs_per_sm)
+        programs, tiles_per_program = _launch.persistent_grid(
+            n_tiles, z.device, _launch.bwd_programs_per_sm_for(block_m * block_n * loaded, cfg))
         stages = cfg.bwd_stages if block_n <= _launch.LONG_ROW else cfg.bwd_long_row_stages
         writers = programs
         kernels = (_doors.KernelCall(
