@@ -1,6 +1,7 @@
-"""Offline builds of the norm kernels for a GPU target, on the CPU: torch.compile's analysis of
-which tensors they write sees only their outputs, and the backward's prefetch fits the shared
-memory of a GPU smaller than an H100.
+"""Offline builds of the kernels for a GPU target, on the CPU: every kernel form the ops' plans
+launch compiles (the interpreter forgives what the compiler does not), torch.compile's analysis
+of which tensors the norm kernels write sees only their outputs, and the norm backward's
+prefetch fits the shared memory of a GPU smaller than an H100.
 
 Under torch.compile, the kernels launched through wrap_triton are analysed (from their
 Triton IR) for the tensors they store to; functionalization then copies every "written"
@@ -110,7 +111,8 @@ EXPECTED = {
 @functools.lru_cache(maxsize=None)
 def _offline_builds() -> dict:
     """This file run as a script, in a process without TRITON_INTERPRET: its JSON line."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # ("0", not unset: tests/conftest.py, imported for the door cases, would set it on a CPU)
+    env = dict(os.environ, TRITON_INTERPRET="0")
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     proc = subprocess.run([sys.executable, "-m", "tests.test_compile_analysis"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -126,7 +128,7 @@ def test_norm_kernels_write_only_their_outputs():
         pytest.skip("this torch names its kernel-mutation analysis otherwise")
     out = dict(_offline_builds())
     out.pop("prefetch")
-    out.pop("coor_descent failed")
+    out.pop("planned builds")
     assert out == EXPECTED
 
 
@@ -146,37 +148,107 @@ def _build(kernel, constexprs: dict, pointers: set, floats: set = frozenset(), c
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps})
 
 
-def _coor_descent_builds() -> list:
-    """The coor_descent kernels in every form the launchers pick (whole or chunked rows,
-    masked or not, rows of one chunk or several) built for
-    sm_90: what failed. The Triton interpreter runs Python, and forgave a variable defined in
-    one branch only or a loop index retyped by a later loop; the compiler does not."""
-    import itertools
-
-    from triton_layers.kernels import coor_descent as CD
-
-    floats = {"k_value", "eps", "eps_init", "eps_decay"}
-    failed = []
-    for whole, masked in itertools.product((True, False), repeat=2):
-        common = dict(HAS_MASK=masked, BLOCK_N=256)
-        builds = [
-            (CD._coor_descent_fwd_kernel, dict(common, K_PER_ROW=True, SINGLE_PASS=whole),
-             {"S", "Mask", "K", "Y", "Stats", "Eps"}),
-            (CD._coor_descent_bwd_partial_kernel, common, {"S", "Mask", "DY", "Stats", "Eps", "Partial"}),
-            (CD._coor_descent_bwd_kernel, dict(common, K_PER_ROW=True, COMPUTE_DK=True, ONE_CHUNK=whole,
-                                               CHUNKS_BLOCK=2),
-             {"S", "Mask", "DY", "K", "Stats", "Eps", "Partial", "DS", "DK"}),
-        ]
-        for kernel, constexprs, pointers in builds:
-            try:
-                _build(kernel, constexprs, pointers, floats)
-            except Exception as exc:
-                failed.append(f"{kernel.__name__} {constexprs}: {type(exc).__name__}: {str(exc)[-300:]}")
-    return failed
+_POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int8: "*i8",
+            torch.uint8: "*u8", torch.int32: "*i32", torch.int64: "*i64", torch.bool: "*i1"}
 
 
-def test_coor_descent_kernels_build_for_a_gpu():
-    assert _offline_builds()["coor_descent failed"] == []
+def _signature(kernel, args: tuple, constexprs: dict) -> tuple[dict, dict]:
+    """The signature and constexprs to build ``kernel`` for a launch with these arguments:
+    tensors as pointers to their dtype, None and the constexprs as constexprs, ints and floats
+    as i32 / i64 / fp32 scalars."""
+    signature, const = {}, dict(constexprs)
+    for name, value in zip(kernel.arg_names, args):
+        if value is None:
+            const[name] = None
+        elif isinstance(value, torch.Tensor):
+            signature[name] = _POINTER[value.dtype]
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        else:
+            signature[name] = "fp32"
+    for name in const:
+        signature[name] = "constexpr"
+    return {name: signature[name] for name in kernel.arg_names}, const
+
+
+def _planned_launches() -> list:
+    """(kernel, arguments, constexprs and options) of every launch the ops' plans make, forward
+    and backward, for the door-parity cases (tests/test_doors.py) and a few more, under the
+    default config, the tiny one (chunked long-row paths) and with the long-row norm backward
+    in one pass (a GPU-only choice: forced here). Plans and runs with a launch that records
+    instead of launching: CPU tensors, nothing computed."""
+    import contextlib
+    from unittest import mock
+
+    from tests.test_doors import CASES, _r
+    from triton_layers.kernels import ops as K
+    from triton_layers.kernels import _launch
+
+    launches = []
+
+    def record(kernel):
+        class Grid:
+            def __getitem__(self, grid):
+                return lambda *args, **kwargs: launches.append((kernel, args, kwargs))
+        return Grid()
+
+    extra = {  # rows of several chunks in coor_descent's backward; a softmax without mask
+        "coor_descent-chunks": lambda dev: (_r(1, 1000, device=dev), None, None, 50.0, 3, 0.1, 1.0, 0.9),
+        "softmax-plain": lambda dev: (_r(4, 40, device=dev, dtype=torch.float16), None, 4, 40, False, 1.0),
+    }
+    forced_one_pass = mock.patch.object(_launch, "one_pass_split", lambda *args: True)
+    for config, context in ((_launch.DEFAULT, contextlib.nullcontext()), (_launch.TINY, contextlib.nullcontext()),
+                            (_launch.TINY, forced_one_pass)):
+        with _launch.use_config(config), context:
+            for case, build in {**CASES, **extra}.items():
+                op = getattr(K, case.split("-")[0])
+                args = build("cpu")
+                results = op.forward(record, *args)
+                grad_args = op._pick_grads(args)
+                needs = {n: a is not None and a.requires_grad for n, a in zip(op.desc.differentiable, grad_args)}
+                saved = op.desc.save(op._Inputs(*args), op._Results(*results), needs)
+                grads = tuple(torch.randn_like(results[i]) for i in range(op._n_out))
+                op.backward(record, grads, needs, *saved)
+    return launches
+
+
+def _planned_kernel_builds() -> dict:
+    """Every distinct launch of :func:`_planned_launches` built for sm_90: the kernels built
+    and what failed. The Triton interpreter runs Python, and forgave what the compiler does
+    not (coor_descent, 2026-11-25: a loop index retyped by a later loop, a variable defined in
+    one branch only); this catches that on a machine without a GPU."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton_layers.kernels import coor_descent, layer_norm, softmax, weighted_sum
+
+    seen, built, failed = set(), set(), []
+    for kernel, args, kwargs in _planned_launches():
+        options = {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}
+        signature, const = _signature(kernel, args, {k: v for k, v in kwargs.items() if k not in options})
+        key = (kernel.__name__, tuple(signature.items()), tuple(sorted(const.items())), tuple(options.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            source = ASTSource(fn=kernel, signature=signature,
+                               constexprs={(kernel.arg_names.index(k),): v for k, v in const.items()})
+            triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+            built.add(kernel.__name__)
+        except Exception as exc:
+            failed.append(f"{kernel.__name__} {const} {options}: {type(exc).__name__}: {str(exc)[-400:]}")
+    kernels = {name for module in (coor_descent, layer_norm, softmax, weighted_sum) for name in dir(module)
+               if name.startswith("_") and name.endswith("_kernel")}
+    return {"variants": len(seen), "built": sorted(built), "kernels": sorted(kernels), "failed": failed}
+
+
+def test_every_planned_kernel_builds_for_a_gpu():
+    got = _offline_builds()["planned builds"]
+    assert got["failed"] == []
+    assert got["built"] == got["kernels"]  # every kernel of ours, in at least one form
+    assert got["variants"] >= 30
 
 
 def test_backward_prefetch_fits_an_a100():
@@ -193,4 +265,4 @@ if __name__ == "__main__":
     # The write analysis only where this torch has it (torch 2.11 does not): the prefetch
     # check runs on every torch.
     analysis = _analyse() if hasattr(tkw, "identify_accessed_tensors") else {}
-    print(json.dumps(dict(analysis, prefetch=_backward_prefetch(), **{"coor_descent failed": _coor_descent_builds()})))
+    print(json.dumps(dict(analysis, prefetch=_backward_prefetch(), **{"planned builds": _planned_kernel_builds()})))
