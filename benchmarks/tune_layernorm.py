@@ -14,6 +14,14 @@ RMSNorm on an H100 (2026-11-23, main at 4df051d, 32768x1024 and 16384x4096, bf16
 the defaults within 1-3% of the best setting forward and backward; the bf16 backward at
 32768x1024 is 74% of copy at the default and 75% at best (a 90 us kernel).
 
+Short rows, programs per SM (2026-11-25, 6d98ea4, GPU time; bwd_stages 3): on an H200, bf16
+rows of 1,024 ran at 3-4 programs an SM against 2 in 70-73 us against 78-82 (RMSNorm 61% ->
+68% of copy, LayerNorm 58% -> 65%), while fp32 rows of 1,024 and bf16 or fp32 rows of 4,096 and
+8,192 ran best at 2 (6-13% slower at 3-4); on an H100 the same change was level at 32768x1024
+bf16 (90 / 93 us), 3-5% faster at 65536x512 and 2-3% slower at 16384x2048, and 6% slower for
+the fused residual's bf16 32768x1024 (three tensors loaded: bigger tiles). Hence
+bwd_tile_bytes: more programs only for tiles whose loads bring under 16 KB.
+
 Long rows (2026-11-23, 15926c8 and after; GPU time): the column-split backward in one pass
 (split_one_pass) against two, chunks of 4096/8192, tiles of 16-64 KB of z, 1-8 programs an
 SM, publishing 0/2/8 tiles ahead. RMSNorm, H100: one pass with chunks of 8192, 32 KB tiles
