@@ -772,3 +772,20 @@ def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     assert {(64, 1, 16), (64, 1, 32), (64, 8, 16), (64, 8, 32)} <= set(warps)
     assert "fwd default 1 us" in capsys.readouterr().out
     assert _launch.current() is _launch.DEFAULT
+
+
+def test_registers_tool_builds_the_benchmark_forms_offline():
+    """benchmarks.registers on one small weighted-sum case, in a process without the
+    interpreter: each kernel form planned for the forward and backward gets a row with its
+    registers and spills (built for sm_90 on this machine, GPU or not)."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from benchmarks import registers as r; "
+            "r.OPS = {'weighted_sum': ([(64, 256)], (torch.float32,), r._weighted_sum)}; r.main(['--ops', 'weighted_sum'])")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| weighted_sum |")]
+    assert {row.split(" | ")[2] for row in rows} == {"_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel"}
+    assert all("failed" not in row and int(row.split(" | ")[3]) > 0 for row in rows)

@@ -84,6 +84,7 @@ def _backward_prefetch() -> dict:
     """The stages prefetch_stages gives the whole-row backward at fp32 rows of 8,192 with a
     residual (z, dy and dh: 96 KB a stage) on an A100, and the shared memory its build for
     sm_80 needs at those stages and at the default 3."""
+    from benchmarks import offline
     from triton_layers.kernels import _launch
     from triton_layers.kernels import layer_norm as LN
 
@@ -91,9 +92,12 @@ def _backward_prefetch() -> dict:
     stages = _launch.prefetch_stages(3, 8192 * 4 * 3, torch.device("cuda", 0))
     const = dict(BWD_FLAGS, STORE_DR=False, BLOCK_M=1, BLOCK_N=8192)
     pointers = {"DY", "DH", "Z", "W", "Stats", "DX", "DR", "Partials"}
-    shared = {n: _build(LN._norm_bwd_kernel, dict(const, NUM_STAGES=n), pointers, capability=80,
-                        num_warps=16).metadata.shared
-              for n in (stages, 3)}
+    kernel = LN._norm_bwd_kernel
+    shared = {}
+    for n in (stages, 3):
+        constexprs = dict(const, NUM_STAGES=n, num_warps=16)
+        args = [torch.empty(1) if name in pointers else 8 for name in kernel.arg_names if name not in constexprs]
+        shared[n] = offline.build(offline.form(kernel, args, constexprs), capability=80).metadata.shared
     return {"stages": stages, "shared": shared[stages], "shared at 3": shared[3]}
 
 
@@ -132,116 +136,52 @@ def test_norm_kernels_write_only_their_outputs():
     assert out == EXPECTED
 
 
-def _build(kernel, constexprs: dict, pointers: set, floats: set = frozenset(), capability: int = 90,
-           num_warps: int = 4):
-    """``kernel`` built for an sm_``capability`` GPU with these constexprs (other arguments:
-    fp32 pointers, fp32 or int32 scalars)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    signature = {name: "constexpr" if name in constexprs else
-                 "*fp32" if name in pointers else "fp32" if name in floats else "i32"
-                 for name in kernel.arg_names}
-    source = ASTSource(fn=kernel, signature=signature,
-                       constexprs={(kernel.arg_names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps})
-
-
-_POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int8: "*i8",
-            torch.uint8: "*u8", torch.int32: "*i32", torch.int64: "*i64", torch.bool: "*i1"}
-
-
-def _signature(kernel, args: tuple, constexprs: dict) -> tuple[dict, dict]:
-    """The signature and constexprs to build ``kernel`` for a launch with these arguments:
-    tensors as pointers to their dtype, None and the constexprs as constexprs, ints and floats
-    as i32 / i64 / fp32 scalars."""
-    signature, const = {}, dict(constexprs)
-    for name, value in zip(kernel.arg_names, args):
-        if value is None:
-            const[name] = None
-        elif isinstance(value, torch.Tensor):
-            signature[name] = _POINTER[value.dtype]
-        elif isinstance(value, bool):
-            signature[name] = "i1"
-        elif isinstance(value, int):
-            signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
-        else:
-            signature[name] = "fp32"
-    for name in const:
-        signature[name] = "constexpr"
-    return {name: signature[name] for name in kernel.arg_names}, const
-
-
 def _planned_launches() -> list:
-    """(kernel, arguments, constexprs and options) of every launch the ops' plans make, forward
-    and backward, for the door-parity cases (tests/test_doors.py) and a few more, under the
-    default config, the tiny one (chunked long-row paths) and with the long-row norm backward
-    in one pass (a GPU-only choice: forced here). Plans and runs with a launch that records
-    instead of launching: CPU tensors, nothing computed."""
+    """Every launch the ops' plans make, forward and backward (:meth:`Op.record_launches`), for
+    the door-parity cases (tests/test_doors.py) and a few more, under the default config, the
+    tiny one (chunked long-row paths) and with the long-row norm backward in one pass (a
+    GPU-only choice: forced here). CPU tensors, nothing launched or computed."""
     import contextlib
     from unittest import mock
 
     from tests.test_doors import CASES, _r
-    from triton_layers.kernels import ops as K
     from triton_layers.kernels import _launch
-
-    launches = []
-
-    def record(kernel):
-        class Grid:
-            def __getitem__(self, grid):
-                return lambda *args, **kwargs: launches.append((kernel, args, kwargs))
-        return Grid()
+    from triton_layers.kernels import ops as K
 
     extra = {  # rows of several chunks in coor_descent's backward; a softmax without mask
         "coor_descent-chunks": lambda dev: (_r(1, 1000, device=dev), None, None, 50.0, 3, 0.1, 1.0, 0.9),
         "softmax-plain": lambda dev: (_r(4, 40, device=dev, dtype=torch.float16), None, 4, 40, False, 1.0),
     }
     forced_one_pass = mock.patch.object(_launch, "one_pass_split", lambda *args: True)
+    launches = []
     for config, context in ((_launch.DEFAULT, contextlib.nullcontext()), (_launch.TINY, contextlib.nullcontext()),
                             (_launch.TINY, forced_one_pass)):
         with _launch.use_config(config), context:
             for case, build in {**CASES, **extra}.items():
-                op = getattr(K, case.split("-")[0])
-                args = build("cpu")
-                results = op.forward(record, *args)
-                grad_args = op._pick_grads(args)
-                needs = {n: a is not None and a.requires_grad for n, a in zip(op.desc.differentiable, grad_args)}
-                saved = op.desc.save(op._Inputs(*args), op._Results(*results), needs)
-                grads = tuple(torch.randn_like(results[i]) for i in range(op._n_out))
-                op.backward(record, grads, needs, *saved)
+                launches += getattr(K, case.split("-")[0]).record_launches(*build("cpu"))
     return launches
 
 
 def _planned_kernel_builds() -> dict:
-    """Every distinct launch of :func:`_planned_launches` built for sm_90: the kernels built
-    and what failed. The Triton interpreter runs Python, and forgave what the compiler does
-    not (coor_descent, 2026-11-25: a loop index retyped by a later loop, a variable defined in
-    one branch only); this catches that on a machine without a GPU."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    """Every distinct form of :func:`_planned_launches` built for sm_90: the kernels built and
+    what failed. The Triton interpreter runs Python, and forgave what the compiler does not
+    (coor_descent, 2026-11-25: a loop index retyped by a later loop, a variable defined in one
+    branch only); this catches that on a machine without a GPU."""
+    from benchmarks import offline
     from triton_layers.kernels import coor_descent, layer_norm, softmax, weighted_sum
 
-    seen, built, failed = set(), set(), []
-    for kernel, args, kwargs in _planned_launches():
-        options = {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}
-        signature, const = _signature(kernel, args, {k: v for k, v in kwargs.items() if k not in options})
-        key = (kernel.__name__, tuple(signature.items()), tuple(sorted(const.items())), tuple(options.items()))
-        if key in seen:
-            continue
-        seen.add(key)
+    built, failed = set(), []
+    forms = offline.forms(_planned_launches())
+    for form in forms:
         try:
-            source = ASTSource(fn=kernel, signature=signature,
-                               constexprs={(kernel.arg_names.index(k),): v for k, v in const.items()})
-            triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-            built.add(kernel.__name__)
+            offline.build(form)
+            built.add(form.name)
         except Exception as exc:
-            failed.append(f"{kernel.__name__} {const} {options}: {type(exc).__name__}: {str(exc)[-400:]}")
+            failed.append(f"{form.name} {dict(form.constexprs)} {dict(form.options)}: "
+                          f"{type(exc).__name__}: {str(exc)[-400:]}")
     kernels = {name for module in (coor_descent, layer_norm, softmax, weighted_sum) for name in dir(module)
                if name.startswith("_") and name.endswith("_kernel")}
-    return {"variants": len(seen), "built": sorted(built), "kernels": sorted(kernels), "failed": failed}
+    return {"variants": len(forms), "built": sorted(built), "kernels": sorted(kernels), "failed": failed}
 
 
 def test_every_planned_kernel_builds_for_a_gpu():

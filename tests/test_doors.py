@@ -480,3 +480,16 @@ def test_torch_func_transforms_run_the_reference(transform, device):
         else:
             got, want = torch.func.vmap(ours)(x), torch.stack([ref(t) for t in x])
         torch.testing.assert_close(got, want, msg=name)
+
+
+def test_record_launches_plans_without_launching():
+    # Meta tensors (no data anywhere): the forward's and the backward's launches are recorded
+    # with their arguments; without a gradient asked, the forward's alone.
+    x = torch.empty(64, 300, device="meta", dtype=torch.bfloat16).requires_grad_()
+    w = torch.empty(300, device="meta").requires_grad_()
+    args = (x, w, None, 1e-6, True, False, False, False, torch.bfloat16)
+    launches = kernel_ops.norm.record_launches(*args)
+    assert [k.__name__ for k, _, _ in launches] == ["_norm_fwd_kernel", "_norm_bwd_kernel"]
+    kernel, call_args, kwargs = launches[0]
+    assert call_args[0] is x and kwargs["IS_RMS"] and "num_warps" in kwargs
+    assert len(kernel_ops.norm.record_launches(x.detach(), w.detach(), *args[2:])) == 1

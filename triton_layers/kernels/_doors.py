@@ -271,6 +271,30 @@ class Op:
         return OpPlan(d.plan_forward(*args), d.run_forward, d.plan_backward, d.run_backward, needs, dtypes,
                       autograd, x.get_device() if x.is_cuda else None)
 
+    def record_launches(self, *args) -> list[tuple]:
+        """The launches an eager forward and backward on ``args`` would make, recorded as
+        ``(kernel, arguments, keyword arguments)`` instead of launched: the backward for a
+        random gradient of every output, with every input that requires a gradient needing
+        one. Nothing is computed, and the tensors may be on any device, ``meta`` included:
+        for building the kernels offline (``tests/test_compile_analysis.py``,
+        ``benchmarks/registers.py``)."""
+        launches: list[tuple] = []
+
+        def record(kernel):
+            class Grid:
+                def __getitem__(self, grid):
+                    return lambda *a, **kw: launches.append((kernel, a, kw))
+            return Grid()
+
+        d = self.desc
+        results = self.forward(record, *args)
+        needs = {n: a is not None and a.requires_grad for n, a in zip(d.differentiable, self._pick_grads(args))}
+        if any(needs.values()):
+            saved = d.save(_new_tuple(self._Inputs, args), _new_tuple(self._Results, results), needs)
+            grads = tuple(torch.randn_like(results[i]) for i in range(self._n_out))
+            self.backward(record, grads, needs, *saved)
+        return launches
+
     def call_planned(self, plan: "OpPlan", *args):
         """The op on ``args`` by ``plan`` (:meth:`plan` of a call with ``args``' signature), eagerly."""
         if plan.device is not None and plan.device != current_device():

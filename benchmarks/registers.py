@@ -1,0 +1,144 @@
+"""Registers, spills and shared memory of every kernel form the ops launch at the benchmark
+shapes, built for an H100 (sm_90) on this machine: no GPU needed (a dev tool).
+
+For each op at its benchmark's shapes and dtypes, the default launch config plans the forward
+and the backward as it would on an H100 (132 SMs, 227 KB of shared memory a program); the
+launches are recorded, not made (meta tensors: nothing is allocated), and each distinct
+kernel form is compiled with Triton and assembled with its bundled ``ptxas -v``
+(:mod:`benchmarks.offline`). A form that spills is where a kernel change or a launch knob
+needs a look before GPU time is spent on it: count registers, don't guess. (Triton's value
+specializations are not applied offline: the GPU build may use a few registers fewer.)
+
+Run: python -m benchmarks.registers [--ops norm,residual_norm,softmax,weighted_sum,coor_descent]
+     [--spills-only]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from typing import Callable, Iterator
+from unittest import mock
+
+import torch
+
+from benchmarks import bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_weighted_sum, offline
+
+H100_SMS = 132
+H100_SHARED = 232448  # bytes of shared memory a program may use (227 KB)
+DTYPES = (torch.bfloat16, torch.float32)
+
+
+def _t(*shape, dtype=torch.float32, grad=True):
+    return torch.empty(shape, device="meta", dtype=dtype).requires_grad_(grad)
+
+
+# op -> (shapes, dtypes, inputs of one case (shape, dtype) -> [(label, description inputs)])
+def _norms(shape, dtype):
+    m, d = shape
+    eps_flags = (False, False, False)  # stable, unit_offset, cast_before_weight
+    cases = [("layernorm", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), _t(d, dtype=dtype), 1e-5, False, *eps_flags,
+                            dtype))]
+    if d in [s[1] for s in bench_norms.SHAPES]:
+        cases.append(("rmsnorm", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), None, 1e-6, True, *eps_flags, dtype)))
+    return cases
+
+
+def _residual_norms(shape, dtype):
+    m, d = shape
+    flags = (False, False, False)
+    return [(f"add_{kind}", (_t(m, d, dtype=dtype), _t(m, d, dtype=dtype), _t(d, dtype=dtype),
+                             _t(d, dtype=dtype) if kind == "layernorm" else None, 1e-6, kind == "rmsnorm", *flags,
+                             dtype, dtype))
+            for kind in ("rmsnorm", "layernorm")]
+
+
+def _softmax(shape, dtype):
+    bh, n = shape
+    return [(f"softmax{' causal' if causal else ''}", (_t(bh * n, n, dtype=dtype), None, n, n, causal, 1.0))
+            for causal in (False, True)]
+
+
+def _weighted_sum(shape, dtype):
+    m, d = shape
+    return [("weighted_sum", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), _t(dtype=dtype)))]
+
+
+def _coor_descent(shape, dtype):
+    m, n = shape
+    settings = bench_coor_descent.SETTINGS
+    return [("coor_descent", (_t(m, n), None, None, n / 8 * 9 / 8, settings["n_iters"], settings["eps"],
+                              settings["eps_init"], settings["eps_decay"]))]
+
+
+OPS: dict[str, tuple[list, tuple, Callable]] = {
+    "norm": (sorted(set(bench_layernorm.SHAPES) | set(bench_norms.SHAPES)), DTYPES, _norms),
+    "residual_norm": (bench_norms.SHAPES, DTYPES, _residual_norms),
+    "softmax": (bench_softmax.SHAPES, DTYPES, _softmax),
+    "weighted_sum": (bench_weighted_sum.SHAPES, DTYPES, _weighted_sum),
+    "coor_descent": (bench_coor_descent.SHAPES, (torch.float32,), _coor_descent),
+}
+
+
+@contextlib.contextmanager
+def as_on_an_h100() -> Iterator[None]:
+    """Plans on meta tensors as on an H100: its SM count and shared memory, and the GPU-only
+    choices (the long-row norm backward's one pass) made as for a CUDA tensor."""
+    from triton_layers.kernels import _launch
+
+    one_pass, stages = _launch.one_pass_split, _launch.prefetch_stages
+    cuda = torch.device("cuda", 0)
+    with mock.patch.object(_launch, "num_sms", lambda device: H100_SMS), \
+            mock.patch.object(_launch, "_shared_memory", lambda index: H100_SHARED), \
+            mock.patch.object(_launch, "one_pass_split", lambda n, rms, size, cfg, device: one_pass(n, rms, size, cfg, cuda)), \
+            mock.patch.object(_launch, "prefetch_stages", lambda n, size, device: stages.__wrapped__(n, size, cuda)):
+        yield
+
+
+def rows(ops: list[str]) -> Iterator[tuple[str, str, offline.Form]]:
+    """(case label, shape and dtype, form) of every distinct kernel form of ``ops``' benchmark cases."""
+    from triton_layers.kernels import ops as K
+
+    seen = set()
+    with as_on_an_h100():
+        for name in ops:
+            shapes, dtypes, cases = OPS[name]
+            for shape in shapes:
+                for dtype in dtypes:
+                    for label, args in cases(shape, dtype):
+                        for form in offline.forms(getattr(K, name).record_launches(*args)):
+                            if form not in seen:
+                                seen.add(form)
+                                yield label, f"{shape[0]}x{shape[1]} {str(dtype)[6:]}", form
+
+
+def _knobs(form: offline.Form) -> str:
+    """The form's constexprs that are not None or False, and its options."""
+    shown = [f"{k}={v}" for k, v in form.constexprs if v not in (None, False)]
+    return " ".join(shown + [f"{k}={v}" for k, v in form.options])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--spills-only", action="store_true", help="list only the forms that spill")
+    opts = parser.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("run without TRITON_INTERPRET=1: the interpreter replaces the kernels with Python")
+    print("| case | shape | kernel | registers | spill stores / loads (bytes a thread) | shared (bytes) | knobs |")
+    print("|---|---|---|---|---|---|---|")
+    for label, shape, form in rows(opts.ops.split(",")):
+        try:
+            compiled = offline.build(form)
+            use = offline.usage(compiled)
+        except Exception as exc:
+            print(f"| {label} | {shape} | {form.name} | failed: {type(exc).__name__}: {str(exc)[-200:]} | | | |")
+            continue
+        if opts.spills_only and not (use.spill_stores or use.spill_loads):
+            continue
+        print(f"| {label} | {shape} | {form.name} | {use.registers} | {use.spill_stores} / {use.spill_loads} | "
+              f"{compiled.metadata.shared} | {_knobs(form)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
