@@ -114,7 +114,11 @@ def test_long_row_backward_one_and_two_passes(one_pass, ahead, polls, rms, dtype
             # On a GPU the fallback's recomputed row sums can differ from the published ones in
             # the last bit (H100: fp32 RMSNorm with publish-ahead 0, dx 2.4e-7 apart at
             # gradients of about 10), and timing decides which a tile uses: close, not equal.
-            torch.testing.assert_close(first, second, rtol=1e-6, atol=1e-6)
+            # A bf16 gradient rounded from such fp32 values may then land one bf16 ulp apart
+            # (2026-11-25: one failure, not identified, among the norm test files in four H100
+            # runs; this is the one test there whose result depends on timing).
+            eps = max(1e-6, torch.finfo(first.dtype).eps)
+            torch.testing.assert_close(first, second, rtol=eps, atol=1e-6)
         else:
             assert torch.equal(first, second)
 
