@@ -6,8 +6,11 @@ and the backward as it would on an H100 (132 SMs, 227 KB of shared memory a prog
 launches are recorded, not made (meta tensors: nothing is allocated), and each distinct
 kernel form is compiled with Triton and assembled with its bundled ``ptxas -v``
 (:mod:`benchmarks.offline`). A form that spills is where a kernel change or a launch knob
-needs a look before GPU time is spent on it: count registers, don't guess. (Triton's value
-specializations are not applied offline: the GPU build may use a few registers fewer.)
+needs a look before GPU time is spent on it: count registers, don't guess. The figures are
+this machine's Triton's: another Triton compiles otherwise (the LayerNorm backward at bf16
+rows of 1,024: 126 registers a thread with Triton 3.9 here, 96 with Triton 3.6 on the GPU
+machines, 2026-11-25), so run it where the kernels will run (it works there too) before
+drawing a conclusion from a figure near a limit.
 
 Run: python -m benchmarks.registers [--ops norm,residual_norm,softmax,weighted_sum,coor_descent]
      [--spills-only]
