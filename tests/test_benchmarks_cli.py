@@ -789,3 +789,10 @@ def test_registers_tool_builds_the_benchmark_forms_offline():
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| weighted_sum |")]
     assert {row.split(" | ")[2] for row in rows} == {"_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel"}
     assert all("failed" not in row and int(row.split(" | ")[3]) > 0 for row in rows)
+
+
+def test_registers_tool_knows_every_op():
+    from benchmarks import registers
+    from triton_layers.kernels import ops
+
+    assert set(registers.OPS) == set(ops.__all__)
