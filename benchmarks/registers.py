@@ -84,18 +84,26 @@ OPS: dict[str, tuple[list, tuple, Callable]] = {
 
 
 @contextlib.contextmanager
-def as_on_an_h100() -> Iterator[None]:
-    """Plans on meta tensors as on an H100: its SM count and shared memory, and the GPU-only
-    choices (the long-row norm backward's one pass) made as for a CUDA tensor."""
+def as_on_a_gpu(sms: int = H100_SMS, shared: int = H100_SHARED) -> Iterator[None]:
+    """Plans on meta tensors as on a GPU of ``sms`` SMs and ``shared`` bytes of shared memory a
+    program (default: an H100), the GPU-only choices (the long-row norm backward's one pass,
+    its prefetch stages) made as for a CUDA tensor."""
     from triton_layers.kernels import _launch
 
     one_pass, stages = _launch.one_pass_split, _launch.prefetch_stages
     cuda = torch.device("cuda", 0)
-    with mock.patch.object(_launch, "num_sms", lambda device: H100_SMS), \
-            mock.patch.object(_launch, "_shared_memory", lambda index: H100_SHARED), \
+    cached = (_launch.persistent_grid, _launch.row_groups, _launch.split_row)  # they read num_sms
+    for f in cached:
+        f.cache_clear()
+    with mock.patch.object(_launch, "num_sms", lambda device: sms), \
+            mock.patch.object(_launch, "_shared_memory", lambda index: shared), \
             mock.patch.object(_launch, "one_pass_split", lambda n, rms, size, cfg, device: one_pass(n, rms, size, cfg, cuda)), \
             mock.patch.object(_launch, "prefetch_stages", lambda n, size, device: stages.__wrapped__(n, size, cuda)):
-        yield
+        try:
+            yield
+        finally:
+            for f in cached:
+                f.cache_clear()
 
 
 def rows(ops: list[str]) -> Iterator[tuple[str, str, offline.Form]]:
@@ -103,7 +111,7 @@ def rows(ops: list[str]) -> Iterator[tuple[str, str, offline.Form]]:
     from triton_layers.kernels import ops as K
 
     seen = set()
-    with as_on_an_h100():
+    with as_on_a_gpu():
         for name in ops:
             shapes, dtypes, cases = OPS[name]
             for shape in shapes:

@@ -1,7 +1,8 @@
 """Offline builds of the kernels for a GPU target, on the CPU: every kernel form the ops' plans
 launch compiles (the interpreter forgives what the compiler does not), torch.compile's analysis
 of which tensors the norm kernels write sees only their outputs, and the norm backward's
-prefetch fits the shared memory of a GPU smaller than an H100.
+prefetch fits the shared memory of GPUs smaller than an H100 (A100, RTX 4090 / L4): planned as
+on them, every norm form with prefetched rows builds within their limit.
 
 Under torch.compile, the kernels launched through wrap_triton are analysed (from their
 Triton IR) for the tensors they store to; functionalization then copies every "written"
@@ -133,6 +134,7 @@ def test_norm_kernels_write_only_their_outputs():
     out = dict(_offline_builds())
     out.pop("prefetch")
     out.pop("planned builds")
+    out.pop("smaller gpus")
     assert out == EXPECTED
 
 
@@ -184,6 +186,41 @@ def _planned_kernel_builds() -> dict:
     return {"variants": len(forms), "built": sorted(built), "kernels": sorted(kernels), "failed": failed}
 
 
+# GPUs with less shared memory a program than an H100's 227 KB: (compute capability, bytes).
+SMALLER_GPUS = {"A100": (80, A100_SHARED), "RTX 4090 / L4": (89, 101376)}
+
+
+def _shared_memory_on_smaller_gpus() -> dict:
+    """The norms' kernel forms with the most shared memory (prefetched rows of 1,024-16,384
+    columns, with and without the residual, bf16 and fp32), planned as on each of
+    SMALLER_GPUS and built for it: the forms whose shared memory exceeds that GPU's limit (a
+    launch there would fail), and how many were built."""
+    from benchmarks import offline, registers
+    from triton_layers.kernels import ops as K
+
+    over, built = [], 0
+    for gpu, (capability, limit) in SMALLER_GPUS.items():
+        forms = []
+        with registers.as_on_a_gpu(shared=limit):
+            for d in (1024, 4096, 8192, 16384):
+                for dtype in (torch.bfloat16, torch.float32):
+                    for label, args in registers._norms((64, d), dtype) + registers._residual_norms((64, d), dtype):
+                        forms += offline.forms(getattr(K, "residual_norm" if label.startswith("add_") else "norm")
+                                               .record_launches(*args))
+        for form in dict.fromkeys(forms):
+            shared = offline.build(form, capability=capability).metadata.shared
+            built += 1
+            if shared > limit:
+                over.append(f"{gpu}: {form.name} {dict(form.constexprs)}: {shared} bytes > {limit}")
+    return {"over": over, "built": built}
+
+
+def test_norm_kernels_fit_the_shared_memory_of_smaller_gpus():
+    got = _offline_builds()["smaller gpus"]
+    assert got["over"] == []
+    assert got["built"] >= 20
+
+
 def test_every_planned_kernel_builds_for_a_gpu():
     got = _offline_builds()["planned builds"]
     assert got["failed"] == []
@@ -205,4 +242,5 @@ if __name__ == "__main__":
     # The write analysis only where this torch has it (torch 2.11 does not): the prefetch
     # check runs on every torch.
     analysis = _analyse() if hasattr(tkw, "identify_accessed_tensors") else {}
-    print(json.dumps(dict(analysis, prefetch=_backward_prefetch(), **{"planned builds": _planned_kernel_builds()})))
+    print(json.dumps(dict(analysis, prefetch=_backward_prefetch(), **{"planned builds": _planned_kernel_builds(),
+                                                                          "smaller gpus": _shared_memory_on_smaller_gpus()})))
