@@ -174,13 +174,15 @@ class CoorDescentLaunch:
     not by bytes. Chosen with benchmarks/tune_coor_descent.py (H100, GPU time, 2026-11-25)."""
 
     # Rows up to this many columns are held in registers whole; longer rows are streamed,
-    # every iteration reading the row again. At 16x32768 held whole: 59 us against 97 (8,192).
+    # every iteration reading the row again. The forward at 16x32768 held whole: 39 us against
+    # 51-79 us at 8,192.
     max_fused_cols: int = 32768
     loop_block: int = 4096
     # Elements a thread holds (num_warps = block / (32 * this), see warps_for) in the forward
     # (one program a row, at most fwd_max_warps) and the backward (one program a chunk).
-    # Each iteration costs per element: at 256x1024 the forward took 14 us at 8 a thread,
-    # 16 at 16, 23 at 32.
+    # Each iteration's cost grows with them: at 256x1024 the forward took 14 us at 8 a
+    # thread, 16 at 16, 23 at 32 with the exps in base e; in base 2 (the kernels' form)
+    # 12 us at 8, 13-15 at 4, 16 and 32.
     fwd_elems_per_thread: int = 8
     fwd_max_warps: int = 16
     bwd_elems_per_thread: int = 8
@@ -261,14 +263,14 @@ def use_config(config: LaunchConfig) -> Iterator[LaunchConfig]:
 ELEMENTS_PER_WARP = 512
 
 
-def num_warps(block: int, max_warps: int = 16) -> int:
-    """Warps for a program holding ``block`` elements at a time."""
-    return max(1, min(max_warps, block // ELEMENTS_PER_WARP))
-
-
 def warps_for(block: int, elems_per_thread: int, max_warps: int = 32) -> int:
     """Warps for a program holding ``block`` elements, about ``elems_per_thread`` a thread."""
     return max(1, min(max_warps, block // (32 * elems_per_thread)))
+
+
+def num_warps(block: int, max_warps: int = 16) -> int:
+    """Warps for a program holding ``block`` elements at a time (ELEMENTS_PER_WARP a warp)."""
+    return warps_for(block, ELEMENTS_PER_WARP // 32, max_warps)
 
 
 def matrix(t: torch.Tensor) -> torch.Tensor:
@@ -451,7 +453,7 @@ def tile_2d(n_rows: int, n_cols: int, elem_size: int, cfg: WeightedSumLaunch,
     block_d = min(cols, cfg.tile_max_cols, elems)
     block_m = max(1, min(next_power_of_2(n_rows), elems // block_d))
     block_d = min(cols, max(block_d, elems // block_m))
-    return block_m, block_d, max(1, min(16, block_m * block_d // (32 * per_thread)))
+    return block_m, block_d, warps_for(block_m * block_d, per_thread, max_warps=16)
 
 
 def rows_aligned(t, n_cols: int) -> bool:
@@ -501,13 +503,12 @@ def softmax_tile(n_rows: int, n_cols: int, cfg: SoftmaxLaunch,
     per program, walked in ``BLOCK_N`` chunks, on the looped path. About ``cfg.elems_per_thread``
     elements a thread. ``PREFIX_SPLITS``: :func:`softmax_prefix_splits`.
     """
-    per_warp = 32 * cfg.elems_per_thread
     if n_cols > cfg.max_fused_cols:
         block_n = min(cfg.loop_block, cfg.max_fused_cols)
-        return 1, block_n, False, max(1, min(32, block_n // per_warp)), 1
+        return 1, block_n, False, warps_for(block_n, cfg.elems_per_thread), 1
     block_n = max(next_power_of_2(n_cols), 16)
     rows = next_power_of_2(max(n_rows, 1))
     tile = cfg.causal_tile_elements if causal else cfg.tile_elements
     block_m = max(1, min(tile // block_n, cfg.max_tile_rows, rows))
-    return (block_m, block_n, True, max(1, min(32, block_m * block_n // per_warp)),
+    return (block_m, block_n, True, warps_for(block_m * block_n, cfg.elems_per_thread),
             softmax_prefix_splits(block_n, True, causal, cfg))
