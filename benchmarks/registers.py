@@ -39,11 +39,11 @@ def _t(*shape, dtype=torch.float32, grad=True):
 # op -> (shapes, dtypes, inputs of one case (shape, dtype) -> [(label, description inputs)])
 def _norms(shape, dtype):
     m, d = shape
-    eps_flags = (False, False, False)  # stable, unit_offset, cast_before_weight
-    cases = [("layernorm", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), _t(d, dtype=dtype), 1e-5, False, *eps_flags,
+    flags = (False, False, False)  # stable, unit_offset, cast_before_weight
+    cases = [("layernorm", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), _t(d, dtype=dtype), 1e-5, False, *flags,
                             dtype))]
     if d in [s[1] for s in bench_norms.SHAPES]:
-        cases.append(("rmsnorm", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), None, 1e-6, True, *eps_flags, dtype)))
+        cases.append(("rmsnorm", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), None, 1e-6, True, *flags, dtype)))
     return cases
 
 
