@@ -21,6 +21,10 @@ What it found (2026-11-23, GPU time, % of copy; fields tile_bytes / elems_per_th
   rows (32x262144): 30-45% forward, 45-67% backward at any setting (an 18-35 us kernel).
 - H200: bf16 forward at 262144x1024 83% at best (default 82%), 65536x4096 94-96%; fp32 forward
   101-104%; backward within 1-3% of the best at the defaults.
+- 2026-11-25, H100, the backward in two launches (dx, then dw: ``bwd_two_pass_min_bytes``): dx
+  alone 98-104% of copy at every setting, dw alone 86-93% (bf16) and 95-98% (fp32), best with
+  3 stages (``bwd_dw_stages``); both 94-97% (bf16) and 97-101% (fp32) against the fused pass's
+  89-94%. Few long rows (32x262144): 30 us in two against 25 fused.
 
 Run: python -m benchmarks.tune_weighted_sum [--shapes 262144x1024,...] [--dtypes bfloat16,float32]
 """
@@ -38,7 +42,7 @@ FWD_GRIDS = {2: {"tile_bytes": [4096, 8192, 16384], "elems_per_thread": [16, 32]
              4: {"fwd_tile_bytes_4byte": [8192, 16384, 32768], "elems_per_thread": [16, 32],
                  "fwd_stages_4byte": [None, 2]}}
 BWD_GRID = {"tile_bytes": [8192, 16384, 32768], "elems_per_thread": [16, 32], "bwd_programs_per_sm": [4, 8],
-            "bwd_stages": [2, 3]}
+            "bwd_stages": [2, 3], "bwd_dw_stages": [2, 3]}
 
 
 def main(argv=None) -> None:

@@ -7,6 +7,7 @@ interpreter (conftest.py), on the GPU where there is one.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -150,6 +151,24 @@ def test_backward_launcher_skips_what_is_not_asked(device, looped, monkeypatch):
     assert tuple(dy.shape) not in calls, calls
     assert set(grads) == {"x", "bias"} and grads["bias"].shape == ()
     compare(grads["bias"], dy.double().sum(), rtol=2e-5, name="dbias")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+def test_two_pass_backward_equals_the_fused_pass(dtype, device):
+    """Large inputs take the backward in two launches (dx and db, then dw): the same programs
+    sum the same tiles in the same order as the fused pass, so every gradient is bitwise equal;
+    and each config really takes the path it names."""
+    x, w, b = _inputs((45, 300), dtype, torch.float32, device)
+    dy = torch.randn(45, device=device).to(dtype)
+    grads, launches = {}, {}
+    for name, limit in (("fused", 1 << 40), ("two passes", 0)):
+        cfg = dataclasses.replace(_launch.TINY.weighted_sum, bwd_two_pass_min_bytes=limit)
+        with _launch.use_config(dataclasses.replace(_launch.TINY, weighted_sum=cfg)):
+            grads[name] = torch.autograd.grad(F.weighted_sum(x, w, b), (x, w, b), dy)
+            launches[name] = kernel_ops.weighted_sum.record_launches(x, w, b)
+    for fused, two in zip(grads["fused"], grads["two passes"]):
+        assert torch.equal(fused, two)
+    assert len(launches["two passes"]) == len(launches["fused"]) + 1
 
 
 def test_x_is_saved_only_for_the_weight_gradient(device):

@@ -166,6 +166,15 @@ class WeightedSumLaunch:
     fwd_stages_4byte: Optional[int] = None
     # Rows per program of the kernel adding the forward's column-range partial sums.
     reduce_block: int = 1024
+    # Backwards of inputs of at least this many bytes asking for dx and dw take two passes,
+    # one writing dx (and db) and one reading x for dw (bwd_dw_stages stages), as Inductor
+    # does: a stream of writes alone and a stream of reads alone each run nearer the roof
+    # than the fused pass that mixes them. H100, GPU time, the benchmark's four shapes:
+    # bf16 383-372 us (94-97% of copy) against 403-388 fused (89-92%), fp32 733-709 (97-101%)
+    # against 775-763 (92-94%); few long rows (32x262144) 20% slower in two, and under this
+    # size the second launch's host time is not worth it.
+    bwd_two_pass_min_bytes: int = 64 << 20
+    bwd_dw_stages: Optional[int] = 3
 
 
 @dataclass(frozen=True)
@@ -225,10 +234,11 @@ def shrunk(max_cols: int, loop_block: int, softmax_tile_elements: int = 64) -> L
 
 
 # Rows over 16 columns take the chunked paths (8-column chunks), and weighted-sum tiles
-# hold 512 bytes (column loops, column splits, several partial rows on small inputs):
-# small enough for the Triton interpreter on the CPU.
+# hold 512 bytes (column loops, column splits, several partial rows on small inputs), its
+# backward in two passes from 4 KB: small enough for the Triton interpreter on the CPU.
 TINY = dataclasses.replace(
-    shrunk(16, 8), weighted_sum=dataclasses.replace(DEFAULT.weighted_sum, tile_bytes=512, tile_max_cols=32))
+    shrunk(16, 8), weighted_sum=dataclasses.replace(DEFAULT.weighted_sum, tile_bytes=512, tile_max_cols=32,
+                                                    bwd_two_pass_min_bytes=4096))
 
 _current = DEFAULT
 

@@ -9,9 +9,10 @@ and read (or write) every element of x exactly once:
   whole rows and writes y directly; with few long rows the columns are split into ranges
   too, each program writes fp32 partial sums, and a second small kernel adds the ranges
   in a fixed order (plus the bias).
-- backward: one pass over x for dx and dw together. A grid of (column blocks, row
-  ranges); each program walks its row range, writes dx and keeps an fp32 accumulator of
-  dy * x, stored as one row of partials. The partials are reduced with torch: no atomics,
+- backward: one pass over x for dx and dw together, or, on large inputs, two launches of
+  the same kernel, one writing dx and one reading x for dw (see ``bwd_two_pass_min_bytes``).
+  A grid of (column blocks, row ranges); each program walks its row range, writes dx and/or
+  keeps an fp32 accumulator of dy * x, stored as one row of partials. The partials are reduced with torch: no atomics,
   the reduction order is fixed by the launch, so dw is bitwise identical from run to run.
   dx is skipped when x needs no gradient, and x is not read when the weight needs none.
   db = sum(dy) in fp32 comes from the same pass: one partial per row range, written by the
@@ -169,6 +170,7 @@ def _run_forward(launch, plan: _ForwardPlan, x: Tensor, weight: Tensor, bias: Op
 
 class _BackwardPlan(NamedTuple):
     kernel: Optional[_doors.KernelCall]  # None: only the bias needs a gradient (a sum of dy)
+    dw_kernel: Optional[_doors.KernelCall]  # two passes: the one reading x for dw (else None)
     copy_dy: bool
     dx_shape: tuple
     programs: int  # rows of the parameter gradients' partial sums
@@ -183,7 +185,7 @@ def _plan_backward(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tenso
     compute_dx, compute_dw, compute_db = needs["x"], needs["weight"], needs["bias"]
     dx_shape = (*dy.shape, weight.shape[0])
     if not (compute_dx or compute_dw):
-        return _BackwardPlan(None, False, dx_shape, 0)
+        return _BackwardPlan(None, None, False, dx_shape, 0)
     # dy read as one column of rows: by its stride when 1-D, else contiguous (a copy if need be)
     copy_dy = dy.dim() > 1 and not dy.is_contiguous()
     dy_stride = dy.stride(0) if dy.dim() == 1 else 1
@@ -194,13 +196,21 @@ def _plan_backward(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tenso
     col_blocks = _launch.cdiv(n_cols, block_d)
     wanted = _launch.cdiv(_launch.num_sms(dy.device) * cfg.bwd_programs_per_sm, col_blocks)
     rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
-    kernel = _doors.KernelCall(
-        _weighted_sum_bwd_kernel, (col_blocks, programs),
-        (dy_stride, _launch.row_stride(x) if compute_dw else 0, n_cols, n_rows, n_cols, rows_per_program),
-        dict(COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db,
-             BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=cfg.bwd_stages, num_warps=warps),
-        _launch.device_index(dy))
-    return _BackwardPlan(kernel, copy_dy, dx_shape, programs)
+    two_pass = compute_dx and compute_dw and n_rows * n_cols * elem_size >= cfg.bwd_two_pass_min_bytes
+
+    def launch(dx: bool, dw: bool, db: bool, stages: Optional[int]) -> _doors.KernelCall:
+        return _doors.KernelCall(
+            _weighted_sum_bwd_kernel, (col_blocks, programs),
+            (dy_stride, _launch.row_stride(x) if dw else 0, n_cols, n_rows, n_cols, rows_per_program),
+            dict(COMPUTE_DX=dx, COMPUTE_DW=dw, COMPUTE_DB=db, BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=stages,
+                 num_warps=warps),
+            _launch.device_index(dy))
+
+    if two_pass:  # dx (and db, from the dy it reads anyway), then dw
+        return _BackwardPlan(launch(True, False, compute_db, cfg.bwd_stages),
+                             launch(False, True, False, cfg.bwd_dw_stages), copy_dy, dx_shape, programs)
+    return _BackwardPlan(launch(compute_dx, compute_dw, compute_db, cfg.bwd_stages), None, copy_dy, dx_shape,
+                         programs)
 
 
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, x: Optional[Tensor], weight: Tensor,
@@ -217,6 +227,8 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, x: Opt
     dw_partial = dy.new_empty((programs, n_cols), dtype=torch.float32) if compute_dw else None
     db_partial = dy.new_empty(programs, dtype=torch.float32) if compute_db else None
     plan.kernel(launch, dy, x, weight, dx, dw_partial, db_partial)
+    if plan.dw_kernel is not None:
+        plan.dw_kernel(launch, dy, x, weight, dx, dw_partial, db_partial)
     out = {"x": dx} if compute_dx else {}
     if compute_dw:
         out["weight"] = dw_partial[0] if programs == 1 else dw_partial.sum(0)
