@@ -35,6 +35,13 @@ chunks: bf16 27-35% against 51%) and in bf16 on the H200 (1024x131072 38% agains
 those keep two passes, where 16 KB (one-row) tiles were best (bf16 4096x32768 478 us against
 554, H100; 365 against 475, H200).
 
+Long rows, forward (2026-11-25, H100, GPU time): the one-pass form (fwd_one_pass, chunks of
+8192, 2 programs an SM) against the loop that reads each row twice: LayerNorm 1024x131072 bf16
+488 us against 282, fp32 639 against 571; RMSNorm bf16 285 / 284, fp32 610 / 561; the fused
+add RMSNorm bf16 423 against 467 (85% of copy), fp32 1070 against 935. Its first version held
+(1, 8192) tiles whose per-row statistics Triton 3.6 broadcast through 2,048 shared-memory
+stores a thread, 30-60x slower than the loop; scalar statistics fixed that. Not swept beyond.
+
 Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both] [--shapes 32768x1024,...] [--dtypes ...]
 """
 from __future__ import annotations
@@ -50,7 +57,8 @@ from triton_layers.kernels import _launch
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 32768), (1024, 131072)]
 # Grids over fields of _launch.LayerNormLaunch.
 FWD_GRID = {"tile_elements": [2048, 4096, 8192]}
-FWD_LONG_GRID = {"loop_block": [2048, 4096, 8192]}
+FWD_LONG_GRID = {"loop_block": [2048, 4096, 8192], "fwd_one_pass": [False, True],
+                 "fwd_one_pass_programs_per_sm": [2, 4]}
 BWD_SHORT_GRID = {"tile_elements": [2048, 4096, 8192], "bwd_programs_per_sm": [1, 2, 4, 8], "bwd_stages": [1, 2, 3]}
 BWD_LONG_GRID = {"split_one_pass": [True, False], "split_tile_bytes": [16384, 32768, 65536],
                  "split_programs_per_sm": [1, 2, 4], "split_one_pass_max_chunks": [128]}

@@ -63,6 +63,13 @@ def _analyse() -> dict:
                          UNIT_OFFSET=False, CAST_BEFORE_WEIGHT=False, BLOCK_M=8 if single else 1,
                          BLOCK_N=256 if single else 64, SINGLE_PASS=single)
             out[f"fwd residual={residual} single_pass={single}"] = written(LN._norm_fwd_kernel, args, flags)
+    for residual in (False, True):
+        r, h = (_t(M, N), _t(M, N)) if residual else (None, None)
+        args = [_t(M, N), r, h, _t(M, N), _t(N), _t(N), _t(2, M), _t(M, 2, 2), torch.zeros(1 + M, dtype=torch.int32),
+                N, N, N, N, M, N, 1e-5, 2, 4]
+        out[f"fwd one-pass split residual={residual}"] = written(LN._norm_fwd_split_kernel, args, dict(
+            IS_RMS=False, HAS_RESIDUAL=residual, HAS_WEIGHT=True, HAS_BIAS=True, UNIT_OFFSET=False,
+            CAST_BEFORE_WEIGHT=False, BLOCK_N=128, CHUNKS_POW2=2, MAX_POLLS=0))
     args = [_t(M, N), _t(M, N), _t(M, N), _t(N), _t(2, M), _t(M, N), _t(M, N), _t(2, 4, N), N, N, N, N, N, M, N, 1]
     out["bwd"] = written(LN._norm_bwd_kernel, args, dict(BWD_FLAGS, BLOCK_M=8, BLOCK_N=256, NUM_STAGES=3))
     sums = _t(M, 2, 2)
@@ -105,6 +112,9 @@ def _backward_prefetch() -> dict:
 EXPECTED = {
     **{f"fwd residual={r} single_pass={s}": sorted({"Y", "Stats"} | ({"H"} if r else set()))
        for r in (False, True) for s in (True, False)},
+    # the one-pass forward also publishes its row sums and counts arrivals
+    **{f"fwd one-pass split residual={r}": sorted({"Arrivals", "Sums", "Y", "Stats"} | ({"H"} if r else set()))
+       for r in (False, True)},
     "bwd": ["DR", "DX", "Partials"],
     "bwd row sums": ["Sums"],
     "bwd split one_pass=False": ["DR", "DX", "Partials"],
@@ -139,8 +149,8 @@ def test_norm_kernels_write_only_their_outputs():
 def _planned_launches() -> list:
     """Every launch the ops' plans make, forward and backward (:meth:`Op.record_launches`), for
     the door-parity cases (tests/test_doors.py) and a few more, under the default config, the
-    tiny one (chunked long-row paths) and with the long-row norm backward in one pass (a
-    GPU-only choice: forced here). CPU tensors, nothing launched or computed."""
+    tiny one (chunked long-row paths) and with the long-row norm forward and backward in one
+    pass (GPU-only choices: forced here). CPU tensors, nothing launched or computed."""
     import contextlib
     from unittest import mock
 
@@ -152,11 +162,12 @@ def _planned_launches() -> list:
         "coor_descent-chunks": lambda dev: (_r(1, 1000, device=dev), None, None, 50.0, 3, 0.1, 1.0, 0.9),
         "softmax-plain": lambda dev: (_r(4, 40, device=dev, dtype=torch.float16), None, 4, 40, False, 1.0),
     }
-    forced_one_pass = mock.patch.object(_launch, "one_pass_split", lambda *args: True)
     launches = []
-    for config, context in ((_launch.DEFAULT, contextlib.nullcontext()), (_launch.TINY, contextlib.nullcontext()),
-                            (_launch.TINY, forced_one_pass)):
-        with _launch.use_config(config), context:
+    for config, one_pass in ((_launch.DEFAULT, False), (_launch.TINY, False), (_launch.TINY, True)):
+        with _launch.use_config(config), contextlib.ExitStack() as forced:
+            if one_pass:  # the long-row norm forward and backward in one pass
+                forced.enter_context(mock.patch.object(_launch, "one_pass_split", lambda *args: True))
+                forced.enter_context(mock.patch.object(_launch, "one_pass_forward", lambda *args: True))
             for case, build in {**CASES, **extra}.items():
                 launches += getattr(K, case.split("-")[0]).record_launches(*build("cpu"))
     return launches

@@ -81,6 +81,49 @@ def test_long_rows_looped_path(n, stable, looped, device):
     _check_against_float64(x, w, b, stable=stable)
 
 
+# The long-row forward's forms: (one pass, split_wait_polls, programs an SM). With polls > 0
+# a program that polled that often reads the missing chunks itself: how the interpreter (one
+# program at a time) runs the one pass; on a GPU, polls 2 sends many rows down that path.
+FWD_ONE_PASS = [(False, 0, 2), (True, 2, 2)]
+if torch.cuda.is_available():
+    FWD_ONE_PASS += [(True, 2, 1000), (True, 0, 2), (True, 0, 1000)]
+
+
+@pytest.mark.parametrize("one_pass, polls, programs", FWD_ONE_PASS)
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_row_forward_one_and_two_passes(one_pass, polls, programs, kind, dtype, device):
+    """Every form of the long-row forward (7 rows of 4 chunks, a ragged last chunk; persistent
+    programs, or one row a program on a GPU) against float64, gradients through it too, and the same
+    bits from run to run (polls > 0 on a GPU: within rounding, as the backward's test says)."""
+    config = dataclasses.replace(LOOPED["medium"].layer_norm, fwd_one_pass=one_pass, split_wait_polls=polls,
+                                 fwd_one_pass_programs_per_sm=programs)
+    rms, residual = "rms" in kind, kind.startswith("add")
+    x, w, b = _inputs(7, 500, dtype, device, bias=not rms)
+    r = torch.randn_like(x).requires_grad_() if residual else None
+    norm = F.rms_norm if rms else F.layer_norm
+    params = dict(weight=w) if rms else dict(weight=w, bias=b)
+    eps = torch.finfo(dtype).eps if rms else 1e-5
+
+    def definition(x, *args):
+        h = x if r is None else x + args[-1]
+        return TF.rms_norm(h, h.shape[-1:], args[0], eps) if rms else TF.layer_norm(h, h.shape[-1:], *args[:2])
+
+    def ours(x, *args):
+        out = norm(x, *args[:len(params)], **({} if r is None else dict(residual=args[-1])))
+        return out[0] if r is not None else out
+
+    inputs = dict(x=x, **params, **({} if r is None else dict(residual=r)))
+    with _launch.use_config(dataclasses.replace(LOOPED["medium"], layer_norm=config)):
+        assert _launch.one_pass_forward(4, config, x.device) == one_pass
+        check(ours, definition, inputs, summed=dict(weight=7, bias=7), lowp=dtype != torch.float32)
+        again = [ours(*inputs.values()) for _ in range(2)]
+    if polls and device == "cuda":
+        torch.testing.assert_close(again[0], again[1], rtol=max(1e-6, torch.finfo(dtype).eps), atol=1e-6)
+    else:
+        assert torch.equal(again[0], again[1])
+
+
 # The long-row backward's forms: (one_pass, split_publish_ahead, split_wait_polls). The one
 # pass's programs wait for each other's row sums; with polls > 0 a program that waited that
 # often computes the missing sums itself, which is how the interpreter (one program at a

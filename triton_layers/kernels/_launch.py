@@ -33,6 +33,18 @@ class LayerNormLaunch:
     # --sweep-row-limits), 2048x32768 ran at 97% of copy (bf16 and fp32) against 63-65%
     # when chunked above 16384, where x and the residual are read twice.
     fwd_residual_max_fused_cols: int = 32768
+    # Rows over those limits, in one pass (fwd_one_pass: see one_pass_forward): the programs
+    # holding a row's chunks (loop_block columns each) in registers wait for each other's
+    # sums instead of one program reading the row twice, for rows of at most
+    # fwd_one_pass_max_chunks chunks, fwd_one_pass_programs_per_sm persistent programs an SM.
+    # Off: it lost to the loop at most shapes (H100, GPU time, 2026-11-25, 2 programs an SM):
+    # LayerNorm bf16 1024x131072 488 us against 282 and fp32 639 against 571, RMSNorm bf16
+    # level (285 / 284), fp32 610 against 561; only the fused add in bf16 won (423 against
+    # 467 us, 85% of copy against 77%). A program walks its rows one at a time with a wait in
+    # each, and two programs an SM keep too few loads in flight: to be swept (tune_layernorm).
+    fwd_one_pass: bool = False
+    fwd_one_pass_max_chunks: int = 32
+    fwd_one_pass_programs_per_sm: int = 2
     # The LayerNorm backward holds several values per element: whole rows up to this many
     # columns; longer rows take the two column-split kernels (which read z and dy twice).
     # Kept whole at 16,384 it spilled 66-76 registers a thread and ran at 44-53% of copy
@@ -420,14 +432,28 @@ def split_rows(block_n: int, elem_size: int, one_pass: bool, cfg: LayerNormLaunc
     return min(8, 1 << (rows.bit_length() - 1))
 
 
+def _waits_run(cfg: LayerNormLaunch, device: torch.device) -> bool:
+    """Whether kernels whose programs wait for each other can run: on a GPU, or in the Triton
+    interpreter (one program at a time, where a waiting program would wait forever) only with
+    ``cfg.split_wait_polls`` > 0 (bounded waits)."""
+    return (device.type == "cuda" and not _INTERPRET) or (_INTERPRET and cfg.split_wait_polls > 0)
+
+
+def one_pass_forward(n_chunks: int, cfg: LayerNormLaunch, device: torch.device) -> bool:
+    """Whether the norm forward of rows of ``n_chunks`` chunks takes its one-pass split form:
+    asked by ``cfg`` (``fwd_one_pass``), where waits can run (:func:`_waits_run`), with a
+    row's chunks few enough to run at once (one per SM at most) and to wait for."""
+    return (cfg.fwd_one_pass and _waits_run(cfg, device)
+            and n_chunks <= min(cfg.fwd_one_pass_max_chunks, num_sms(device)))
+
+
 def one_pass_split(n_chunks: int, rms: bool, elem_size: int, cfg: LayerNormLaunch, device: torch.device) -> bool:
     """Whether the long-row norm backward takes its one-pass form: asked by ``cfg``; on a GPU,
     or in the Triton interpreter (one program at a time, where a waiting program would wait
     forever) only with ``cfg.split_wait_polls`` > 0; with a row's chunks few enough to run at
     once (one per SM at most) and to wait for (``cfg.split_one_pass_max_chunks``); for RMSNorm,
     or LayerNorm inputs of ``cfg.split_one_pass_layer_norm_min_bytes`` an element or more."""
-    runs = (device.type == "cuda" and not _INTERPRET) or (_INTERPRET and cfg.split_wait_polls > 0)
-    return (cfg.split_one_pass and runs and n_chunks <= min(cfg.split_one_pass_max_chunks, num_sms(device))
+    return (cfg.split_one_pass and _waits_run(cfg, device) and n_chunks <= min(cfg.split_one_pass_max_chunks, num_sms(device))
             and (rms or elem_size >= cfg.split_one_pass_layer_norm_min_bytes))
 
 

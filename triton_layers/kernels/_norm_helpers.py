@@ -78,16 +78,47 @@ def load_chunk(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_r
 
 
 @triton.jit
-def affine(zhat, Z, W, B, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-            UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr):
-    """y in fp32: zhat (rounded to Z's dtype first with CAST_BEFORE_WEIGHT) * w + bias."""
+def shifted_stats(s1, s2, shift, N, eps, IS_RMS: tl.constexpr):
+    """(mean, rstd) of rows from their sums of d = z - shift and of d * d (RMSNorm: shift 0)."""
+    if IS_RMS:
+        mean = shift
+        var = div(s2, N)
+    else:
+        mean = shift + div(s1, N)
+        # Clamp rounding below zero, but let a NaN variance (a row holding inf) through,
+        # as torch does: fmax(NaN, 0) would give 0 and a finite rstd.
+        var = tl.maximum(div(s2 - div(s1 * s1, N), N), 0.0, propagate_nan=tl.PropagateNan.ALL)
+    return mean, 1.0 / tl.sqrt(var + eps)
+
+
+@triton.jit
+def load_affine(W, B, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, UNIT_OFFSET: tl.constexpr):
+    """The columns' weight factor (load_weight) and bias, fp32 (zeros without a bias)."""
+    b = tl.zeros(cols.shape, dtype=tl.float32)
+    if HAS_BIAS:
+        b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
+    return load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET), b
+
+
+@triton.jit
+def scale_shift(zhat, Z, w, b, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr):
+    """y in fp32: zhat (rounded to Z's dtype first with CAST_BEFORE_WEIGHT) * w + b, w and b
+    the columns' factors (load_affine)."""
     if CAST_BEFORE_WEIGHT:
         zhat = zhat.to(Z.dtype.element_ty).to(tl.float32)
     if HAS_WEIGHT:
-        zhat = zhat * load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)[None, :]
+        zhat = zhat * w[None, :]
     if HAS_BIAS:
-        zhat = zhat + tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        zhat = zhat + b[None, :]
     return zhat
+
+
+@triton.jit
+def affine(zhat, Z, W, B, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+            UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr):
+    """y in fp32 (scale_shift), the weight and bias loaded for these columns."""
+    w, b = load_affine(W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
+    return scale_shift(zhat, Z, w, b, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
 
 
 # --- backward -------------------------------------------------------------------------------

@@ -32,8 +32,9 @@ import triton.language as tl
 from torch import Tensor
 from . import _doors, _launch
 from ._norm_helpers import (
-    STABLE_MIN_SCALE, affine, div, dz_coefficients, load_bwd_tile, load_chunk, load_input, load_weight, partial_rows,
-    param_grads, publish_sums, rounded_product, stat_rows, store_dz, store_partials, wait_arrivals,
+    STABLE_MIN_SCALE, affine, div, dz_coefficients, load_affine, load_bwd_tile, load_chunk, load_input, load_weight,
+    partial_rows, param_grads, publish_sums, rounded_product, scale_shift, shifted_stats, stat_rows, store_dz,
+    store_partials, wait_arrivals,
 )
 
 
@@ -100,16 +101,7 @@ def _norm_fwd_kernel(
             d = tl.where(mask, rounded_product(z, inv_scale[:, None], mask) - shift[:, None], 0.0)
             acc1 += d
             acc2 += d * d
-        s1 = tl.sum(acc1, axis=1)
-        s2 = tl.sum(acc2, axis=1)
-        if IS_RMS:
-            var = div(s2, N)
-        else:
-            mean = shift + div(s1, N)
-            # Clamp rounding below zero, but let a NaN variance (a row holding inf) through,
-            # as torch does: fmax(NaN, 0) would give 0 and a finite rstd.
-            var = tl.maximum(div(s2 - div(s1 * s1, N), N), 0.0, propagate_nan=tl.PropagateNan.ALL)
-        rstd = 1.0 / tl.sqrt(var + eps)
+        mean, rstd = shifted_stats(tl.sum(acc1, axis=1), tl.sum(acc2, axis=1), shift, N, eps, IS_RMS)
         if HAS_RESIDUAL:
             tl.debug_barrier()
         for start in range(0, N, BLOCK_N):
@@ -126,6 +118,77 @@ def _norm_fwd_kernel(
     if not IS_RMS:
         tl.store(Mean + rows, mean, mask=row_mask)
     tl.store(Rstd + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def _norm_fwd_split_kernel(
+    X, R, H, Y, W, B, Stats, Sums, Arrivals,
+    stride_x_row, stride_r_row, stride_h_row, stride_y_row, M, N, eps, n_chunks, rows_per_group,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr, MAX_POLLS: tl.constexpr,
+):
+    # Rows longer than a block, in one pass: _norm_fwd_kernel's loop reads each row twice
+    # (statistics, then y), and with many long rows in flight the second read misses L2
+    # (3 M*N element moves for 2). Here program (chunk, group) walks its group's rows holding
+    # one chunk of each in registers: it publishes the chunk's shifted sums, waits at the
+    # row's counter for the other chunks' and normalizes the chunk it holds. Tickets order
+    # the programs' starts, as in _norm_bwd_split_kernel: no deadlock while a group's chunks
+    # fit on the GPU at once; with MAX_POLLS > 0 a program that polled that often reads the
+    # missing chunks itself (the interpreter, one program at a time, runs this form so).
+    # One row at a time, its statistics scalars: with a (1, n) tile's row vectors instead,
+    # Triton 3.6 broadcast them to the tile through 2,048 shared-memory stores a thread per
+    # row, and the kernel ran 30-60x slower than the loop (H100, 2026-11-25).
+    Mean, Rstd, _ = stat_rows(Stats, M, IS_RMS)
+    ticket = tl.atomic_add(Arrivals, 1, sem="relaxed", scope="gpu")
+    chunk = ticket % n_chunks
+    group = (ticket // n_chunks).to(tl.int64)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    chunk_ids = tl.arange(0, CHUNKS_POW2)
+    chunk_mask = chunk_ids < n_chunks
+    Z = X  # the normalized input, for its dtype
+    if HAS_RESIDUAL:
+        Z = H
+    w, b = load_affine(W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)  # once: every row uses them
+    row_stop = tl.minimum(group * rows_per_group + rows_per_group, M)
+    for row in range(group * rows_per_group, row_stop):
+        rows = row + tl.arange(0, 1)
+        mask = (rows[:, None] < M) & col_mask[None, :]
+        # LayerNorm's sums are shifted by the row's first element, as in the loop above.
+        shift = 0.0
+        if not IS_RMS:
+            shift = tl.load(X + row * stride_x_row).to(tl.float32)
+            if HAS_RESIDUAL:
+                shift += tl.load(R + row * stride_r_row).to(tl.float32)
+        z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
+        d = tl.where(mask, z - shift, 0.0)
+        mine = Sums + (row * n_chunks + chunk) * 2
+        tl.store(mine, tl.sum(d * d))
+        tl.store(mine + 1, tl.sum(d))
+        tl.debug_barrier()
+        tl.atomic_add(Arrivals + 1 + row, 1, sem="release", scope="gpu")
+        arrived = wait_arrivals(Arrivals + 1 + row, n_chunks, MAX_POLLS)
+        # Every program adds a row's chunk sums in the same order: the same statistics in each.
+        sums = Sums + (row * n_chunks + chunk_ids) * 2
+        sums_dd = tl.load(sums, mask=chunk_mask, other=0.0, cache_modifier=".cg")
+        sums_d = tl.load(sums + 1, mask=chunk_mask, other=0.0, cache_modifier=".cg")
+        if MAX_POLLS > 0:
+            if not arrived:  # every chunk's sums from its elements, as its program computes them
+                for other in range(0, n_chunks):
+                    other_cols = other * BLOCK_N + tl.arange(0, BLOCK_N)
+                    other_mask = (rows[:, None] < M) & (other_cols[None, :] < N)
+                    d_o = tl.where(other_mask, load_input(X, R, H, rows, other_cols, other_mask, stride_x_row,
+                                                          stride_r_row, stride_h_row, HAS_RESIDUAL, False) - shift, 0.0)
+                    sums_dd = tl.where(chunk_ids == other, tl.sum(d_o * d_o), sums_dd)
+                    sums_d = tl.where(chunk_ids == other, tl.sum(d_o), sums_d)
+        mean, rstd = shifted_stats(tl.sum(sums_d), tl.sum(sums_dd), shift, N, eps, IS_RMS)
+        y = scale_shift((z - mean) * rstd, Z, w, b, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+        tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        if chunk == 0:
+            if not IS_RMS:
+                tl.store(Mean + row, mean)
+            tl.store(Rstd + row, rstd)
 
 
 # --- backward: three kernels, each formula written once in _norm_helpers ------------------
@@ -327,6 +390,7 @@ class _ForwardPlan(NamedTuple):
     out_dtype: torch.dtype
     residual_dtype: Optional[torch.dtype]
     stats_shape: tuple[int, int]
+    sums_shape: Optional[tuple[int, int, int]]  # the one-pass split's per-chunk row sums (else None)
 
 
 def _plan_forward(
@@ -341,16 +405,27 @@ def _plan_forward(
     n_rows = x.numel() // n_cols if n_cols else 0
     max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    strides = (_launch.row_stride(x), 0 if residual is None else _launch.row_stride(residual),
+               0 if residual is None else n_cols, n_cols)
+    flags = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
+                 HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
+                 BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size()))
+    n_chunks = _launch.cdiv(n_cols, block_n)
+    stats_shape = ((1 if rms else 2) + int(stable), n_rows)
+    if not single_pass and not stable and _launch.one_pass_forward(n_chunks, cfg, x.device):
+        groups = _launch.row_groups(n_rows, n_chunks, 1, cfg.fwd_one_pass_programs_per_sm, x.device)
+        flags.update(BLOCK_N=block_n, num_warps=_launch.ln_fwd_warps(block_n, x.element_size()))
+        del flags["BLOCK_M"]  # one row at a time
+        kernel = _doors.KernelCall(
+            _norm_fwd_split_kernel, (groups * n_chunks,),
+            (*strides, n_rows, n_cols, eps, n_chunks, _launch.cdiv(n_rows, groups)),
+            dict(flags, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls),
+            _launch.device_index(x))
+        return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
     kernel = _doors.KernelCall(
-        _norm_fwd_kernel, (_launch.cdiv(n_rows, block_m),),
-        (_launch.row_stride(x), 0 if residual is None else _launch.row_stride(residual),
-         0 if residual is None else n_cols, n_cols, n_rows, n_cols, eps),
-        dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-             STABLE=stable, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
-             BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-             num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size())),
-        _launch.device_index(x))
-    return _ForwardPlan(kernel, out_dtype, residual_dtype, ((1 if rms else 2) + int(stable), n_rows))
+        _norm_fwd_kernel, (_launch.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps),
+        dict(flags, STABLE=stable, SINGLE_PASS=single_pass), _launch.device_index(x))
+    return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, None)
 
 
 def _run_forward(launch, plan: _ForwardPlan, x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor],
@@ -359,12 +434,14 @@ def _run_forward(launch, plan: _ForwardPlan, x: Tensor, residual: Optional[Tenso
     y and h have x's shape; the kernel sees them as matrices (it reads pointers and row strides)."""
     y = _launch.new_output(x, plan.out_dtype)
     stats = x.new_empty(plan.stats_shape, dtype=torch.float32)
-    if residual is None:
-        plan.kernel(launch, x, None, None, y, weight, bias, stats)
-        return y, stats
-    h = _launch.new_output(x, plan.residual_dtype)
-    plan.kernel(launch, x, residual, h, y, weight, bias, stats)
-    return y, h, stats
+    h = None if residual is None else _launch.new_output(x, plan.residual_dtype)
+    if plan.sums_shape is None:
+        plan.kernel(launch, x, residual, h, y, weight, bias, stats)
+    else:  # one pass: the chunks' row sums, a ticket counter and one arrival counter per row
+        sums = x.new_empty(plan.sums_shape, dtype=torch.float32)
+        arrivals = x.new_zeros(1 + plan.sums_shape[0], dtype=torch.int32)
+        plan.kernel(launch, x, residual, h, y, weight, bias, stats, sums, arrivals)
+    return (y, stats) if h is None else (y, h, stats)
 
 
 class _BackwardPlan(NamedTuple):
