@@ -41,7 +41,9 @@ class LayerNormLaunch:
     # LayerNorm bf16 1024x131072 488 us against 282 and fp32 639 against 571, RMSNorm bf16
     # level (285 / 284), fp32 610 against 561; only the fused add in bf16 won (423 against
     # 467 us, 85% of copy against 77%). A program walks its rows one at a time with a wait in
-    # each, and two programs an SM keep too few loads in flight: to be swept (tune_layernorm).
+    # each; LayerNorm's, holding the weight and the bias for all its rows, takes 100 registers
+    # a thread at 16 warps (RMSNorm's 61; offline Triton 3.6 build), so one program fits an SM
+    # and half the grid waits for the other half. To be swept (tune_layernorm) and slimmed.
     fwd_one_pass: bool = False
     fwd_one_pass_max_chunks: int = 32
     fwd_one_pass_programs_per_sm: int = 2
