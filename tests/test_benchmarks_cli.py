@@ -478,7 +478,7 @@ def test_norms_alone_and_its_row_limits_sweep_on_cpu(tmp_path, monkeypatch, caps
     bench_norms.main(options)
     out = capsys.readouterr().out
     for op in ("rmsnorm", "add_rmsnorm", "add_layernorm"):
-        assert f"## {op} on cpu" in out and f"| 3x40 | float32 | bwd | 50 us, " in out
+        assert f"## {op} on cpu" in out and "| 3x40 | float32 | bwd | 50 us, " in out
     rows = report.read_csv(str(tmp_path / "norms.csv"))
     impls = {op: [r["impl"] for r in rows if r["op"] == op and r["direction"] == "fwd"]
              for op in ("rmsnorm", "add_rmsnorm", "add_layernorm")}
