@@ -450,12 +450,12 @@ def one_pass_forward(n_chunks: int, cfg: LayerNormLaunch, device: torch.device) 
 
 
 def one_pass_split(n_chunks: int, rms: bool, elem_size: int, cfg: LayerNormLaunch, device: torch.device) -> bool:
-    """Whether the long-row norm backward takes its one-pass form: asked by ``cfg``; on a GPU,
-    or in the Triton interpreter (one program at a time, where a waiting program would wait
-    forever) only with ``cfg.split_wait_polls`` > 0; with a row's chunks few enough to run at
-    once (one per SM at most) and to wait for (``cfg.split_one_pass_max_chunks``); for RMSNorm,
-    or LayerNorm inputs of ``cfg.split_one_pass_layer_norm_min_bytes`` an element or more."""
-    return (cfg.split_one_pass and _waits_run(cfg, device) and n_chunks <= min(cfg.split_one_pass_max_chunks, num_sms(device))
+    """Whether the long-row norm backward takes its one-pass form: asked by ``cfg``, where waits
+    can run (:func:`_waits_run`), with a row's chunks few enough to run at once (one per SM at
+    most) and to wait for (``cfg.split_one_pass_max_chunks``); for RMSNorm, or LayerNorm inputs
+    of ``cfg.split_one_pass_layer_norm_min_bytes`` an element or more."""
+    return (cfg.split_one_pass and _waits_run(cfg, device)
+            and n_chunks <= min(cfg.split_one_pass_max_chunks, num_sms(device))
             and (rms or elem_size >= cfg.split_one_pass_layer_norm_min_bytes))
 
 

@@ -408,23 +408,24 @@ def _plan_forward(
     strides = (_launch.row_stride(x), 0 if residual is None else _launch.row_stride(residual),
                0 if residual is None else n_cols, n_cols)
     flags = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
-                 HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
-                 BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size()))
+                 HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight)
     n_chunks = _launch.cdiv(n_cols, block_n)
     stats_shape = ((1 if rms else 2) + int(stable), n_rows)
     if not single_pass and not stable and _launch.one_pass_forward(n_chunks, cfg, x.device):
+        # (one row at a time: no BLOCK_M)
         groups = _launch.row_groups(n_rows, n_chunks, 1, cfg.fwd_one_pass_programs_per_sm, x.device)
-        flags.update(BLOCK_N=block_n, num_warps=_launch.ln_fwd_warps(block_n, x.element_size()))
-        del flags["BLOCK_M"]  # one row at a time
         kernel = _doors.KernelCall(
             _norm_fwd_split_kernel, (groups * n_chunks,),
             (*strides, n_rows, n_cols, eps, n_chunks, _launch.cdiv(n_rows, groups)),
-            dict(flags, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls),
+            dict(flags, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
+                 num_warps=_launch.ln_fwd_warps(block_n, x.element_size())),
             _launch.device_index(x))
         return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
     kernel = _doors.KernelCall(
         _norm_fwd_kernel, (_launch.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps),
-        dict(flags, STABLE=stable, SINGLE_PASS=single_pass), _launch.device_index(x))
+        dict(flags, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
+             num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size())),
+        _launch.device_index(x))
     return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, None)
 
 

@@ -12,8 +12,9 @@ and read (or write) every element of x exactly once:
 - backward: one pass over x for dx and dw together, or, on large inputs, two launches of
   the same kernel, one writing dx and one reading x for dw (see ``bwd_two_pass_min_bytes``).
   A grid of (column blocks, row ranges); each program walks its row range, writes dx and/or
-  keeps an fp32 accumulator of dy * x, stored as one row of partials. The partials are reduced with torch: no atomics,
-  the reduction order is fixed by the launch, so dw is bitwise identical from run to run.
+  keeps an fp32 accumulator of dy * x, stored as one row of partials. The partials are
+  reduced with torch: no atomics, the reduction order is fixed by the launch, so dw is
+  bitwise identical from run to run (and the same in one launch or two).
   dx is skipped when x needs no gradient, and x is not read when the weight needs none.
   db = sum(dy) in fp32 comes from the same pass: one partial per row range, written by the
   programs of the first column block (torch sums them when there are several).
