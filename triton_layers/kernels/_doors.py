@@ -181,7 +181,7 @@ class Op:
             @staticmethod
             def forward(ctx, plan, *args):
                 results = plan.run_forward(direct, plan.forward, *args)
-                ctx.set_materialize_grads(False)
+                ctx.materialize_grads = False  # (what set_materialize_grads does, less a Python frame)
                 ctx.plan = plan
                 saved = d.save(_new_tuple(Inputs, args), _new_tuple(Results, results), plan.needs)
                 ctx.save_for_backward(*saved[:n_tensors])
@@ -392,17 +392,15 @@ class OpPlan:
 
 class PlanCache(dict):
     """Plans by call signature, for one op's callers. Emptied when the launch config changes
-    (the plans hold its decisions) and when it holds :data:`MAX_KEYS` (shapes vary)."""
+    (the plans hold its decisions: ``_launch`` tells every cache) and when it holds
+    :data:`MAX_KEYS` (shapes vary). Its ``get`` is the dict's own (no Python frame a call)."""
 
     def __init__(self):
         super().__init__()
-        self.config = _launch.current()
+        _launch._on_change.add(self)
 
-    def get(self, key, default=None):
-        if _launch._current is not self.config:
-            self.clear()
-            self.config = _launch._current
-        return dict.get(self, key, default)
+    # (members of a WeakSet: caches are told apart by identity, not by their contents)
+    __hash__, __eq__ = object.__hash__, object.__eq__
 
     def put(self, key, plan) -> None:
         if len(self) >= MAX_KEYS:

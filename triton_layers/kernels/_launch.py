@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -255,11 +256,22 @@ TINY = dataclasses.replace(
                                                     bwd_two_pass_min_bytes=4096))
 
 _current = DEFAULT
+# Emptied (``.clear()``) whenever the config changes: the eager door's plan caches, which hold
+# the decisions of the config they were made under (kernels/_doors.py: PlanCache).
+_on_change: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def current() -> LaunchConfig:
     """The config the launchers use now."""
     return _current
+
+
+def _set(config: LaunchConfig) -> None:
+    global _current
+    if config is not _current:
+        _current = config
+        for cache in list(_on_change):
+            cache.clear()
 
 
 @contextlib.contextmanager
@@ -269,14 +281,14 @@ def use_config(config: LaunchConfig) -> Iterator[LaunchConfig]:
     Process-wide (not per thread): autograd runs backwards on its own threads, and a
     backward must see the config its forward was launched with.
     """
-    global _current
     if not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig, got {type(config).__name__}")
-    saved, _current = _current, config
+    saved = _current
+    _set(config)
     try:
         yield config
     finally:
-        _current = saved
+        _set(saved)
 
 
 # --- helpers the launchers share ----------------------------------------------------------
