@@ -86,11 +86,11 @@ OPS: dict[str, tuple[list, tuple, Callable]] = {
 @contextlib.contextmanager
 def as_on_a_gpu(sms: int = H100_SMS, shared: int = H100_SHARED) -> Iterator[None]:
     """Plans on meta tensors as on a GPU of ``sms`` SMs and ``shared`` bytes of shared memory a
-    program (default: an H100), the GPU-only choices (the long-row norm backward's one pass,
-    its prefetch stages) made as for a CUDA tensor."""
+    program (default: an H100), the GPU-only choices (the long-row norm forward's and
+    backward's one pass, its prefetch stages) made as for a CUDA tensor."""
     from triton_layers.kernels import _launch
 
-    one_pass, stages = _launch.one_pass_split, _launch.prefetch_stages
+    one_pass, one_pass_fwd, stages = _launch.one_pass_split, _launch.one_pass_forward, _launch.prefetch_stages
     cuda = torch.device("cuda", 0)
     cached = (_launch.persistent_grid, _launch.row_groups, _launch.split_row)  # they read num_sms
     for f in cached:
@@ -98,6 +98,7 @@ def as_on_a_gpu(sms: int = H100_SMS, shared: int = H100_SHARED) -> Iterator[None
     with mock.patch.object(_launch, "num_sms", lambda device: sms), \
             mock.patch.object(_launch, "_shared_memory", lambda index: shared), \
             mock.patch.object(_launch, "one_pass_split", lambda n, rms, size, cfg, device: one_pass(n, rms, size, cfg, cuda)), \
+            mock.patch.object(_launch, "one_pass_forward", lambda n, res, cfg, device: one_pass_fwd(n, res, cfg, cuda)), \
             mock.patch.object(_launch, "prefetch_stages", lambda n, size, device: stages.__wrapped__(n, size, cuda)):
         try:
             yield

@@ -35,14 +35,23 @@ chunks: bf16 27-35% against 51%) and in bf16 on the H200 (1024x131072 38% agains
 those keep two passes, where 16 KB (one-row) tiles were best (bf16 4096x32768 478 us against
 554, H100; 365 against 475, H200).
 
-Long rows, forward (2026-11-25, H100, GPU time): the one-pass form (fwd_one_pass, chunks of
-8192, 2 programs an SM) against the loop that reads each row twice: LayerNorm 1024x131072 bf16
-488 us against 282, fp32 639 against 571; RMSNorm bf16 285 / 284, fp32 610 / 561; the fused
-add RMSNorm bf16 423 against 467 (85% of copy), fp32 1070 against 935. Its first version held
-(1, 8192) tiles whose per-row statistics Triton 3.6 broadcast through 2,048 shared-memory
-stores a thread, 30-60x slower than the loop; scalar statistics fixed that. Not swept beyond.
+Long rows, forward (2026-11-25, GPU time, 1024x131072 and 512x262144, the four norms in bf16
+and fp32): the one-pass form (fwd_one_pass, fwd_residual_one_pass) against the loop that reads
+each row twice. Its first form waited right after publishing a row's sums: no faster than
+the loop (H100: LayerNorm bf16 1024x131072 488 us against 282, RMSNorm level). Publishing a
+row ahead and loading w and b per row (fewer registers), swept over chunks of 4096/8192, 16-64
+KB of chunks an SM and 32/64 chunks a row: on the H100, chunks of 4096, 32 KB and 64 chunks
+were within 1% of each case's best on geometric mean (5% at worst) and ahead of the loop at
+15 of 16 cases (RMSNorm bf16 1024x131072 251 us against 284, LayerNorm fp32 494 against 571,
+the fused add RMSNorm bf16 390 against 466); on the H200 the loop won every case without a
+residual (LayerNorm bf16 214 us against 258, RMSNorm fp32 412 against 458) and the fused add
+RMSNorm in fp32 (666 against 718), the one pass the fused adds in bf16 (305 against 332 for
+RMSNorm, 322 against 334 for LayerNorm) and LayerNorm's in fp32 (616 against 665). Fewer
+programs an SM lose (H100 bf16 RMSNorm: 382 us at 2, 679 at 1), and so do more than the
+registers let an SM hold.
 
-Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both] [--shapes 32768x1024,...] [--dtypes ...]
+Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both|add_rmsnorm,...] [--dirs fwd,bwd]
+     [--shapes 32768x1024,...] [--dtypes ...]
 """
 from __future__ import annotations
 
@@ -54,11 +63,12 @@ from benchmarks import bench_layernorm, bench_norms, harness, tuning
 from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 
+NORMS = ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm")  # norm_case's names
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 32768), (1024, 131072)]
 # Grids over fields of _launch.LayerNormLaunch.
 FWD_GRID = {"tile_elements": [2048, 4096, 8192]}
-FWD_LONG_GRID = {"loop_block": [2048, 4096, 8192], "fwd_one_pass": [False, True],
-                 "fwd_one_pass_programs_per_sm": [2, 4]}
+FWD_LONG_GRID = {"fwd_one_pass": [False, True], "fwd_one_pass_block": [4096, 8192],
+                 "fwd_one_pass_sm_bytes": [16384, 32768, 65536], "fwd_one_pass_max_chunks": [32, 64]}
 BWD_SHORT_GRID = {"tile_elements": [2048, 4096, 8192], "bwd_programs_per_sm": [1, 2, 4, 8], "bwd_stages": [1, 2, 3]}
 BWD_LONG_GRID = {"split_one_pass": [True, False], "split_tile_bytes": [16384, 32768, 65536],
                  "split_programs_per_sm": [1, 2, 4], "split_one_pass_max_chunks": [128]}
@@ -78,18 +88,33 @@ def norm_case(name: str, dtype: torch.dtype, shape: tuple[int, int],
 def main(argv=None) -> None:
     opts, shapes, dtypes = tuning.parse(
         __doc__.splitlines()[0], SHAPES, argv,
-        lambda parser: parser.add_argument("--norm", choices=["layer", "rms", "both"], default="both"))
+        lambda parser: (
+            parser.add_argument("--norm", default="both",
+                                help="layer, rms, both, or a comma-separated list of " + ", ".join(NORMS)),
+            parser.add_argument("--dirs", default="fwd,bwd", help="the directions swept: fwd, bwd or both")))
     dev, copy = tuning.start()
     limits = _launch.DEFAULT.layer_norm
-    for norm in {"layer": ["layernorm"], "rms": ["rmsnorm"], "both": ["layernorm", "rmsnorm"]}[opts.norm]:
+    norms = {"layer": ["layernorm"], "rms": ["rmsnorm"], "both": ["layernorm", "rmsnorm"]}.get(
+        opts.norm, opts.norm.split(","))
+    unknown = set(norms) - set(NORMS)
+    if unknown:
+        raise SystemExit(f"unknown norms {sorted(unknown)}: choose among {', '.join(NORMS)}")
+    for norm in norms:
         for dtype in dtypes:
             for m, d in shapes:
                 case, ours = norm_case(norm, dtype, (m, d), dev)
-                fwd_grid = dict(FWD_GRID, **FWD_LONG_GRID) if d > limits.fwd_max_fused_cols else FWD_GRID
-                bwd_limit = limits.bwd_rms_max_fused_cols if norm == "rmsnorm" else limits.bwd_max_fused_cols
+                fwd_limit = limits.fwd_max_fused_cols if norm in ("layernorm", "rmsnorm") \
+                    else limits.fwd_residual_max_fused_cols
+                fwd_grid = FWD_LONG_GRID if d > fwd_limit else FWD_GRID  # (a long row is a tile alone)
+                if norm.startswith("add_"):  # (the fused add's own switch)
+                    fwd_grid = {"fwd_residual_one_pass" if k == "fwd_one_pass" else k: v for k, v in fwd_grid.items()}
+                bwd_limit = (limits.bwd_rms_max_fused_cols if norm.endswith("rmsnorm") else
+                             limits.bwd_residual_max_fused_cols if norm == "add_layernorm" else limits.bwd_max_fused_cols)
                 bwd_grid = BWD_LONG_GRID if d > bwd_limit else BWD_SHORT_GRID
                 print(f"{norm} {m}x{d} {str(dtype)[6:]}", flush=True)
                 for name, grid in (("fwd", fwd_grid), ("bwd", bwd_grid)):
+                    if name not in opts.dirs.split(","):
+                        continue
                     nbytes = next(d.nbytes for d in case.directions if d.name == name)
                     res = tuning.sweep(case, name, ours, "layer_norm", grid)
                     print(tuning.report(name, grid, tuple(getattr(limits, k) for k in grid), res, nbytes, copy),

@@ -96,8 +96,10 @@ def test_long_row_forward_one_and_two_passes(one_pass, polls, programs, kind, dt
     """Every form of the long-row forward (7 rows of 4 chunks, a ragged last chunk; persistent
     programs, or one row a program on a GPU) against float64, gradients through it too, and the same
     bits from run to run (polls > 0 on a GPU: within rounding, as the backward's test says)."""
-    config = dataclasses.replace(LOOPED["medium"].layer_norm, fwd_one_pass=one_pass, split_wait_polls=polls,
-                                 fwd_one_pass_programs_per_sm=programs)
+    medium = LOOPED["medium"].layer_norm
+    config = dataclasses.replace(medium, fwd_one_pass=one_pass, fwd_residual_one_pass=one_pass,
+                                 split_wait_polls=polls,
+                                 fwd_one_pass_sm_bytes=programs * medium.fwd_one_pass_block * dtype.itemsize)
     rms, residual = "rms" in kind, kind.startswith("add")
     x, w, b = _inputs(7, 500, dtype, device, bias=not rms)
     r = torch.randn_like(x).requires_grad_() if residual else None
@@ -115,7 +117,7 @@ def test_long_row_forward_one_and_two_passes(one_pass, polls, programs, kind, dt
 
     inputs = dict(x=x, **params, **({} if r is None else dict(residual=r)))
     with _launch.use_config(dataclasses.replace(LOOPED["medium"], layer_norm=config)):
-        assert _launch.one_pass_forward(4, config, x.device) == one_pass
+        assert _launch.one_pass_forward(4, residual, config, x.device) == one_pass
         check(ours, definition, inputs, summed=dict(weight=7, bias=7), lowp=dtype != torch.float32)
         again = [ours(*inputs.values()) for _ in range(2)]
     if polls and device == "cuda":

@@ -34,20 +34,30 @@ class LayerNormLaunch:
     # --sweep-row-limits), 2048x32768 ran at 97% of copy (bf16 and fp32) against 63-65%
     # when chunked above 16384, where x and the residual are read twice.
     fwd_residual_max_fused_cols: int = 32768
-    # Rows over those limits, in one pass (fwd_one_pass: see one_pass_forward): the programs
-    # holding a row's chunks (loop_block columns each) in registers wait for each other's
-    # sums instead of one program reading the row twice, for rows of at most
-    # fwd_one_pass_max_chunks chunks, fwd_one_pass_programs_per_sm persistent programs an SM.
-    # Off: it lost to the loop at most shapes (H100, GPU time, 2026-11-25, 2 programs an SM):
-    # LayerNorm bf16 1024x131072 488 us against 282 and fp32 639 against 571, RMSNorm bf16
-    # level (285 / 284), fp32 610 against 561; only the fused add in bf16 won (423 against
-    # 467 us, 85% of copy against 77%). A program walks its rows one at a time with a wait in
-    # each; LayerNorm's, holding the weight and the bias for all its rows, takes 100 registers
-    # a thread at 16 warps (RMSNorm's 61; offline Triton 3.6 build), so one program fits an SM
-    # and half the grid waits for the other half. To be swept (tune_layernorm) and slimmed.
+    # Rows over those limits, in one pass where a GPU runs it (fwd_residual_one_pass with a
+    # residual, fwd_one_pass without; see one_pass_forward): the programs holding a row's
+    # chunks (fwd_one_pass_block columns each) wait for each other's sums instead of one
+    # program reading the row twice (with a residual: reading x and the residual, then h), for
+    # rows of at most fwd_one_pass_max_chunks chunks. Programs per SM: as many as hold
+    # fwd_one_pass_sm_bytes of input chunks (4 of bf16 chunks of 4096, 2 of fp32), each
+    # publishing a row ahead of the one it waits for. Swept (tune_layernorm, GPU time; chunks of
+    # 4096 and 8192, 16-64 KB an SM, 32 or 64 chunks; 1024x131072 and 512x262144): on an H100
+    # this setting was within 1% of each case's best on geometric mean and ahead of the loop at
+    # 15 of 16 cases (level at the 16th): e.g. 1024x131072 RMSNorm bf16 251 us against 284,
+    # LayerNorm fp32 494 against 571, the fused add RMSNorm bf16 390 against 466 (92% of copy).
+    # On an H200 it won with the residual in bf16 (305 us against 332 for RMSNorm, 322 against
+    # 334 for LayerNorm) and fp32 LayerNorm (616 against 665), lost with fp32 RMSNorm (718
+    # against 666), and lost without a residual at every case (LayerNorm bf16 258 us against
+    # 214, RMSNorm fp32 458 against 412): its wait's latency is hidden only by more programs
+    # an SM than the registers allow there. Hence on with a residual, off without.
+    # Fewer programs lost on both (H100 bf16 RMSNorm 1024x131072: 382 us at 2 an SM, 679 at
+    # 1), and so did asking for more than the registers let an SM hold (the last programs then
+    # run in a second wave).
     fwd_one_pass: bool = False
-    fwd_one_pass_max_chunks: int = 32
-    fwd_one_pass_programs_per_sm: int = 2
+    fwd_residual_one_pass: bool = True
+    fwd_one_pass_block: int = 4096
+    fwd_one_pass_max_chunks: int = 64
+    fwd_one_pass_sm_bytes: int = 32768
     # The LayerNorm backward holds several values per element: whole rows up to this many
     # columns; longer rows take the two column-split kernels (which read z and dy twice).
     # Kept whole at 16,384 it spilled 66-76 registers a thread and ran at 44-53% of copy
@@ -240,7 +250,7 @@ def shrunk(max_cols: int, loop_block: int, softmax_tile_elements: int = 64) -> L
         layer_norm=dataclasses.replace(d.layer_norm, fwd_max_fused_cols=max_cols, bwd_max_fused_cols=max_cols,
                                        bwd_rms_max_fused_cols=max_cols,
                                        fwd_residual_max_fused_cols=max_cols, bwd_residual_max_fused_cols=max_cols,
-                                       loop_block=loop_block),
+                                       loop_block=loop_block, fwd_one_pass_block=loop_block),
         softmax=dataclasses.replace(d.softmax, max_fused_cols=max_cols, loop_block=loop_block,
                                     tile_elements=softmax_tile_elements, causal_tile_elements=softmax_tile_elements),
         weighted_sum=d.weighted_sum,
@@ -453,11 +463,18 @@ def _waits_run(cfg: LayerNormLaunch, device: torch.device) -> bool:
     return (device.type == "cuda" and not _INTERPRET) or (_INTERPRET and cfg.split_wait_polls > 0)
 
 
-def one_pass_forward(n_chunks: int, cfg: LayerNormLaunch, device: torch.device) -> bool:
-    """Whether the norm forward of rows of ``n_chunks`` chunks takes its one-pass split form:
-    asked by ``cfg`` (``fwd_one_pass``), where waits can run (:func:`_waits_run`), with a
-    row's chunks few enough to run at once (one per SM at most) and to wait for."""
-    return (cfg.fwd_one_pass and _waits_run(cfg, device)
+def one_pass_forward_programs_per_sm(elem_size: int, cfg: LayerNormLaunch) -> int:
+    """Programs per SM of the one-pass long-row norm forward: as many as hold
+    ``cfg.fwd_one_pass_sm_bytes`` of input chunks, at least 1."""
+    return max(1, cfg.fwd_one_pass_sm_bytes // (cfg.fwd_one_pass_block * elem_size))
+
+
+def one_pass_forward(n_chunks: int, residual: bool, cfg: LayerNormLaunch, device: torch.device) -> bool:
+    """Whether the norm forward (with a ``residual`` to add, or not) of rows of ``n_chunks``
+    chunks takes its one-pass split form: asked by ``cfg`` (``fwd_residual_one_pass``,
+    ``fwd_one_pass``), where waits can run (:func:`_waits_run`), with a row's chunks few
+    enough to run at once (one per SM at most) and to wait for."""
+    return ((cfg.fwd_residual_one_pass if residual else cfg.fwd_one_pass) and _waits_run(cfg, device)
             and n_chunks <= min(cfg.fwd_one_pass_max_chunks, num_sms(device)))
 
 

@@ -150,24 +150,20 @@ def _norm_fwd_split_kernel(
     Z = X  # the normalized input, for its dtype
     if HAS_RESIDUAL:
         Z = H
-    w, b = load_affine(W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)  # once: every row uses them
-    row_stop = tl.minimum(group * rows_per_group + rows_per_group, M)
-    for row in range(group * rows_per_group, row_stop):
+    row_start = group * rows_per_group
+    row_stop = tl.minimum(row_start + rows_per_group, M)
+    # Each row's chunk is loaded and its sums published one row ahead: the wait for a row's
+    # other chunks overlaps the load of the next (waiting right after publishing, a program
+    # spent a load's and a wait's latency on every row, in turn, and ran no faster than the
+    # loop that reads x twice: H100, 2026-11-25).
+    z, shift = _fwd_load_publish(X, R, H, Sums, Arrivals, row_start, row_stop, cols, col_mask, chunk, n_chunks,
+                                 stride_x_row, stride_r_row, stride_h_row, IS_RMS, HAS_RESIDUAL)
+    for row in range(row_start, row_stop):
+        z_next, shift_next = _fwd_load_publish(X, R, H, Sums, Arrivals, row + 1, row_stop, cols, col_mask, chunk,
+                                               n_chunks, stride_x_row, stride_r_row, stride_h_row, IS_RMS,
+                                               HAS_RESIDUAL)
         rows = row + tl.arange(0, 1)
         mask = (rows[:, None] < M) & col_mask[None, :]
-        # LayerNorm's sums are shifted by the row's first element, as in the loop above.
-        shift = 0.0
-        if not IS_RMS:
-            shift = tl.load(X + row * stride_x_row).to(tl.float32)
-            if HAS_RESIDUAL:
-                shift += tl.load(R + row * stride_r_row).to(tl.float32)
-        z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
-        d = tl.where(mask, z - shift, 0.0)
-        mine = Sums + (row * n_chunks + chunk) * 2
-        tl.store(mine, tl.sum(d * d))
-        tl.store(mine + 1, tl.sum(d))
-        tl.debug_barrier()
-        tl.atomic_add(Arrivals + 1 + row, 1, sem="release", scope="gpu")
         arrived = wait_arrivals(Arrivals + 1 + row, n_chunks, MAX_POLLS)
         # Every program adds a row's chunk sums in the same order: the same statistics in each.
         sums = Sums + (row * n_chunks + chunk_ids) * 2
@@ -183,12 +179,49 @@ def _norm_fwd_split_kernel(
                     sums_dd = tl.where(chunk_ids == other, tl.sum(d_o * d_o), sums_dd)
                     sums_d = tl.where(chunk_ids == other, tl.sum(d_o), sums_d)
         mean, rstd = shifted_stats(tl.sum(sums_d), tl.sum(sums_dd), shift, N, eps, IS_RMS)
-        y = scale_shift((z - mean) * rstd, Z, w, b, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+        # (the weight and bias loaded for each row, from L1 or L2: held across the rows, they
+        # took 30-40 more registers a thread, and an SM fit half the programs)
+        w, b = load_affine(W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
+        y = scale_shift((z.to(tl.float32) - mean) * rstd, Z, w, b, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
         tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
         if chunk == 0:
             if not IS_RMS:
                 tl.store(Mean + row, mean)
             tl.store(Rstd + row, rstd)
+        z, shift = z_next, shift_next
+
+
+@triton.jit
+def _fwd_load_publish(X, R, H, Sums, Arrivals, row, row_stop, cols, col_mask, chunk, n_chunks,
+                      stride_x_row, stride_r_row, stride_h_row, IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """The one-pass forward's chunk of ``row`` (a (1, BLOCK_N) tile of z in z's own dtype, x's
+    or h's; h written with a residual) and its shift (LayerNorm: the row's first element;
+    RMSNorm: 0), its shifted sums published at the row's counter; zeros and nothing published
+    past ``row_stop``."""
+    live = row < row_stop
+    rows = row + tl.arange(0, 1)
+    mask = (rows[:, None] < row_stop) & col_mask[None, :]
+    # LayerNorm's sums are shifted by the row's first element, as in the loop above.
+    shift = 0.0
+    if not IS_RMS:
+        shift = tl.load(X + row * stride_x_row, mask=live, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            shift += tl.load(R + row * stride_r_row, mask=live, other=0.0).to(tl.float32)
+    z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
+    d = tl.where(mask, z - shift, 0.0)
+    if live:
+        mine = Sums + (row * n_chunks + chunk) * 2
+        tl.store(mine, tl.sum(d * d))
+        tl.store(mine + 1, tl.sum(d))
+        tl.debug_barrier()
+        tl.atomic_add(Arrivals + 1 + row, 1, sem="release", scope="gpu")
+    # Held until the row's statistics arrive: in z's own dtype (exact, z is a value of it),
+    # half the registers of fp32 for 2-byte inputs.
+    if HAS_RESIDUAL:
+        z = z.to(H.dtype.element_ty)
+    else:
+        z = z.to(X.dtype.element_ty)
+    return z, shift
 
 
 # --- backward: three kernels, each formula written once in _norm_helpers ------------------
@@ -409,16 +442,18 @@ def _plan_forward(
                0 if residual is None else n_cols, n_cols)
     flags = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                  HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight)
-    n_chunks = _launch.cdiv(n_cols, block_n)
     stats_shape = ((1 if rms else 2) + int(stable), n_rows)
-    if not single_pass and not stable and _launch.one_pass_forward(n_chunks, cfg, x.device):
+    n_chunks = _launch.cdiv(n_cols, cfg.fwd_one_pass_block)
+    if not single_pass and not stable and _launch.one_pass_forward(n_chunks, residual is not None, cfg, x.device):
         # (one row at a time: no BLOCK_M)
-        groups = _launch.row_groups(n_rows, n_chunks, 1, cfg.fwd_one_pass_programs_per_sm, x.device)
+        block = cfg.fwd_one_pass_block
+        groups = _launch.row_groups(n_rows, n_chunks, 1,
+                                    _launch.one_pass_forward_programs_per_sm(x.element_size(), cfg), x.device)
         kernel = _doors.KernelCall(
             _norm_fwd_split_kernel, (groups * n_chunks,),
             (*strides, n_rows, n_cols, eps, n_chunks, _launch.cdiv(n_rows, groups)),
-            dict(flags, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
-                 num_warps=_launch.ln_fwd_warps(block_n, x.element_size())),
+            dict(flags, BLOCK_N=block, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
+                 num_warps=_launch.ln_fwd_warps(block, x.element_size())),
             _launch.device_index(x))
         return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
     kernel = _doors.KernelCall(
