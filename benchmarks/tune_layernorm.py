@@ -48,7 +48,9 @@ residual (LayerNorm bf16 214 us against 258, RMSNorm fp32 412 against 458) and t
 RMSNorm in fp32 (666 against 718), the one pass the fused adds in bf16 (305 against 332 for
 RMSNorm, 322 against 334 for LayerNorm) and LayerNorm's in fp32 (616 against 665). Fewer
 programs an SM lose (H100 bf16 RMSNorm: 382 us at 2, 679 at 1), and so do more than the
-registers let an SM hold.
+registers let an SM hold. Publishing two rows ahead (fwd_one_pass_ahead) won for RMSNorm in
+fp32 on both GPUs (the fused add 1024x131072: H100 798 us against 847, H200 642 against 723)
+and lost elsewhere (H200 fused add LayerNorm fp32 765 against 621): fwd_one_pass_rms_fp32_ahead.
 
 Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both|add_rmsnorm,...] [--dirs fwd,bwd]
      [--shapes 32768x1024,...] [--dtypes ...]
@@ -67,8 +69,8 @@ NORMS = ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm")  # norm_case's 
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 32768), (1024, 131072)]
 # Grids over fields of _launch.LayerNormLaunch.
 FWD_GRID = {"tile_elements": [2048, 4096, 8192]}
-FWD_LONG_GRID = {"fwd_one_pass": [False, True], "fwd_one_pass_block": [4096, 8192],
-                 "fwd_one_pass_sm_bytes": [16384, 32768, 65536], "fwd_one_pass_max_chunks": [32, 64]}
+FWD_LONG_GRID = {"fwd_one_pass": [False, True], "fwd_one_pass_ahead": [1, 2],
+                 "fwd_one_pass_sm_bytes": [16384, 32768, 65536]}
 BWD_SHORT_GRID = {"tile_elements": [2048, 4096, 8192], "bwd_programs_per_sm": [1, 2, 4, 8], "bwd_stages": [1, 2, 3]}
 BWD_LONG_GRID = {"split_one_pass": [True, False], "split_tile_bytes": [16384, 32768, 65536],
                  "split_programs_per_sm": [1, 2, 4], "split_one_pass_max_chunks": [128]}
@@ -106,10 +108,13 @@ def main(argv=None) -> None:
                 fwd_limit = limits.fwd_max_fused_cols if norm in ("layernorm", "rmsnorm") \
                     else limits.fwd_residual_max_fused_cols
                 fwd_grid = FWD_LONG_GRID if d > fwd_limit else FWD_GRID  # (a long row is a tile alone)
-                if norm.startswith("add_"):  # (the fused add's own switch)
-                    fwd_grid = {"fwd_residual_one_pass" if k == "fwd_one_pass" else k: v for k, v in fwd_grid.items()}
-                bwd_limit = (limits.bwd_rms_max_fused_cols if norm.endswith("rmsnorm") else
-                             limits.bwd_residual_max_fused_cols if norm == "add_layernorm" else limits.bwd_max_fused_cols)
+                own = {"fwd_one_pass": "fwd_residual_one_pass" if norm.startswith("add_") else "fwd_one_pass",
+                       "fwd_one_pass_ahead": "fwd_one_pass_rms_fp32_ahead"
+                       if norm.endswith("rmsnorm") and dtype == torch.float32 else "fwd_one_pass_ahead"}
+                fwd_grid = {own.get(k, k): v for k, v in fwd_grid.items()}  # (the knobs this case reads)
+                bwd_limit = (limits.bwd_rms_max_fused_cols if norm.endswith("rmsnorm")
+                             else limits.bwd_residual_max_fused_cols if norm == "add_layernorm"
+                             else limits.bwd_max_fused_cols)
                 bwd_grid = BWD_LONG_GRID if d > bwd_limit else BWD_SHORT_GRID
                 print(f"{norm} {m}x{d} {str(dtype)[6:]}", flush=True)
                 for name, grid in (("fwd", fwd_grid), ("bwd", bwd_grid)):

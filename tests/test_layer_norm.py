@@ -81,24 +81,25 @@ def test_long_rows_looped_path(n, stable, looped, device):
     _check_against_float64(x, w, b, stable=stable)
 
 
-# The long-row forward's forms: (one pass, split_wait_polls, programs an SM). With polls > 0
-# a program that polled that often reads the missing chunks itself: how the interpreter (one
-# program at a time) runs the one pass; on a GPU, polls 2 sends many rows down that path.
-FWD_ONE_PASS = [(False, 0, 2), (True, 2, 2)]
+# The long-row forward's forms: (one pass, split_wait_polls, programs an SM, rows published
+# ahead). With polls > 0 a program that polled that often reads the missing chunks itself: how
+# the interpreter (one program at a time) runs the one pass; on a GPU, polls 2 sends many rows
+# down that path.
+FWD_ONE_PASS = [(False, 0, 2, 1), (True, 2, 2, 1), (True, 2, 2, 2)]
 if torch.cuda.is_available():
-    FWD_ONE_PASS += [(True, 2, 1000), (True, 0, 2), (True, 0, 1000)]
+    FWD_ONE_PASS += [(True, 2, 1000, 1), (True, 0, 2, 1), (True, 0, 1000, 1), (True, 0, 2, 2), (True, 0, 1000, 2)]
 
 
-@pytest.mark.parametrize("one_pass, polls, programs", FWD_ONE_PASS)
+@pytest.mark.parametrize("one_pass, polls, programs, ahead", FWD_ONE_PASS)
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_long_row_forward_one_and_two_passes(one_pass, polls, programs, kind, dtype, device):
+def test_long_row_forward_one_and_two_passes(one_pass, polls, programs, ahead, kind, dtype, device):
     """Every form of the long-row forward (7 rows of 4 chunks, a ragged last chunk; persistent
     programs, or one row a program on a GPU) against float64, gradients through it too, and the same
     bits from run to run (polls > 0 on a GPU: within rounding, as the backward's test says)."""
     medium = LOOPED["medium"].layer_norm
     config = dataclasses.replace(medium, fwd_one_pass=one_pass, fwd_residual_one_pass=one_pass,
-                                 split_wait_polls=polls,
+                                 split_wait_polls=polls, fwd_one_pass_ahead=ahead, fwd_one_pass_rms_fp32_ahead=ahead,
                                  fwd_one_pass_sm_bytes=programs * medium.fwd_one_pass_block * dtype.itemsize)
     rms, residual = "rms" in kind, kind.startswith("add")
     x, w, b = _inputs(7, 500, dtype, device, bias=not rms)
@@ -143,7 +144,7 @@ def test_long_row_backward_one_and_two_passes(one_pass, ahead, polls, rms, dtype
     chunk), and bitwise reproducible from run to run (the bounded waits on a GPU: within
     rounding, see below)."""
     config = dataclasses.replace(LOOPED["medium"].layer_norm, split_one_pass=one_pass, split_publish_ahead=ahead,
-                                 split_wait_polls=polls,
+                                 split_wait_polls=polls, fwd_one_pass_ahead=ahead, fwd_one_pass_rms_fp32_ahead=ahead,
                                  split_one_pass_layer_norm_min_bytes=2)  # (bf16 LayerNorm in one pass too)
     x, w, b = _inputs(13, 500, dtype, device, bias=not rms)
     inputs = dict(x=x, weight=w) if rms else dict(x=x, weight=w, bias=b)

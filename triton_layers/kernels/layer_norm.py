@@ -126,7 +126,7 @@ def _norm_fwd_split_kernel(
     stride_x_row, stride_r_row, stride_h_row, stride_y_row, M, N, eps, n_chunks, rows_per_group,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr,
-    BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr, MAX_POLLS: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr, MAX_POLLS: tl.constexpr, AHEAD: tl.constexpr,
 ):
     # Rows longer than a block, in one pass: _norm_fwd_kernel's loop reads each row twice
     # (statistics, then y), and with many long rows in flight the second read misses L2
@@ -156,12 +156,22 @@ def _norm_fwd_split_kernel(
     # other chunks overlaps the load of the next (waiting right after publishing, a program
     # spent a load's and a wait's latency on every row, in turn, and ran no faster than the
     # loop that reads x twice: H100, 2026-11-25).
+    # With AHEAD 2, two rows ahead (three chunks held).
     z, shift = _fwd_load_publish(X, R, H, Sums, Arrivals, row_start, row_stop, cols, col_mask, chunk, n_chunks,
                                  stride_x_row, stride_r_row, stride_h_row, IS_RMS, HAS_RESIDUAL)
-    for row in range(row_start, row_stop):
-        z_next, shift_next = _fwd_load_publish(X, R, H, Sums, Arrivals, row + 1, row_stop, cols, col_mask, chunk,
-                                               n_chunks, stride_x_row, stride_r_row, stride_h_row, IS_RMS,
+    if AHEAD == 2:
+        z_next, shift_next = _fwd_load_publish(X, R, H, Sums, Arrivals, row_start + 1, row_stop, cols, col_mask,
+                                               chunk, n_chunks, stride_x_row, stride_r_row, stride_h_row, IS_RMS,
                                                HAS_RESIDUAL)
+    for row in range(row_start, row_stop):
+        if AHEAD == 2:
+            z_last, shift_last = _fwd_load_publish(X, R, H, Sums, Arrivals, row + 2, row_stop, cols, col_mask,
+                                                   chunk, n_chunks, stride_x_row, stride_r_row, stride_h_row, IS_RMS,
+                                                   HAS_RESIDUAL)
+        else:
+            z_next, shift_next = _fwd_load_publish(X, R, H, Sums, Arrivals, row + 1, row_stop, cols, col_mask,
+                                                   chunk, n_chunks, stride_x_row, stride_r_row, stride_h_row, IS_RMS,
+                                                   HAS_RESIDUAL)
         rows = row + tl.arange(0, 1)
         mask = (rows[:, None] < M) & col_mask[None, :]
         arrived = wait_arrivals(Arrivals + 1 + row, n_chunks, MAX_POLLS)
@@ -189,6 +199,8 @@ def _norm_fwd_split_kernel(
                 tl.store(Mean + row, mean)
             tl.store(Rstd + row, rstd)
         z, shift = z_next, shift_next
+        if AHEAD == 2:
+            z_next, shift_next = z_last, shift_last
 
 
 @triton.jit
@@ -453,6 +465,7 @@ def _plan_forward(
             _norm_fwd_split_kernel, (groups * n_chunks,),
             (*strides, n_rows, n_cols, eps, n_chunks, _launch.cdiv(n_rows, groups)),
             dict(flags, BLOCK_N=block, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
+                 AHEAD=cfg.fwd_one_pass_rms_fp32_ahead if rms and x.element_size() == 4 else cfg.fwd_one_pass_ahead,
                  num_warps=_launch.ln_fwd_warps(block, x.element_size())),
             _launch.device_index(x))
         return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
