@@ -64,12 +64,14 @@ def _analyse() -> dict:
                          BLOCK_N=256 if single else 64, SINGLE_PASS=single)
             out[f"fwd residual={residual} single_pass={single}"] = written(LN._norm_fwd_kernel, args, flags)
     for residual in (False, True):
-        r, h = (_t(M, N), _t(M, N)) if residual else (None, None)
-        args = [_t(M, N), r, h, _t(M, N), _t(N), _t(N), _t(2, M), _t(M, 2, 2), torch.zeros(1 + M, dtype=torch.int32),
-                N, N, N, N, M, N, 1e-5, 2, 4]
-        out[f"fwd one-pass split residual={residual}"] = written(LN._norm_fwd_split_kernel, args, dict(
-            IS_RMS=False, HAS_RESIDUAL=residual, HAS_WEIGHT=True, HAS_BIAS=True, UNIT_OFFSET=False,
-            CAST_BEFORE_WEIGHT=False, BLOCK_N=128, CHUNKS_POW2=2, MAX_POLLS=0))
+        for ahead in (1, 2):  # (rows published ahead)
+            r, h = (_t(M, N), _t(M, N)) if residual else (None, None)
+            args = [_t(M, N), r, h, _t(M, N), _t(N), _t(N), _t(2, M), _t(M, 2, 2),
+                    torch.zeros(1 + M, dtype=torch.int32), N, N, N, N, M, N, 1e-5, 2, 4]
+            out[f"fwd one-pass split residual={residual} ahead={ahead}"] = written(
+                LN._norm_fwd_split_kernel, args, dict(
+                    IS_RMS=False, HAS_RESIDUAL=residual, HAS_WEIGHT=True, HAS_BIAS=True, UNIT_OFFSET=False,
+                    CAST_BEFORE_WEIGHT=False, BLOCK_N=128, CHUNKS_POW2=2, MAX_POLLS=0, AHEAD=ahead))
     args = [_t(M, N), _t(M, N), _t(M, N), _t(N), _t(2, M), _t(M, N), _t(M, N), _t(2, 4, N), N, N, N, N, N, M, N, 1]
     out["bwd"] = written(LN._norm_bwd_kernel, args, dict(BWD_FLAGS, BLOCK_M=8, BLOCK_N=256, NUM_STAGES=3))
     sums = _t(M, 2, 2)
@@ -113,8 +115,8 @@ EXPECTED = {
     **{f"fwd residual={r} single_pass={s}": sorted({"Y", "Stats"} | ({"H"} if r else set()))
        for r in (False, True) for s in (True, False)},
     # the one-pass forward also publishes its row sums and counts arrivals
-    **{f"fwd one-pass split residual={r}": sorted({"Arrivals", "Sums", "Y", "Stats"} | ({"H"} if r else set()))
-       for r in (False, True)},
+    **{f"fwd one-pass split residual={r} ahead={a}":
+       sorted({"Arrivals", "Sums", "Y", "Stats"} | ({"H"} if r else set())) for r in (False, True) for a in (1, 2)},
     "bwd": ["DR", "DX", "Partials"],
     "bwd row sums": ["Sums"],
     "bwd split one_pass=False": ["DR", "DX", "Partials"],
