@@ -47,9 +47,9 @@ class LayerNormLaunch:
     # LayerNorm fp32 494 against 571, the fused add RMSNorm bf16 390 against 466 (92% of copy).
     # On an H200 it won with the residual in bf16 (305 us against 332 for RMSNorm, 322 against
     # 334 for LayerNorm) and fp32 LayerNorm (616 against 665), with fp32 RMSNorm once two rows
-    # ahead (642 against 666; one ahead: 718), and lost without a residual at every case (LayerNorm bf16 258 us against
-    # 214, RMSNorm fp32 458 against 412): its wait's latency is hidden only by more programs
-    # an SM than the registers allow there. Hence on with a residual, off without.
+    # ahead (642 against 666; one ahead: 718), and lost without a residual at every case
+    # (LayerNorm bf16 258 us against 214, RMSNorm fp32 458 against 412): its wait's latency is
+    # hidden only by more programs an SM than the registers allow there. Hence on with a residual, off without.
     # Fewer programs lost on both (H100 bf16 RMSNorm 1024x131072: 382 us at 2 an SM, 679 at
     # 1), and so did asking for more than the registers let an SM hold (the last programs then
     # run in a second wave).

@@ -156,7 +156,7 @@ def _norm_fwd_split_kernel(
     # other chunks overlaps the load of the next (waiting right after publishing, a program
     # spent a load's and a wait's latency on every row, in turn, and ran no faster than the
     # loop that reads x twice: H100, 2026-11-25).
-    # With AHEAD 2, two rows ahead (three chunks held).
+    # With AHEAD 2, two rows ahead (three chunks held: z, z_next, and the newest, z_far).
     z, shift = _fwd_load_publish(X, R, H, Sums, Arrivals, row_start, row_stop, cols, col_mask, chunk, n_chunks,
                                  stride_x_row, stride_r_row, stride_h_row, IS_RMS, HAS_RESIDUAL)
     if AHEAD == 2:
@@ -164,14 +164,8 @@ def _norm_fwd_split_kernel(
                                                chunk, n_chunks, stride_x_row, stride_r_row, stride_h_row, IS_RMS,
                                                HAS_RESIDUAL)
     for row in range(row_start, row_stop):
-        if AHEAD == 2:
-            z_last, shift_last = _fwd_load_publish(X, R, H, Sums, Arrivals, row + 2, row_stop, cols, col_mask,
-                                                   chunk, n_chunks, stride_x_row, stride_r_row, stride_h_row, IS_RMS,
-                                                   HAS_RESIDUAL)
-        else:
-            z_next, shift_next = _fwd_load_publish(X, R, H, Sums, Arrivals, row + 1, row_stop, cols, col_mask,
-                                                   chunk, n_chunks, stride_x_row, stride_r_row, stride_h_row, IS_RMS,
-                                                   HAS_RESIDUAL)
+        z_far, shift_far = _fwd_load_publish(X, R, H, Sums, Arrivals, row + AHEAD, row_stop, cols, col_mask, chunk,
+                                             n_chunks, stride_x_row, stride_r_row, stride_h_row, IS_RMS, HAS_RESIDUAL)
         rows = row + tl.arange(0, 1)
         mask = (rows[:, None] < M) & col_mask[None, :]
         arrived = wait_arrivals(Arrivals + 1 + row, n_chunks, MAX_POLLS)
@@ -190,7 +184,9 @@ def _norm_fwd_split_kernel(
                     sums_d = tl.where(chunk_ids == other, tl.sum(d_o), sums_d)
         mean, rstd = shifted_stats(tl.sum(sums_d), tl.sum(sums_dd), shift, N, eps, IS_RMS)
         # (the weight and bias loaded for each row, from L1 or L2: held across the rows, they
-        # took 30-40 more registers a thread, and an SM fit half the programs)
+        # took 30-40 more registers a thread, and an SM fit half the programs. Loaded before the
+        # arithmetic: through affine(), which loads them inside it, the fused add bf16
+        # 1024x131072 took 400 us in one H100 run against 389-393 in this form's sweeps)
         w, b = load_affine(W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
         y = scale_shift((z.to(tl.float32) - mean) * rstd, Z, w, b, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
         tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
@@ -198,9 +194,10 @@ def _norm_fwd_split_kernel(
             if not IS_RMS:
                 tl.store(Mean + row, mean)
             tl.store(Rstd + row, rstd)
-        z, shift = z_next, shift_next
         if AHEAD == 2:
-            z_next, shift_next = z_last, shift_last
+            z, shift, z_next, shift_next = z_next, shift_next, z_far, shift_far
+        else:
+            z, shift = z_far, shift_far
 
 
 @triton.jit
