@@ -29,6 +29,7 @@ from benchmarks import bench_coor_descent, bench_layernorm, bench_norms, bench_s
 
 H100_SMS = 132
 H100_SHARED = 232448  # bytes of shared memory a program may use (227 KB)
+H100_NAME = "NVIDIA H100 80GB HBM3"  # torch.cuda.get_device_name on one
 DTYPES = (torch.bfloat16, torch.float32)
 
 
@@ -84,10 +85,10 @@ OPS: dict[str, tuple[list, tuple, Callable]] = {
 
 
 @contextlib.contextmanager
-def as_on_a_gpu(sms: int = H100_SMS, shared: int = H100_SHARED) -> Iterator[None]:
-    """Plans on meta tensors as on a GPU of ``sms`` SMs and ``shared`` bytes of shared memory a
-    program (default: an H100), the GPU-only choices (the long-row norm forward's and
-    backward's one pass, its prefetch stages) made as for a CUDA tensor."""
+def as_on_a_gpu(sms: int = H100_SMS, shared: int = H100_SHARED, name: str = H100_NAME) -> Iterator[None]:
+    """Plans on meta tensors as on a GPU of ``sms`` SMs, ``shared`` bytes of shared memory a
+    program and that ``name`` (default: an H100), the GPU-only choices (the long-row norm
+    forward's and backward's one pass, its prefetch stages) made as for a CUDA tensor."""
     from triton_layers.kernels import _launch
 
     one_pass, one_pass_fwd, stages = _launch.one_pass_split, _launch.one_pass_forward, _launch.prefetch_stages
@@ -97,6 +98,7 @@ def as_on_a_gpu(sms: int = H100_SMS, shared: int = H100_SHARED) -> Iterator[None
         f.cache_clear()
     with mock.patch.object(_launch, "num_sms", lambda device: sms), \
             mock.patch.object(_launch, "_shared_memory", lambda index: shared), \
+            mock.patch.object(_launch, "_device_name", lambda index: name), \
             mock.patch.object(_launch, "one_pass_split", lambda n, rms, size, cfg, device: one_pass(n, rms, size, cfg, cuda)), \
             mock.patch.object(_launch, "one_pass_forward", lambda n, res, cfg, device: one_pass_fwd(n, res, cfg, cuda)), \
             mock.patch.object(_launch, "prefetch_stages", lambda n, size, device: stages.__wrapped__(n, size, cuda)):

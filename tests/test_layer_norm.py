@@ -127,6 +127,23 @@ def test_long_row_forward_one_and_two_passes(one_pass, polls, programs, ahead, k
         assert torch.equal(again[0], again[1])
 
 
+def test_plain_one_pass_forward_is_chosen_per_gpu(monkeypatch):
+    """Without a residual the long-row forward's one pass is on by default only on the GPUs
+    named in fwd_one_pass_gpus (it lost on an H200); True/False force it, and a residual's
+    one pass follows fwd_residual_one_pass alone."""
+    cfg, cuda = _launch.DEFAULT.layer_norm, torch.device("cuda", 0)
+    monkeypatch.setattr(_launch, "_waits_run", lambda cfg, device: True)
+    monkeypatch.setattr(_launch, "num_sms", lambda device: 132)
+    assert cfg.fwd_one_pass is None and not _launch.plain_one_pass_forward(cfg, torch.device("cpu"))
+    for name, plain in (("NVIDIA H100 80GB HBM3", True), ("NVIDIA H200", False), ("NVIDIA A100-SXM4-80GB", False)):
+        monkeypatch.setattr(_launch, "_device_name", lambda index, name=name: name)
+        assert _launch.one_pass_forward(16, False, cfg, cuda) == plain, name
+        assert _launch.one_pass_forward(16, True, cfg, cuda), name
+        for forced in (False, True):
+            assert _launch.one_pass_forward(16, False, dataclasses.replace(cfg, fwd_one_pass=forced), cuda) == forced
+        assert not _launch.one_pass_forward(16, True, dataclasses.replace(cfg, fwd_residual_one_pass=False), cuda)
+
+
 # The long-row backward's forms: (one_pass, split_publish_ahead, split_wait_polls). The one
 # pass's programs wait for each other's row sums; with polls > 0 a program that waited that
 # often computes the missing sums itself, which is how the interpreter (one program at a

@@ -49,11 +49,14 @@ class LayerNormLaunch:
     # 334 for LayerNorm) and fp32 LayerNorm (616 against 665), with fp32 RMSNorm once two rows
     # ahead (642 against 666; one ahead: 718), and lost without a residual at every case
     # (LayerNorm bf16 258 us against 214, RMSNorm fp32 458 against 412): its wait's latency is
-    # hidden only by more programs an SM than the registers allow there. Hence on with a residual, off without.
+    # hidden only by more programs an SM than the registers allow there. Hence on with a
+    # residual; without one (fwd_one_pass None) on the GPUs named in fwd_one_pass_gpus alone
+    # (a substring of the device's name), where it was swept to win: True or False force it.
     # Fewer programs lost on both (H100 bf16 RMSNorm 1024x131072: 382 us at 2 an SM, 679 at
     # 1), and so did asking for more than the registers let an SM hold (the last programs then
     # run in a second wave).
-    fwd_one_pass: bool = False
+    fwd_one_pass: Optional[bool] = None
+    fwd_one_pass_gpus: tuple[str, ...] = ("H100",)
     fwd_residual_one_pass: bool = True
     fwd_one_pass_block: int = 4096
     fwd_one_pass_max_chunks: int = 64
@@ -372,12 +375,20 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def num_sms(device: torch.device) -> int:
     """Streaming multiprocessors of ``device``; a small stand-in on the CPU (interpreter)."""
     if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return _sm_count(index)
+        return _sm_count(_index(device))
     return 4
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(device_index: int) -> str:
+    return torch.cuda.get_device_name(device_index)
 
 
 @functools.lru_cache(maxsize=None)
@@ -409,7 +420,7 @@ def prefetch_stages(stages: int, stage_bytes: int, device: torch.device) -> int:
     an A100's 163 KB or the 99 KB of an RTX 4090 or L4, where the launch would fail."""
     if device.type != "cuda" or stages <= 1:
         return stages
-    limit = _shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+    limit = _shared_memory(_index(device))
     if limit is None:
         return stages
     return max(1, min(stages, 1 + (limit - REDUCTION_SCRATCH) // max(stage_bytes, 1)))
@@ -481,8 +492,16 @@ def one_pass_forward(n_chunks: int, residual: bool, cfg: LayerNormLaunch, device
     chunks takes its one-pass split form: asked by ``cfg`` (``fwd_residual_one_pass``,
     ``fwd_one_pass``), where waits can run (:func:`_waits_run`), with a row's chunks few
     enough to run at once (one per SM at most) and to wait for."""
-    return ((cfg.fwd_residual_one_pass if residual else cfg.fwd_one_pass) and _waits_run(cfg, device)
-            and n_chunks <= min(cfg.fwd_one_pass_max_chunks, num_sms(device)))
+    asked = cfg.fwd_residual_one_pass if residual else plain_one_pass_forward(cfg, device)
+    return asked and _waits_run(cfg, device) and n_chunks <= min(cfg.fwd_one_pass_max_chunks, num_sms(device))
+
+
+def plain_one_pass_forward(cfg: LayerNormLaunch, device: torch.device) -> bool:
+    """``cfg.fwd_one_pass`` on ``device``: where None, whether the device's name contains one of
+    ``cfg.fwd_one_pass_gpus`` (the GPUs where the one pass won without a residual)."""
+    if cfg.fwd_one_pass is None:
+        return device.type == "cuda" and any(gpu in _device_name(_index(device)) for gpu in cfg.fwd_one_pass_gpus)
+    return cfg.fwd_one_pass
 
 
 def one_pass_split(n_chunks: int, rms: bool, elem_size: int, cfg: LayerNormLaunch, device: torch.device) -> bool:
