@@ -206,15 +206,23 @@ def store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPU
 
 
 @triton.jit
-def publish_sums(Sums, Arrivals, rows, row_mask, first, chunk, n_chunks, zhat, g):
-    """The long-row backward's one pass: store this chunk's share of the tile's row sums
-    (sum(zhat * g), sum(g)) and count its arrival at the tile's counter, released after
-    every thread's stores."""
-    mine = Sums + (rows * n_chunks + chunk) * 2
-    tl.store(mine, tl.sum(zhat * g, axis=1), mask=row_mask)
-    tl.store(mine + 1, tl.sum(g, axis=1), mask=row_mask)
+def publish(mine, sum_a, sum_b, mask, counter):
+    """The one-pass long-row kernels' handoff (forward and backward): store a chunk's two row
+    sums at ``mine`` and ``mine + 1`` and count the program's arrival at ``counter``, released
+    after every thread's stores, so that a program that acquires the count sees the sums
+    (:func:`wait_arrivals`)."""
+    tl.store(mine, sum_a, mask=mask)
+    tl.store(mine + 1, sum_b, mask=mask)
     tl.debug_barrier()
-    tl.atomic_add(Arrivals + 1 + first, 1, sem="release", scope="gpu")
+    tl.atomic_add(counter, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def publish_sums(Sums, Arrivals, rows, row_mask, first, chunk, n_chunks, zhat, g):
+    """The long-row backward's one pass: this chunk's share of the tile's row sums
+    (sum(zhat * g), sum(g)), published at the tile's counter."""
+    publish(Sums + (rows * n_chunks + chunk) * 2, tl.sum(zhat * g, axis=1), tl.sum(g, axis=1), row_mask,
+            Arrivals + 1 + first)
 
 
 @triton.jit

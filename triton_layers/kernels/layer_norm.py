@@ -33,7 +33,7 @@ from torch import Tensor
 from . import _doors, _launch
 from ._norm_helpers import (
     STABLE_MIN_SCALE, affine, div, dz_coefficients, load_affine, load_bwd_tile, load_chunk, load_input, load_weight,
-    partial_rows, param_grads, publish_sums, rounded_product, scale_shift, shifted_stats, stat_rows, store_dz,
+    partial_rows, param_grads, publish, publish_sums, rounded_product, scale_shift, shifted_stats, stat_rows, store_dz,
     store_partials, wait_arrivals,
 )
 
@@ -219,11 +219,7 @@ def _fwd_load_publish(X, R, H, Sums, Arrivals, row, row_stop, cols, col_mask, ch
     z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
     d = tl.where(mask, z - shift, 0.0)
     if live:
-        mine = Sums + (row * n_chunks + chunk) * 2
-        tl.store(mine, tl.sum(d * d))
-        tl.store(mine + 1, tl.sum(d))
-        tl.debug_barrier()
-        tl.atomic_add(Arrivals + 1 + row, 1, sem="release", scope="gpu")
+        publish(Sums + (row * n_chunks + chunk) * 2, tl.sum(d * d), tl.sum(d), None, Arrivals + 1 + row)
     # Held until the row's statistics arrive: in z's own dtype (exact, z is a value of it),
     # half the registers of fp32 for 2-byte inputs.
     if HAS_RESIDUAL:
