@@ -15,7 +15,7 @@ from benchmarks import harness
 from triton_layers import functional as TF
 
 OP = "layernorm"
-SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 32768), (1024, 131072), (512, 262144)]
+SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 16384), (4096, 32768), (1024, 131072), (512, 262144)]
 QUICK_SHAPES = [(16384, 4096), (4096, 32768)]
 EPS = 1e-5
 

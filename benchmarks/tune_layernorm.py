@@ -33,7 +33,13 @@ fp32 preferring 64 KB tiles (72-79% against 73% at the default). LayerNorm: one 
 fp32 (4096x32768 83% against 57%, H100; 71% against 56%, H200) and lost at 512x262144 (32
 chunks: bf16 27-35% against 51%) and in bf16 on the H200 (1024x131072 38% against 50%), so
 those keep two passes, where 16 KB (one-row) tiles were best (bf16 4096x32768 478 us against
-554, H100; 365 against 475, H200).
+554, H100; 365 against 475, H200). Asked again for bf16 LayerNorm and the fused add + LayerNorm
+(2026-11-25, 08237c3: split_one_pass_layer_norm_min_bytes 2 against 4, tiles of 16/32 KB, 2 or 4
+programs an SM): on the H100 one pass won at 4096x32768 (LayerNorm 426-449 us against 484, the
+fused add 532-562 against 575) but not at 1024x131072 (496-535 against 501, the fused add 566-597
+against 589), each case at another best setting; on the H200 two passes were best or level at
+4096x32768, 2048x65536 and 1024x131072 (LayerNorm 372 / 390 / 393 us). Too mixed to change the
+defaults: bf16 LayerNorm keeps two passes.
 
 Long rows, forward (2026-11-25, GPU time, 1024x131072 and 512x262144, the four norms in bf16
 and fp32): the one-pass form (fwd_one_pass, fwd_residual_one_pass) against the loop that reads
@@ -52,6 +58,13 @@ registers let an SM hold. Publishing two rows ahead (fwd_one_pass_ahead) won for
 fp32 on both GPUs (the fused add 1024x131072: H100 798 us against 847, H200 642 against 723)
 and lost elsewhere (H200 fused add LayerNorm fp32 765 against 621): fwd_one_pass_rms_fp32_ahead.
 
+Warps of the forward (fwd_warps; 2026-11-25, 08237c3, GPU time, M*D = 2^25, D 1,024-32,768, the
+four norms in bf16 and fp32, 2-32 warps): the rule (ln_fwd_warps) was within 2% of each case's
+best except at bf16 tiles of 16,384, where 16 warps left LayerNorm one program an SM (105
+registers a thread): 8 warps ran 2048x16384 in 53.9 us against 68.1 (H100) and 44.2 against
+62.6 (H200), RMSNorm and the fused adds level or up to 4% faster; hence 8 there. fp32 LayerNorm
+at 16,384 was mixed (4 warps: H200 79.3 us against 83.5, H100 101.7 against 99.2).
+
 Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both|add_rmsnorm,...] [--dirs fwd,bwd]
      [--shapes 32768x1024,...] [--dtypes ...]
 """
@@ -66,9 +79,9 @@ from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 
 NORMS = ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm")  # norm_case's names
-SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 32768), (1024, 131072)]
+SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 16384), (4096, 32768), (1024, 131072)]
 # Grids over fields of _launch.LayerNormLaunch.
-FWD_GRID = {"tile_elements": [2048, 4096, 8192]}
+FWD_GRID = {"tile_elements": [2048, 4096, 8192], "fwd_warps": [None, 4, 8, 16, 32]}
 FWD_LONG_GRID = {"fwd_one_pass": [False, True], "fwd_one_pass_ahead": [1, 2],
                  "fwd_one_pass_sm_bytes": [16384, 32768, 65536]}
 BWD_SHORT_GRID = {"tile_elements": [2048, 4096, 8192], "bwd_programs_per_sm": [1, 2, 4, 8], "bwd_stages": [1, 2, 3]}

@@ -345,6 +345,17 @@ def test_backward_is_bitwise_deterministic(device):
         assert torch.equal(a, c)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_of_a_16384_tile(dtype, device):
+    """Rows of 12,000 (forward tiles of 16,384 columns: 8 warps in bf16, 16 in fp32) against
+    float64, and the warps the forward picks by tile and element size."""
+    cfg = _launch.DEFAULT.layer_norm
+    assert [_launch.ln_fwd_warps(b, 2, cfg) for b in (2048, 8192, 16384, 32768)] == [4, 16, 8, 16]
+    assert [_launch.ln_fwd_warps(b, 4, cfg) for b in (2048, 8192, 16384, 32768)] == [4, 16, 16, 32]
+    assert _launch.ln_fwd_warps(16384, 2, dataclasses.replace(cfg, fwd_warps=4)) == 4
+    _check_against_float64(*_inputs(3, 12000, dtype, device))
+
+
 def test_small_backward_tiles_get_more_programs():
     # bf16 rows of 1,024 (2-row tiles: 8 KB of z and dy) run with twice the persistent
     # programs of fp32 ones (16 KB) or of bf16 ones with the residual's gradient (12 KB).

@@ -88,6 +88,8 @@ class LayerNormLaunch:
     loop_block: int = 8192
     # Elements a program holds per tile when rows are short: several rows to a tile.
     tile_elements: int = 2048
+    # Warps of a forward program; None: by the tile (ln_fwd_warps). Set by sweeps.
+    fwd_warps: Optional[int] = None
     # Short-row backward: persistent programs per SM, and loop stages (tiles of x and dy
     # prefetched while the current one is reduced). Swept on an H200 over {2, 4, 8, 16} x
     # {1, 2, 3}: 2 x 3 was best or within 3% of it at 1024-8192 columns, and 1.2-2.2x
@@ -444,10 +446,22 @@ def row_tile(n_rows: int, n_cols: int, max_fused_cols: int, loop_block: int,
     return block_m, block_n, single_pass
 
 
-def ln_fwd_warps(block: int, elem_size: int) -> int:
+def ln_fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch) -> int:
     """Warps for a LayerNorm forward tile: up to 16, or 32 once a tile holds more than
     64 KiB of input (an fp32 row of 32768: 64 values a thread at 16 warps; measured on an
-    H200, 32 warps read it at 89% of copy against 80%, while bf16 rows run best at 16)."""
+    H200, 32 warps read it at 89% of copy against 80%, while bf16 rows run best at 16).
+    2-byte tiles of 16,384 take 8 warps: at 16 (32 values a thread) LayerNorm's kernel holds
+    105 registers a thread (offline sm_90 build, Triton 3.6), so one 512-thread program
+    fills an SM's registers and its loads stall while it reduces; at 8 warps (128
+    registers) two programs fit. GPU time, 2048x16384 bf16: H100 53.9 us against 68.1, H200
+    44.2 against 62.6; RMSNorm and the fused adds level or 1-4% faster; fp32 tiles of 16,384
+    mixed (H200 4 warps 5% faster, H100 3% slower), kept at 16 (``tune_layernorm --dirs
+    fwd`` sweeps ``cfg.fwd_warps``: no other tile of 1,024-32,768 columns gained over 5%).
+    ``cfg.fwd_warps`` set overrides this rule (sweeps)."""
+    if cfg.fwd_warps is not None:
+        return cfg.fwd_warps
+    if elem_size == 2 and block == 16384:
+        return 8
     return num_warps(block, max_warps=32 if block * elem_size > 65536 else 16)
 
 

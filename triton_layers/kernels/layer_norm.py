@@ -459,13 +459,13 @@ def _plan_forward(
             (*strides, n_rows, n_cols, eps, n_chunks, _launch.cdiv(n_rows, groups)),
             dict(flags, BLOCK_N=block, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
                  AHEAD=cfg.fwd_one_pass_rms_fp32_ahead if rms and x.element_size() == 4 else cfg.fwd_one_pass_ahead,
-                 num_warps=_launch.ln_fwd_warps(block, x.element_size())),
+                 num_warps=_launch.ln_fwd_warps(block, x.element_size(), cfg)),
             _launch.device_index(x))
         return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
     kernel = _doors.KernelCall(
         _norm_fwd_kernel, (_launch.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps),
         dict(flags, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-             num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size())),
+             num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size(), cfg)),
         _launch.device_index(x))
     return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, None)
 
