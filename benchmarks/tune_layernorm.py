@@ -39,7 +39,14 @@ programs an SM): on the H100 one pass won at 4096x32768 (LayerNorm 426-449 us ag
 fused add 532-562 against 575) but not at 1024x131072 (496-535 against 501, the fused add 566-597
 against 589), each case at another best setting; on the H200 two passes were best or level at
 4096x32768, 2048x65536 and 1024x131072 (LayerNorm 372 / 390 / 393 us). Too mixed to change the
-defaults: bf16 LayerNorm keeps two passes.
+defaults: bf16 LayerNorm keeps two passes. Rows of two chunks (2026-11-25, 9fe7a21, 4096x16384
+and 2048x16384, chunks of 4,096/8,192, tiles of 16/32 KB, 2 or 4 programs an SM): one pass with
+chunks of 8,192 and 32 KB tiles won on both GPUs for bf16 LayerNorm (4096x16384: H100 209 us
+against 256, H200 182 against 200; 2048x16384 H200 108 against 117) and for the fused add on the
+H100 (286 against 303; H200 level, 234), so LayerNorm rows of up to
+split_one_pass_layer_norm_max_chunks (2) chunks take it in any dtype. At 4096x32768 (4 chunks, or
+2 of 16,384) two passes stayed best on the H200 (374 us). The fp32 norms and RMSNorm at 16,384
+were within 2% of their defaults.
 
 Long rows, forward (2026-11-25, GPU time, 1024x131072 and 512x262144, the four norms in bf16
 and fp32): the one-pass form (fwd_one_pass, fwd_residual_one_pass) against the loop that reads

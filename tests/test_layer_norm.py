@@ -13,6 +13,7 @@ from triton_layers import functional as F
 from triton_layers._checks import as_rows
 
 from triton_layers.kernels import _launch
+from triton_layers.kernels import ops as _kernels
 
 from .conftest import DTYPES, LOOPED, LOW_DTYPES
 from .oracle import check, compare
@@ -142,6 +143,38 @@ def test_plain_one_pass_forward_is_chosen_per_gpu(monkeypatch):
         for forced in (False, True):
             assert _launch.one_pass_forward(16, False, dataclasses.replace(cfg, fwd_one_pass=forced), cuda) == forced
         assert not _launch.one_pass_forward(16, True, dataclasses.replace(cfg, fwd_residual_one_pass=False), cuda)
+
+
+def test_long_row_backward_one_pass_rule(monkeypatch):
+    """The long-row backward's one pass: RMSNorm always, LayerNorm in fp32, or in bf16 when a
+    row has at most split_one_pass_layer_norm_max_chunks chunks (one other program to wait
+    for); never past split_one_pass_max_chunks or the SM count, never where waits cannot run."""
+    cfg, cuda = _launch.DEFAULT.layer_norm, torch.device("cuda", 0)
+    monkeypatch.setattr(_launch, "num_sms", lambda device: 132)
+    monkeypatch.setattr(_launch, "_waits_run", lambda cfg, device: True)
+    assert cfg.split_one_pass_layer_norm_max_chunks == 2
+    for n_chunks, rms, elem_size, expected in ((2, False, 2, True), (3, False, 2, False), (4, False, 2, False),
+                                               (4, False, 4, True), (16, True, 2, True), (17, True, 2, False),
+                                               (1, False, 2, True)):
+        assert _launch.one_pass_split(n_chunks, rms, elem_size, cfg, cuda) == expected, (n_chunks, rms, elem_size)
+    assert not _launch.one_pass_split(2, False, 2, dataclasses.replace(cfg, split_one_pass_layer_norm_max_chunks=1),
+                                      cuda)
+    assert not _launch.one_pass_split(2, False, 2, dataclasses.replace(cfg, split_one_pass=False), cuda)
+    monkeypatch.setattr(_launch, "_waits_run", lambda cfg, device: False)
+    assert not _launch.one_pass_split(2, True, 4, cfg, cuda)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_long_rows_of_two_chunks_half_precision(dtype, device):
+    """bf16/fp16 LayerNorm rows of two chunks take the one pass under the default thresholds
+    (bounded waits, so that the interpreter runs it too), gradients against float64."""
+    config = _launch.shrunk(128, 128)  # rows over 128 columns in 128-wide chunks
+    config = dataclasses.replace(config, layer_norm=dataclasses.replace(config.layer_norm, split_wait_polls=2))
+    x, w, b = _inputs(9, 200, dtype, device)  # 2 chunks, the second ragged
+    with _launch.use_config(config):
+        launches = _kernels.norm.record_launches(x, w, b, 1e-5, False, False, False, False, dtype)
+        assert [kw.get("ONE_PASS") for _, _, kw in launches if "ONE_PASS" in kw] == [True]
+        check(F.layer_norm, _definition(), dict(x=x, weight=w, bias=b), summed=dict(weight=9, bias=9), lowp=True)
 
 
 # The long-row backward's forms: (one_pass, split_publish_ahead, split_wait_polls). The one

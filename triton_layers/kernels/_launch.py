@@ -138,6 +138,12 @@ class LayerNormLaunch:
     # inputs of at least this many bytes an element: fp32 4096x32768 83% against 57% (H100),
     # 71% against 56% (H200); bf16 1024x131072 38% against 50% (H200), level on the H100.
     split_one_pass_layer_norm_min_bytes: int = 4
+    # ... and for rows of at most this many chunks whatever the dtype: a program then waits
+    # for one other. GPU time, bf16 LayerNorm 4096x16384 (2 chunks of 8,192): H100 209 us
+    # against 256 two-pass (64% of copy against 52%), H200 182 against 200; 2048x16384 on the
+    # H200 108 against 117; the fused add + LayerNorm H100 286 against 303, H200 level (234).
+    # At 4 chunks (4096x32768) two passes stayed best on the H200 (374 us against 374-443).
+    split_one_pass_layer_norm_max_chunks: int = 2
     # One pass: polls of a tile's counter before a program computes the missing chunk sums
     # itself (the same code, more reads); 0 waits until every chunk arrived (what the GPU
     # tables measured). Over 0, the Triton interpreter can run the one pass too (tests).
@@ -522,10 +528,12 @@ def one_pass_split(n_chunks: int, rms: bool, elem_size: int, cfg: LayerNormLaunc
     """Whether the long-row norm backward takes its one-pass form: asked by ``cfg``, where waits
     can run (:func:`_waits_run`), with a row's chunks few enough to run at once (one per SM at
     most) and to wait for (``cfg.split_one_pass_max_chunks``); for RMSNorm, or LayerNorm inputs
-    of ``cfg.split_one_pass_layer_norm_min_bytes`` an element or more."""
+    of ``cfg.split_one_pass_layer_norm_min_bytes`` an element or more, or LayerNorm rows of at
+    most ``cfg.split_one_pass_layer_norm_max_chunks`` chunks."""
     return (cfg.split_one_pass and _waits_run(cfg, device)
             and n_chunks <= min(cfg.split_one_pass_max_chunks, num_sms(device))
-            and (rms or elem_size >= cfg.split_one_pass_layer_norm_min_bytes))
+            and (rms or elem_size >= cfg.split_one_pass_layer_norm_min_bytes
+                 or n_chunks <= cfg.split_one_pass_layer_norm_max_chunks))
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
