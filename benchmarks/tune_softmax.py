@@ -23,6 +23,19 @@ bf16, 2f3e8bd): 2 or 4 within 1% of 1 up to N = 8,192; at 32,768 2 took the forw
 1,424 to 1,361 us and the backward from 1,676-1,944 (two runs) to 1,562-1,567; 4 was level
 forward and 7-23% slower backward. 05d9ba5 makes 2 the default.
 
+Causal rows of 32,768 (2026-11-25, ncu on the H100): the plain and causal forwards each run one
+program of 1,024 threads an SM (48 and 63 registers: one fits), the plain one at 88% of DRAM
+throughput, the causal one at 70%: a row that reads a short prefix still waits a whole load's
+latency alone on its SM. No knob of the grid above moved it (1,363 us at every prefix split and
+elements a thread; the looped path 1.36-1.45x slower). The forward by classes of rows (the rows
+that see at most half the keys in a launch of half-width programs, two an SM; the others in
+one of their own: causal_class_min_cols), measured with a throwaway script that launched the two classes directly, GPU
+time, 1x32768x32768: bf16 H100 1,205 us against 1,364, H200 1,075 against 1,205; fp32 H100
+2,186-2,200 against 2,197, H200 1,643 against 1,766 (16 elements a thread; 1,729 at 32). Three
+classes were level with two; at 16,384 columns bf16 gained 3-10% and fp32 lost 1%, at 8,192 both
+lost; the backward by classes lost at 32,768 (H100 bf16 1,638 us against 1,562) but won at
+16,384 (H100 373 against 407, H200 299 against 348; not a benchmark shape, not adopted).
+
 Run: python -m benchmarks.tune_softmax [--shapes 256x1024,...] [--dtypes bfloat16,float32]
 """
 from __future__ import annotations

@@ -151,9 +151,10 @@ def test_norm_kernels_write_only_their_outputs():
 def _planned_launches() -> list:
     """Every launch the ops' plans make, forward and backward (:meth:`Op.record_launches`), for
     the door-parity cases (tests/test_doors.py) and a few more, under the default config, the
-    tiny one (chunked long-row paths) and with the long-row norm forward and backward in one
-    pass (GPU-only choices: forced here). CPU tensors, nothing launched or computed."""
+    tiny one (chunked long-row paths), with the long-row norm forward and backward in one
+    pass (GPU-only choices: forced here) and with the causal softmax forward by classes of rows. CPU tensors, nothing launched or computed."""
     import contextlib
+    import dataclasses
     from unittest import mock
 
     from tests.test_doors import CASES, _r
@@ -164,8 +165,11 @@ def _planned_launches() -> list:
         "coor_descent-chunks": lambda dev: (_r(1, 1000, device=dev), None, None, 50.0, 3, 0.1, 1.0, 0.9),
         "softmax-plain": lambda dev: (_r(4, 40, device=dev, dtype=torch.float16), None, 4, 40, False, 1.0),
     }
+    # (the causal softmax forward by classes of rows, from blocks of 64 columns)
+    classes = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(_launch.DEFAULT.softmax,
+                                                                               causal_class_min_cols=64))
     launches = []
-    for config, one_pass in ((_launch.DEFAULT, False), (_launch.TINY, False), (_launch.TINY, True)):
+    for config, one_pass in ((_launch.DEFAULT, False), (_launch.TINY, False), (_launch.TINY, True), (classes, False)):
         with _launch.use_config(config), contextlib.ExitStack() as forced:
             if one_pass:  # the long-row norm forward and backward in one pass
                 forced.enter_context(mock.patch.object(_launch, "one_pass_split", lambda *args: True))

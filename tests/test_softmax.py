@@ -178,6 +178,67 @@ def test_causal_prefix_splits(device, splits, dtype, shape, masked, monkeypatch)
         assert torch.equal(dx, dx_whole)
 
 
+def test_causal_classes_rule():
+    """The causal forward's launches by class of rows (softmax_causal_classes): from
+    causal_class_min_cols on, the queries whose rows see at most half the block, then the
+    others, each with the warps for its width; one launch otherwise."""
+    cfg = _launch.DEFAULT.softmax
+    classes = _launch.softmax_causal_classes
+    assert cfg.causal_class_min_cols == 32768 and cfg.causal_class_thread_bytes == 64
+    assert classes(32768, 32768, 2, 32768, True, True, cfg) == ((0, 16384, 16384, 16), (16384, 16384, 32768, 32))
+    assert classes(32768, 32768, 4, 32768, True, True, cfg) == ((0, 16384, 16384, 32), (16384, 16384, 32768, 32))
+    assert classes(20000, 20000, 2, 32768, True, True, cfg) == ((0, 16384, 16384, 16), (16384, 3616, 32768, 32))
+    # fewer queries than keys: every row sees over half the block (one class); more: the top rows see none
+    assert classes(32768, 100, 2, 32768, True, True, cfg) == ((0, 100, 32768, 32),)
+    assert classes(32768, 40000, 2, 32768, True, True, cfg) == ((0, 23616, 16384, 16), (23616, 16384, 32768, 32))
+    for args in ((16384, 16384, 2, 16384, True, True), (32768, 32768, 2, 32768, True, False),
+                 (65536, 65536, 2, 4096, False, True)):
+        assert classes(*args, cfg) == ()
+
+
+# (B, [H,] Nq, Nk) with 64-column blocks: square, Nq < Nk (two queries in the short class),
+# Nq > Nk (the top rows see no key), several score matrices
+CLASS_SHAPES = [(1, 2, 40, 40), (1, 2, 20, 50), (2, 40, 36), (3, 1, 33, 33)]
+
+
+@pytest.mark.parametrize("dtype,masked", [(torch.float32, True), (torch.bfloat16, False)], ids=str)
+@pytest.mark.parametrize("shape", CLASS_SHAPES, ids=str)
+def test_causal_forward_by_classes(device, dtype, shape, masked):
+    """The causal forward in one launch per class of rows (causal_class_min_cols lowered to
+    64): forward and dx against torch, the forward equal to the one launch's (the same rows
+    computed over the same widths)."""
+    import dataclasses
+    by_classes = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(
+        _launch.DEFAULT.softmax, causal_class_min_cols=64))
+    x = (3 * torch.randn(shape, device=device)).to(dtype)
+    mask = random_padding(shape[0], shape[-1], device) if masked else None
+    n_q, n_k = shape[-2], shape[-1]
+    rows = x.reshape(-1, n_k)
+    pad = None if mask is None else mask.view(torch.uint8)
+    with _launch.use_config(by_classes):
+        launched = kernel_ops.softmax.record_launches(rows, pad, n_q, rows.shape[0] // shape[0], True, 0.7)
+        expected = _launch.softmax_causal_classes(n_k, n_q, x.element_size(), _launch.next_power_of_2(n_k), True,
+                                                  True, by_classes.softmax)
+        assert [kw["WIDTH"] for _, _, kw in launched if "WIDTH" in kw] == [width for _, _, width, _ in expected]
+        assert sum(a[-1] for _, a, kw in launched if "WIDTH" in kw) == n_q  # every query in one class
+        check_against_torch(x, True, 0.7, mask, name=f"classes {shape} {dtype}")
+        y = F.softmax(x, causal=True, scale=0.7, key_padding_mask=mask)
+    assert torch.equal(y, F.softmax(x, causal=True, scale=0.7, key_padding_mask=mask))
+
+
+def test_causal_forward_by_classes_both_doors(device):
+    """The custom op (torch.compile's door) launches the classes as the eager door does."""
+    import dataclasses
+    by_classes = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(
+        _launch.DEFAULT.softmax, causal_class_min_cols=64))
+    x = torch.randn(2 * 40, 40, device=device)
+    mask = random_padding(2, 40, device)
+    with _launch.use_config(by_classes):
+        eager = kernel_ops.softmax(x, mask, 40, 40, True, 0.6)
+        compiled = kernel_ops.softmax.forward_op(x, mask, 40, 40, True, 0.6)
+    assert torch.equal(eager, compiled)
+
+
 @pytest.mark.parametrize("dtype,n_k,causal", [(torch.float32, 262145, True), (torch.bfloat16, 262144, False)])
 def test_very_long_rows(device, dtype, n_k, causal):
     """Rows longer than any block (>= 262,144 keys), at the real block limits."""

@@ -174,6 +174,19 @@ class SoftmaxLaunch:
     # 2 took the forward from 1,424 to 1,361 us and the backward from 1,676-1,944 to 1,562;
     # at N = 1,024 and 2,048 every setting within 1%.
     causal_prefix_splits: int = 2
+    # Causal rows held whole in blocks of at least this many columns: the forward in two
+    # launches, the rows that see at most half the block (their prefix) and the others, each
+    # with warps for its width at causal_class_thread_bytes a thread (softmax_causal_classes).
+    # GPU time, forward, 1x32768x32768 (H100 / H200): bf16 1,205 / 1,075 us against 1,364 /
+    # 1,205 in one launch (causal over plain 0.83 against 0.94); fp32 2,186 / 1,643 against
+    # 2,197 / 1,766 (16 elements a thread; 32: 1,729 on the H200). At 16,384 columns bf16 gained
+    # too (H100 289 us against 298, H200 240 against 266) but fp32 did not (558 against 553,
+    # H200 412 against 406), and at 8,192 it lost (H200 bf16 64-66 us against 61): hence only
+    # from 32,768. Three classes (a quarter, a half, the rest) were level with two. The backward
+    # keeps its one launch with prefix splits: two classes lost at 32,768 (H100 bf16 1,638 us
+    # against 1,562, H200 1,333 against 1,219).
+    causal_class_min_cols: int = 32768
+    causal_class_thread_bytes: int = 64
 
 
 @dataclass(frozen=True)
@@ -607,6 +620,22 @@ def softmax_prefix_splits(block_n: int, single_pass: bool, causal: bool, cfg: So
     while splits > 1 and block_n // splits < 16:
         splits //= 2
     return splits
+
+
+def softmax_causal_classes(n_cols: int, n_q: int, elem_size: int, block_n: int, single_pass: bool, causal: bool,
+                           cfg: SoftmaxLaunch) -> tuple[tuple[int, int, int, int], ...]:
+    """The causal forward's launches by class of rows (``cfg.causal_class_min_cols``), as
+    ``(first query, queries, WIDTH, num_warps)`` for each class that has rows: the queries
+    whose rows see at most ``block_n // 2`` keys, then the rest; ``()`` where one launch runs
+    every row (not causal, rows streamed, or blocks narrower than the limit)."""
+    if not (causal and single_pass and block_n >= cfg.causal_class_min_cols):
+        return ()
+    # query q sees q + 1 + (n_cols - n_q) keys (bottom-right aligned): at most block_n // 2
+    # below q_split
+    q_split = min(max(block_n // 2 - (n_cols - n_q), 0), n_q)
+    per_thread = max(1, cfg.causal_class_thread_bytes // elem_size)
+    classes = ((0, q_split, block_n // 2), (q_split, n_q - q_split, block_n))
+    return tuple((q_lo, count, width, warps_for(width, per_thread)) for q_lo, count, width in classes if count)
 
 
 @functools.lru_cache(maxsize=4096)
