@@ -46,7 +46,11 @@ against 256, H200 182 against 200; 2048x16384 H200 108 against 117) and for the 
 H100 (286 against 303; H200 level, 234), so LayerNorm rows of up to
 split_one_pass_layer_norm_max_chunks (2) chunks take it in any dtype. At 4096x32768 (4 chunks, or
 2 of 16,384) two passes stayed best on the H200 (374 us). The fp32 norms and RMSNorm at 16,384
-were within 2% of their defaults.
+were within 2% of their defaults. Chunks of 16,384 for the column split (loop_block; 2026-11-25,
+e1cfd3a, H100, with 32/64 KB tiles and 1-2 programs an SM, the four norms at 32,768 and 131,072
+columns, bf16 and fp32): within 2% of the default everywhere but bf16 RMSNorm at 1024x131072
+(358 us at 1 program an SM against 387, 75% of copy against 69%) and fp32 LayerNorm there (675
+against 687); the fused adds lost up to 8% in bf16. Not adopted for one shape.
 
 Long rows, forward (2026-11-25, GPU time, 1024x131072 and 512x262144, the four norms in bf16
 and fp32): the one-pass form (fwd_one_pass, fwd_residual_one_pass) against the loop that reads
