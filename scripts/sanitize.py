@@ -19,6 +19,7 @@ the driver is useful without the sanitizer too.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -135,6 +136,20 @@ def cases(C: L.LaunchConfig) -> dict[str, Callable[[], float]]:
                                lambda x: reference.softmax(x, causal, 0.7, mask), [x], [True])
             out[f"softmax nk={n_k} nq={min(n_q, 40)} {str(dtype)[6:]}{' causal' if causal else ''}"
                 f"{' padding' if masked else ''}"] = sm
+
+    # The causal forward by classes of rows (softmax_causal_classes), its row limit lowered to
+    # 64 columns (rows of 128 held whole): the short class alone (Nq > Nk), both, the long
+    # class alone (Nq < Nk/2).
+    classes = dataclasses.replace(C, softmax=dataclasses.replace(
+        C.softmax, causal_class_min_cols=64, max_fused_cols=max(C.softmax.max_fused_cols, 128)))
+    for n_k, n_q in [(40, 48), (64, 40), (100, 12)]:
+        def sm_classes(n_k=n_k, n_q=n_q):
+            x = rand(2, n_q, n_k, dtype=bf, scale=3.0)
+            mask = torch.rand(2, n_k, device=DEVICE) < 0.3
+            with L.use_config(classes):
+                return fwd_bwd(lambda x: F.softmax(x, True, 0.7, mask, use_triton=True),
+                               lambda x: reference.softmax(x, True, 0.7, mask), [x], [True])
+        out[f"softmax causal by classes nk={n_k} nq={n_q} bfloat16 padding"] = sm_classes
 
     # WeightedSum: tiles of several rows, column ranges split over programs when rows are
     # few (TILE_MAX_COLS), aligned (16-element) and unaligned rows, partial gradients.
