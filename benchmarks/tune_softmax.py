@@ -35,6 +35,13 @@ time, 1x32768x32768: bf16 H100 1,205 us against 1,364, H200 1,075 against 1,205;
 classes were level with two; at 16,384 columns bf16 gained 3-10% and fp32 lost 1%, at 8,192 both
 lost; the backward by classes lost at 32,768 (H100 bf16 1,638 us against 1,562) but won at
 16,384 (H100 373 against 407, H200 299 against 348; not a benchmark shape, not adopted).
+Rows of 32,768 split over 2 or 4 programs that exchange their chunk's (max, sum) through global
+memory and wait for each other (as the norms' one-pass kernels do; 2-8 programs an SM, 16 or 32
+elements a thread, each chunk's exps kept and rescaled by one factor after the exchange: 32-64
+registers in bf16, so two to four programs an SM), H200, GPU time: slower at every setting,
+plain bf16 1,367-2,038 us against 1,289 in one program a row (79% of copy), fp32 2,467-2,857
+against 2,038, causal 1.4-3.2x slower than the classes above. Each row's exchange is a round
+trip through L2 that nothing overlaps, as in the norms' first one-pass form; not adopted.
 
 Run: python -m benchmarks.tune_softmax [--shapes 256x1024,...] [--dtypes bfloat16,float32]
 """
