@@ -52,6 +52,12 @@ columns, bf16 and fp32): within 2% of the default everywhere but bf16 RMSNorm at
 (358 us at 1 program an SM against 387, 75% of copy against 69%) and fp32 LayerNorm there (675
 against 687); the fused adds lost up to 8% in bf16. Not adopted for one shape.
 
+Short-row forward as a persistent kernel (2026-11-25, H200, GPU time, RMSNorm and LayerNorm at
+32768x1024 and 16384x4096, bf16 and fp32): 2-8 programs an SM walking the tiles with 1-3
+software-pipelining stages (tl.range), the weight and bias loaded once a program, tiles of
+2,048-8,192 elements: 3-7% slower than one program a tile at every case (RMSNorm 32768x1024 bf16
+39.3 us at best against 37.6, LayerNorm 42.0 against 39.4). Not adopted.
+
 Long rows, forward (2026-11-25, GPU time, 1024x131072 and 512x262144, the four norms in bf16
 and fp32): the one-pass form (fwd_one_pass, fwd_residual_one_pass) against the loop that reads
 each row twice. Its first form waited right after publishing a row's sums: no faster than
