@@ -148,6 +148,11 @@ class LayerNormLaunch:
     # itself (the same code, more reads); 0 waits until every chunk arrived (what the GPU
     # tables measured). Over 0, the Triton interpreter can run the one pass too (tests).
     split_wait_polls: int = 0
+    # The parameters' partials (a row per backward program) are summed by narrow column
+    # blocks, so that an SM holds about this many programs, each a tile of about
+    # partials_tile_elements partials a load (partials_tile).
+    partials_programs_per_sm: int = 4
+    partials_tile_elements: int = 2048
 
 
 @dataclass(frozen=True)
@@ -482,6 +487,16 @@ def ln_fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch) -> int:
     if elem_size == 2 and block == 16384:
         return 8
     return num_warps(block, max_warps=32 if block * elem_size > 65536 else 16)
+
+
+def partials_tile(n_partials: int, writers: int, n_cols: int, cfg: LayerNormLaunch,
+                  device: torch.device) -> tuple[int, int]:
+    """``(BLOCK_W, BLOCK_N)`` of the partials' sum: column blocks of 4-128 (a power of 2) that
+    give about ``cfg.partials_programs_per_sm`` programs an SM, and rows of writers for a tile
+    of ``cfg.partials_tile_elements`` (no more than the writers)."""
+    programs = num_sms(device) * cfg.partials_programs_per_sm
+    block_n = min(128, max(4, next_power_of_2(cdiv(n_cols * n_partials, programs))))
+    return min(next_power_of_2(writers), max(1, cfg.partials_tile_elements // block_n)), block_n
 
 
 def bwd_programs_per_sm_for(tile_bytes: int, cfg: LayerNormLaunch) -> int:

@@ -17,8 +17,8 @@ Backward: with g = w * dy and the row means c1 = mean(g * zhat), c2 = mean(g) (0
           dweight = sum_rows(dy * zhat) (zhat rounded as in the forward), dbias = sum_rows(dy).
 The weight/bias gradients are summed per program into fp32 partials (one row of partials
 per program, no atomics; weight's and bias's in one tensor) and the partials are reduced
-with one torch sum: the result does not depend on timing, so it is bitwise identical from
-run to run. (Allocations and launches are few because at small shapes the host, not the
+by one more launch, each column's in a fixed order: the result does not depend on timing,
+so it is bitwise identical from run to run. (Allocations and launches are few because at small shapes the host, not the
 GPU, sets the pace.)
 """
 from __future__ import annotations
@@ -368,6 +368,24 @@ def _norm_bwd_split_kernel(
 
 
 @triton.jit
+def _partials_sum_kernel(Partials, Out, n_writers, N, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr):
+    # The parameters' gradients: each column of each parameter's (n_writers, N) partials summed
+    # over the writers, in the same order on every run. torch's sum over that (strided) dim
+    # took 7-12 us on an H200, 10-20% of the backward kernel itself (32768x1024 bf16: 10 us
+    # against 51); narrow column blocks give many programs, each with many rows in flight.
+    param = tl.program_id(1).to(tl.int64)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    Rows = Partials + param * n_writers * N
+    acc = tl.zeros([BLOCK_W, BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_writers, BLOCK_W):
+        writers = start + tl.arange(0, BLOCK_W)
+        acc += tl.load(Rows + writers[:, None] * N + cols[None, :],
+                       mask=(writers[:, None] < n_writers) & col_mask[None, :], other=0.0)
+    tl.store(Out + param * N + cols, tl.sum(acc, axis=0), mask=col_mask)
+
+
+@triton.jit
 def _split_tile(
     DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask, chunk,
     stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
@@ -494,6 +512,7 @@ class _BackwardPlan(NamedTuple):
     dr_dtype: Optional[torch.dtype]  # None: dresidual is dx itself (or not asked)
     partials_shape: tuple[int, int]
     writers: int
+    reduce: Optional[_doors.KernelCall]  # the partials' sum (None: one writer, the partials are the sums)
     sums_shape: Optional[tuple[int, int, int]]  # the split path's per-chunk row sums
     one_pass: bool
 
@@ -564,7 +583,19 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
                  num_warps=_launch.num_warps(split_m * block_n), **flags),
             device))
     return _BackwardPlan(kernels, copy_dy, copy_dh, (x_dtype if need_x else r_dtype) if compute_dx else None,
-                         r_dtype if store_dr else None, (n_partials, writers * n_cols), writers, sums_shape, one_pass)
+                         r_dtype if store_dr else None, (n_partials, writers * n_cols), writers,
+                         _partials_sum(n_partials, writers, z), sums_shape, one_pass)
+
+
+def _partials_sum(n_partials: int, writers: int, z: Tensor) -> Optional[_doors.KernelCall]:
+    """The launch summing ``writers`` rows of partials for each of ``n_partials`` parameters
+    (z's columns each)."""
+    if not n_partials or writers == 1:
+        return None
+    n_cols = z.shape[-1]
+    block_w, block_n = _launch.partials_tile(n_partials, writers, n_cols, _launch.current().layer_norm, z.device)
+    return _doors.KernelCall(_partials_sum_kernel, (_launch.cdiv(n_cols, block_n), n_partials), (writers, n_cols),
+                             dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4), _launch.device_index(z))
 
 
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],
@@ -599,8 +630,10 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Ten
     # small shapes, where the host sets the pace), each gradient a row of it taken by
     # select (H100 host, torch.profiler: unbind 8.7 us a call, select 2.3 us a row).
     if n_partials:
-        n_cols = z.shape[-1]
-        param_grads = partials if plan.writers == 1 else partials.view(n_partials, plan.writers, n_cols).sum(1)
+        param_grads = partials
+        if plan.reduce is not None:
+            param_grads = z.new_empty((n_partials, z.shape[-1]), dtype=torch.float32)
+            plan.reduce(launch, partials, param_grads)
     grads_out = {}
     need_x, need_r = needs["x"], needs.get("residual", False)
     if need_x:
