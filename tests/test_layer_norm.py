@@ -164,6 +164,30 @@ def test_long_row_backward_one_pass_rule(monkeypatch):
     assert not _launch.one_pass_split(2, True, 4, cfg, cuda)
 
 
+@pytest.mark.parametrize("n_cols", [1, 300] + ([1024] if torch.cuda.is_available() else []))
+def test_partials_sum_on_a_gpus_tiles(n_cols, device, monkeypatch):
+    """The backward's sum of the parameters' partials with the column blocks a GPU gets
+    (partials_tile for 132 SMs: 4-128 columns, off a GPU the interpreter's wide blocks run):
+    every writer's row counted once, against float64, and the same bits on a second run."""
+    from triton_layers.kernels import layer_norm as LN
+    from triton_layers.kernels._doors import KernelCall, direct
+
+    monkeypatch.setattr(_launch, "num_sms", lambda device: 132)
+    writers = 37
+    block_w, block_n = _launch.partials_tile(2, writers, n_cols, _launch.DEFAULT.layer_norm,
+                                             torch.device("cuda", 0))
+    assert 4 <= block_n <= 128 and block_w <= 64
+    partials = torch.randn(2, writers * n_cols, device=device)
+    call = KernelCall(LN._partials_sum_kernel, (_launch.cdiv(n_cols, block_n), 2), (writers, n_cols),
+                      dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4), _launch.device_index(partials))
+    out = [torch.full((2, n_cols), float("nan"), device=device) for _ in range(2)]
+    for o in out:
+        call(direct, partials, o)
+    expected = partials.double().view(2, writers, n_cols).sum(1)
+    torch.testing.assert_close(out[0].double(), expected, rtol=1e-6, atol=1e-5)
+    assert torch.equal(out[0], out[1])
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_long_rows_of_two_chunks_half_precision(dtype, device):
     """bf16/fp16 LayerNorm rows of two chunks take the one pass under the default thresholds

@@ -493,9 +493,14 @@ def partials_tile(n_partials: int, writers: int, n_cols: int, cfg: LayerNormLaun
                   device: torch.device) -> tuple[int, int]:
     """``(BLOCK_W, BLOCK_N)`` of the partials' sum: column blocks of 4-128 (a power of 2) that
     give about ``cfg.partials_programs_per_sm`` programs an SM, and rows of writers for a tile
-    of ``cfg.partials_tile_elements`` (no more than the writers)."""
-    programs = num_sms(device) * cfg.partials_programs_per_sm
-    block_n = min(128, max(4, next_power_of_2(cdiv(n_cols * n_partials, programs))))
+    of ``cfg.partials_tile_elements`` (no more than the writers). Off a GPU (the Triton
+    interpreter, which runs programs one after another, each at a fixed cost) the fewest
+    programs: blocks of up to ``cfg.partials_tile_elements`` columns."""
+    if device.type == "cuda":
+        programs = num_sms(device) * cfg.partials_programs_per_sm
+        block_n = min(128, max(4, next_power_of_2(cdiv(n_cols * n_partials, programs))))
+    else:
+        block_n = min(next_power_of_2(n_cols), cfg.partials_tile_elements)
     return min(next_power_of_2(writers), max(1, cfg.partials_tile_elements // block_n)), block_n
 
 
