@@ -493,10 +493,11 @@ def partials_tile(n_partials: int, writers: int, n_cols: int, cfg: LayerNormLaun
                   device: torch.device) -> tuple[int, int]:
     """``(BLOCK_W, BLOCK_N)`` of the partials' sum: column blocks of 4-128 (a power of 2) that
     give about ``cfg.partials_programs_per_sm`` programs an SM, and rows of writers for a tile
-    of ``cfg.partials_tile_elements`` (no more than the writers). Off a GPU (the Triton
+    of ``cfg.partials_tile_elements`` (no more than the writers). On the CPU (the Triton
     interpreter, which runs programs one after another, each at a fixed cost) the fewest
-    programs: blocks of up to ``cfg.partials_tile_elements`` columns."""
-    if device.type == "cuda":
+    programs: blocks of up to ``cfg.partials_tile_elements`` columns. (Meta tensors, which
+    the offline builds plan with, get the GPU's blocks.)"""
+    if device.type != "cpu":
         programs = num_sms(device) * cfg.partials_programs_per_sm
         block_n = min(128, max(4, next_power_of_2(cdiv(n_cols * n_partials, programs))))
     else:

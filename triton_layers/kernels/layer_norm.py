@@ -18,8 +18,8 @@ Backward: with g = w * dy and the row means c1 = mean(g * zhat), c2 = mean(g) (0
 The weight/bias gradients are summed per program into fp32 partials (one row of partials
 per program, no atomics; weight's and bias's in one tensor) and the partials are reduced
 by one more launch, each column's in a fixed order: the result does not depend on timing,
-so it is bitwise identical from run to run. (Allocations and launches are few because at small shapes the host, not the
-GPU, sets the pace.)
+so it is bitwise identical from run to run. (Allocations and launches are few because at
+small shapes the host, not the GPU, sets the pace.)
 """
 from __future__ import annotations
 
@@ -379,7 +379,7 @@ def _partials_sum_kernel(Partials, Out, n_writers, N, BLOCK_W: tl.constexpr, BLO
     Rows = Partials + param * n_writers * N
     acc = tl.zeros([BLOCK_W, BLOCK_N], dtype=tl.float32)
     for start in range(0, n_writers, BLOCK_W):
-        writers = start + tl.arange(0, BLOCK_W)
+        writers = start + tl.arange(0, BLOCK_W).to(tl.int64)  # (writers * N may pass 2**31)
         acc += tl.load(Rows + writers[:, None] * N + cols[None, :],
                        mask=(writers[:, None] < n_writers) & col_mask[None, :], other=0.0)
     tl.store(Out + param * N + cols, tl.sum(acc, axis=0), mask=col_mask)
