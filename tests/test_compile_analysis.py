@@ -152,7 +152,8 @@ def _planned_launches() -> list:
     """Every launch the ops' plans make, forward and backward (:meth:`Op.record_launches`), for
     the door-parity cases (tests/test_doors.py) and a few more, under the default config, the
     tiny one (chunked long-row paths), with the long-row norm forward and backward in one
-    pass (GPU-only choices: forced here) and with the causal softmax forward by classes of rows. CPU tensors, nothing launched or computed."""
+    pass (GPU-only choices: forced here) and with the causal softmax forward by classes of
+    rows. CPU tensors, nothing launched or computed."""
     import contextlib
     import dataclasses
     from unittest import mock

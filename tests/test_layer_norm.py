@@ -170,16 +170,14 @@ def test_partials_sum_on_a_gpus_tiles(n_cols, device, monkeypatch):
     (partials_tile for 132 SMs: 4-128 columns, off a GPU the interpreter's wide blocks run):
     every writer's row counted once, against float64, and the same bits on a second run."""
     from triton_layers.kernels import layer_norm as LN
-    from triton_layers.kernels._doors import KernelCall, direct
+    from triton_layers.kernels._doors import direct
 
     monkeypatch.setattr(_launch, "num_sms", lambda device: 132)
     writers = 37
-    block_w, block_n = _launch.partials_tile(2, writers, n_cols, _launch.DEFAULT.layer_norm,
-                                             torch.device("cuda", 0))
-    assert 4 <= block_n <= 128 and block_w <= 64
+    # (planned for a meta tensor: the GPU's blocks, launched on this test's device)
+    call = LN._partials_sum(2, writers, torch.empty(1, n_cols, device="meta"))
+    assert 4 <= call.constexprs["BLOCK_N"] <= 128 and call.constexprs["BLOCK_W"] <= 64
     partials = torch.randn(2, writers * n_cols, device=device)
-    call = KernelCall(LN._partials_sum_kernel, (_launch.cdiv(n_cols, block_n), 2), (writers, n_cols),
-                      dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4), _launch.device_index(partials))
     out = [torch.full((2, n_cols), float("nan"), device=device) for _ in range(2)]
     for o in out:
         call(direct, partials, o)

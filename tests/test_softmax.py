@@ -1,6 +1,7 @@
 """CausalSoftmax / functional.softmax: kernels vs reference vs an independent torch definition."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -199,6 +200,9 @@ def test_causal_classes_rule():
 # (B, [H,] Nq, Nk) with 64-column blocks: square, Nq < Nk (two queries in the short class),
 # Nq > Nk (the top rows see no key), several score matrices
 CLASS_SHAPES = [(1, 2, 40, 40), (1, 2, 20, 50), (2, 40, 36), (3, 1, 33, 33)]
+# The default config with the causal forward by classes from blocks of 64 columns.
+BY_CLASSES = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(_launch.DEFAULT.softmax,
+                                                                              causal_class_min_cols=64))
 
 
 @pytest.mark.parametrize("dtype,masked", [(torch.float32, True), (torch.bfloat16, False)], ids=str)
@@ -207,18 +211,15 @@ def test_causal_forward_by_classes(device, dtype, shape, masked):
     """The causal forward in one launch per class of rows (causal_class_min_cols lowered to
     64): forward and dx against torch, the forward equal to the one launch's (the same rows
     computed over the same widths)."""
-    import dataclasses
-    by_classes = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(
-        _launch.DEFAULT.softmax, causal_class_min_cols=64))
     x = (3 * torch.randn(shape, device=device)).to(dtype)
     mask = random_padding(shape[0], shape[-1], device) if masked else None
     n_q, n_k = shape[-2], shape[-1]
     rows = x.reshape(-1, n_k)
     pad = None if mask is None else mask.view(torch.uint8)
-    with _launch.use_config(by_classes):
+    with _launch.use_config(BY_CLASSES):
         launched = kernel_ops.softmax.record_launches(rows, pad, n_q, rows.shape[0] // shape[0], True, 0.7)
         expected = _launch.softmax_causal_classes(n_k, n_q, x.element_size(), _launch.next_power_of_2(n_k), True,
-                                                  True, by_classes.softmax)
+                                                  True, BY_CLASSES.softmax)
         assert [kw["WIDTH"] for _, _, kw in launched if "WIDTH" in kw] == [width for _, _, width, _ in expected]
         assert sum(a[-1] for _, a, kw in launched if "WIDTH" in kw) == n_q  # every query in one class
         check_against_torch(x, True, 0.7, mask, name=f"classes {shape} {dtype}")
@@ -228,12 +229,9 @@ def test_causal_forward_by_classes(device, dtype, shape, masked):
 
 def test_causal_forward_by_classes_both_doors(device):
     """The custom op (torch.compile's door) launches the classes as the eager door does."""
-    import dataclasses
-    by_classes = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(
-        _launch.DEFAULT.softmax, causal_class_min_cols=64))
     x = torch.randn(2 * 40, 40, device=device)
     mask = random_padding(2, 40, device)
-    with _launch.use_config(by_classes):
+    with _launch.use_config(BY_CLASSES):
         eager = kernel_ops.softmax(x, mask, 40, 40, True, 0.6)
         compiled = kernel_ops.softmax.forward_op(x, mask, 40, 40, True, 0.6)
     assert torch.equal(eager, compiled)

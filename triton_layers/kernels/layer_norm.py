@@ -511,7 +511,6 @@ class _BackwardPlan(NamedTuple):
     dx_dtype: Optional[torch.dtype]  # None: no dx computed
     dr_dtype: Optional[torch.dtype]  # None: dresidual is dx itself (or not asked)
     partials_shape: tuple[int, int]
-    writers: int
     reduce: Optional[_doors.KernelCall]  # the partials' sum (None: one writer, the partials are the sums)
     sums_shape: Optional[tuple[int, int, int]]  # the split path's per-chunk row sums
     one_pass: bool
@@ -583,7 +582,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
                  num_warps=_launch.num_warps(split_m * block_n), **flags),
             device))
     return _BackwardPlan(kernels, copy_dy, copy_dh, (x_dtype if need_x else r_dtype) if compute_dx else None,
-                         r_dtype if store_dr else None, (n_partials, writers * n_cols), writers,
+                         r_dtype if store_dr else None, (n_partials, writers * n_cols),
                          _partials_sum(n_partials, writers, z), sums_shape, one_pass)
 
 
