@@ -43,6 +43,18 @@ plain bf16 1,367-2,038 us against 1,289 in one program a row (79% of copy), fp32
 against 2,038, causal 1.4-3.2x slower than the classes above. Each row's exchange is a round
 trip through L2 that nothing overlaps, as in the norms' first one-pass form; not adopted.
 
+The backward at 32,768 columns (2026-11-25): held whole at 32 warps it needs 64 fp32 values a
+thread for y and dy, every register, and spills (offline sm_90 build: 24-88 bytes). Inductor's
+kernel for it reads y and dy, sums, then reads them again (``evict_last``, then
+``evict_first``): 4,330 us in fp32 (99% of copy) against our 4,979 (86%). Timed with a
+throwaway script on the H100, 32768x32768, GPU time: the same two reads in our whole-row
+kernel, fp32 4,337-4,435 us at 8-32 warps (98-99%; 4,374 at 32), bf16 2,084 at 32 warps
+(103%) against 2,160; without the hints (the second read ``.cg``) 5,380-6,081 us; a looped
+kernel (chunks of 1,024-8,192, one row a program, hints on) 6,439 us at best, the rows in
+flight being far more than L2 holds; fewer warps while holding (8: 4,374 us, 18 bytes
+spilled) close to the reload. At 16,384 columns nothing spills and the second read cost
+3-4% (fp32 1,092 us against 1,055). Hence bwd_reload_min_cols = 32768.
+
 Run: python -m benchmarks.tune_softmax [--shapes 256x1024,...] [--dtypes bfloat16,float32]
 """
 from __future__ import annotations

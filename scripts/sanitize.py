@@ -151,6 +151,19 @@ def cases(C: L.LaunchConfig) -> dict[str, Callable[[], float]]:
                                lambda x: reference.softmax(x, True, 0.7, mask), [x], [True])
         out[f"softmax causal by classes nk={n_k} nq={n_q} bfloat16 padding"] = sm_classes
 
+    # The backward reading y and dy twice (softmax_bwd_reload), from blocks of 64 columns:
+    # plain, causal with padding (Nq = Nk, rows of up to 128 held whole).
+    reloading = dataclasses.replace(C, softmax=dataclasses.replace(
+        C.softmax, bwd_reload_min_cols=64, max_fused_cols=max(C.softmax.max_fused_cols, 128)))
+    for n_k, causal in [(50, False), (100, True)]:
+        def sm_reload(n_k=n_k, causal=causal):
+            x = rand(2, 40, n_k, dtype=torch.float32, scale=3.0)
+            mask = torch.rand(2, n_k, device=DEVICE) < 0.3 if causal else None
+            with L.use_config(reloading):
+                return fwd_bwd(lambda x: F.softmax(x, causal, 0.7, mask, use_triton=True),
+                               lambda x: reference.softmax(x, causal, 0.7, mask), [x], [True])
+        out[f"softmax backward reloaded nk={n_k}{' causal padding' if causal else ''} float32"] = sm_reload
+
     # WeightedSum: tiles of several rows, column ranges split over programs when rows are
     # few (TILE_MAX_COLS), aligned (16-element) and unaligned rows, partial gradients.
     for rows, n in [(1, 1), (7, 17), (1000, 7), (3, C.weighted_sum.tile_max_cols + 1),

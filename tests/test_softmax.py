@@ -237,6 +237,51 @@ def test_causal_forward_by_classes_both_doors(device):
     assert torch.equal(eager, compiled)
 
 
+def test_backward_reload_rule():
+    """RELOAD (softmax_bwd_reload): the backward of rows held whole in blocks of at least
+    bwd_reload_min_cols reads y and dy again for dx; not narrower blocks, not looped rows."""
+    cfg = _launch.DEFAULT.softmax
+    assert cfg.bwd_reload_min_cols == 32768
+    assert _launch.softmax_bwd_reload(32768, True, cfg)
+    assert not _launch.softmax_bwd_reload(16384, True, cfg)
+    assert not _launch.softmax_bwd_reload(4096, False, cfg)  # looped rows: their own two passes
+
+
+# The default config with the backward's second read of y and dy from blocks of 64 columns.
+RELOADING = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(_launch.DEFAULT.softmax,
+                                                                             bwd_reload_min_cols=64))
+
+
+@pytest.mark.parametrize("dtype,causal,masked", [(torch.float32, True, True), (torch.bfloat16, False, False),
+                                                 (torch.float16, True, False)], ids=str)
+@pytest.mark.parametrize("shape", [(2, 3, 40, 40), (1, 37, 50)], ids=str)
+def test_backward_reload(device, dtype, shape, causal, masked):
+    """The backward that reads y and dy twice (bwd_reload_min_cols lowered to 64): forward and
+    dx against torch in float64, its launch asked to reload, and dx the held kernel's (the
+    same values summed in the same order: bitwise under the interpreter)."""
+    x = (3 * torch.randn(shape, device=device)).to(dtype)
+    mask = random_padding(shape[0], shape[-1], device) if masked else None
+    n_k = shape[-1]
+    rows = x.reshape(-1, n_k).requires_grad_()
+    pad = None if mask is None else mask.view(torch.uint8)
+    dy = torch.randn_like(x)
+
+    def dx_of():
+        leaf = x.detach().requires_grad_()
+        y = F.softmax(leaf, causal=causal, scale=0.7, key_padding_mask=mask)
+        return torch.autograd.grad(y, leaf, dy)[0]
+    with _launch.use_config(RELOADING):
+        launched = kernel_ops.softmax.record_launches(rows, pad, shape[-2], rows.shape[0] // shape[0], causal, 0.7)
+        assert [kw["RELOAD"] for _, _, kw in launched if "RELOAD" in kw] == [True]
+        check_against_torch(x, causal, 0.7, mask, name=f"reload {shape} {dtype}")
+        reloaded = dx_of()
+    held = dx_of()
+    if device == "cuda":  # the compiler may contract the two kernels' products into FMAs otherwise
+        torch.testing.assert_close(reloaded, held, rtol=1e-5 if dtype == torch.float32 else 2 ** -7, atol=1e-6)
+    else:
+        assert torch.equal(reloaded, held)
+
+
 @pytest.mark.parametrize("dtype,n_k,causal", [(torch.float32, 262145, True), (torch.bfloat16, 262144, False)])
 def test_very_long_rows(device, dtype, n_k, causal):
     """Rows longer than any block (>= 262,144 keys), at the real block limits."""

@@ -192,6 +192,14 @@ class SoftmaxLaunch:
     # against 1,562, H200 1,333 against 1,219).
     causal_class_min_cols: int = 32768
     causal_class_thread_bytes: int = 64
+    # The backward of rows held whole in blocks of at least this many columns reads y and dy
+    # twice: once for the row sums (asking L2 to keep them), again for dx, instead of holding
+    # both through the reduction (64 fp32 values a thread at 32 warps: every register, and
+    # spills). Torch.compile's kernel does the same. GPU time, H100, 32768x32768 (a prototype
+    # of the kernel, 32 warps): fp32 4,374 us (98% of copy) against 4,979 (86%), bf16 2,084
+    # against 2,160; at 16,384 columns, where nothing spills, the second read lost (fp32 1,092
+    # us against 1,055).
+    bwd_reload_min_cols: int = 32768
 
 
 @dataclass(frozen=True)
@@ -657,6 +665,12 @@ def softmax_causal_classes(n_cols: int, n_q: int, elem_size: int, block_n: int, 
     per_thread = max(1, cfg.causal_class_thread_bytes // elem_size)
     classes = ((0, q_split, block_n // 2), (q_split, n_q - q_split, block_n))
     return tuple((q_lo, count, width, warps_for(width, per_thread)) for q_lo, count, width in classes if count)
+
+
+def softmax_bwd_reload(block_n: int, single_pass: bool, cfg: SoftmaxLaunch) -> bool:
+    """RELOAD for a softmax backward launch: rows held whole in blocks of at least
+    ``cfg.bwd_reload_min_cols`` columns read y and dy again for dx (from L2)."""
+    return single_pass and block_n >= cfg.bwd_reload_min_cols
 
 
 @functools.lru_cache(maxsize=4096)

@@ -136,19 +136,48 @@ def _softmax_rows(X, Y, PadMask, pid, stride_x_row, stride_y_row, stride_mask_ro
 
 
 @triton.jit
-def _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_row, n_rows, n_cols, n_q, scale,
-                       CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The backward of a tile of whole rows whose visible keys all lie in the first WIDTH
-    columns (y is 0 past them, so dx is too)."""
-    rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, WIDTH)
-    y = tl.load(Y + rows * stride_y_row + cols, mask=to_read, other=0.0).to(tl.float32)
-    dy = tl.load(DY + rows * stride_dy_row + cols, mask=to_read, other=0.0).to(tl.float32)
+def _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL: tl.constexpr, EVICT: tl.constexpr):
+    """A tile of y and dy in fp32, 0 past the visible keys; EVICT 1 reads them to keep in L2
+    (evict_last), 2 to drop (evict_first), 0 with no hint."""
+    if EVICT == 1:
+        y = tl.load(Y + y_offs, mask=to_read, other=0.0, eviction_policy="evict_last")
+        dy = tl.load(DY + dy_offs, mask=to_read, other=0.0, eviction_policy="evict_last")
+    elif EVICT == 2:
+        y = tl.load(Y + y_offs, mask=to_read, other=0.0, eviction_policy="evict_first")
+        dy = tl.load(DY + dy_offs, mask=to_read, other=0.0, eviction_policy="evict_first")
+    else:
+        y = tl.load(Y + y_offs, mask=to_read, other=0.0)
+        dy = tl.load(DY + dy_offs, mask=to_read, other=0.0)
+    y = y.to(tl.float32)
+    dy = dy.to(tl.float32)
     if CAUSAL:
         # Reads reach up to 15 hidden keys past the limit: y is 0 there, but dy may be
         # anything (even NaN), so zero both. Without causal, to_read is exact.
         y = tl.where(visible, y, 0.0)
         dy = tl.where(visible, dy, 0.0)
+    return y, dy
+
+
+@triton.jit
+def _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_row, n_rows, n_cols, n_q, scale,
+                       CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, BLOCK_N: tl.constexpr,
+                       RELOAD: tl.constexpr):
+    """The backward of a tile of whole rows whose visible keys all lie in the first WIDTH
+    columns (y is 0 past them, so dx is too). RELOAD reads y and dy again after the row sums
+    instead of holding them through the reduction: held, rows of 32,768 need 64 fp32 values a
+    thread at 32 warps (all of a thread's registers) and spill; reloaded, the second read
+    comes from L2 (the first read asked to keep them there), as Inductor's kernel does
+    (SoftmaxLaunch.bwd_reload_min_cols says where, and what it gained)."""
+    rows, cols, visible, to_read, in_bounds = _row_tile(pid, n_rows, n_cols, n_q, CAUSAL, BLOCK_M, WIDTH)
+    y_offs = rows * stride_y_row + cols
+    dy_offs = rows * stride_dy_row + cols
+    if RELOAD:
+        y, dy = _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL, 1)
+    else:
+        y, dy = _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL, 0)
     dot = tl.sum(y * dy, axis=1)
+    if RELOAD:
+        y, dy = _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL, 2)
     dx = (scale * y) * (dy - dot[:, None])
     tl.store(DX + rows * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=in_bounds)
     _store_zero_columns(DX, rows, stride_dx_row, n_rows, n_cols, BLOCK_M, WIDTH, BLOCK_N)
@@ -237,6 +266,7 @@ def _softmax_bwd_kernel(
     n_rows, n_cols, n_q, scale,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, PREFIX_SPLITS: tl.constexpr,
+    RELOAD: tl.constexpr,
 ):
     # y is 0 at every masked key, so dx is too: only the causal prefix needs reading.
     scale = tl.cast(scale, tl.float32)  # Inductor may pass Python floats as fp64
@@ -245,13 +275,13 @@ def _softmax_bwd_kernel(
         top = _tile_top_limit(pid, n_rows, n_cols, n_q, BLOCK_M, PREFIX_SPLITS)
         if top <= BLOCK_N // PREFIX_SPLITS:  # always true without splits: the whole row
             _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_row, n_rows, n_cols, n_q, scale,
-                               CAUSAL, BLOCK_M, BLOCK_N // PREFIX_SPLITS, BLOCK_N)
+                               CAUSAL, BLOCK_M, BLOCK_N // PREFIX_SPLITS, BLOCK_N, RELOAD and PREFIX_SPLITS == 1)
         elif top <= BLOCK_N // 2:  # reached with 4 splits only
             _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_row, n_rows, n_cols, n_q, scale,
-                               CAUSAL, BLOCK_M, BLOCK_N // 2, BLOCK_N)
+                               CAUSAL, BLOCK_M, BLOCK_N // 2, BLOCK_N, False)
         else:
             _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_row, n_rows, n_cols, n_q, scale,
-                               CAUSAL, BLOCK_M, BLOCK_N, BLOCK_N)
+                               CAUSAL, BLOCK_M, BLOCK_N, BLOCK_N, RELOAD)
     else:
         row = pid
         cols = tl.arange(0, BLOCK_N)
@@ -324,10 +354,11 @@ def _plan_backward(grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool,
     dy = grads[0]
     copy_dy = not _launch.rows_as_is(dy)
     n_rows, n_cols, grid, tile = _plan(y, causal)
+    reload = _launch.softmax_bwd_reload(tile["BLOCK_N"], tile["SINGLE_PASS"], _launch.current().softmax)
     kernel = _doors.KernelCall(
         _softmax_bwd_kernel, grid,
         (n_cols if copy_dy else _launch.row_stride(dy), n_cols, n_cols, n_rows, n_cols, n_q, scale),
-        dict(CAUSAL=causal, **tile), _launch.device_index(y))
+        dict(CAUSAL=causal, RELOAD=reload, **tile), _launch.device_index(y))
     return kernel, copy_dy
 
 
