@@ -82,6 +82,14 @@ registers a thread): 8 warps ran 2048x16384 in 53.9 us against 68.1 (H100) and 4
 62.6 (H200), RMSNorm and the fused adds level or up to 4% faster; hence 8 there. fp32 LayerNorm
 at 16,384 was mixed (4 warps: H200 79.3 us against 83.5, H100 101.7 against 99.2).
 
+Short rows read twice, as Inductor's forward does (2026-11-25, H100, GPU time, a throwaway
+kernel: rows of 1,024-32,768 walked in chunks of 1,024-4,096 columns, 1-4 rows and 4 or 8 warps
+a program, the first read asking L2 to keep the row (evict_last), the second to drop it): no
+faster than ours anywhere (RMSNorm 32768x1024 bf16 50.0 us against 50.8, 16384x4096 94.9 against
+95.5, fp32 level) and slower from 8,192 columns on (RMSNorm 2048x32768 bf16 138 us against 96.5,
+fp32 278 against 186): the rows in flight outgrow L2. Untried on the H200, where torch.compile's
+kernel of that form beats ours in bf16 (8192x8192 69 us against 74, 2048x32768 70 against 75).
+
 Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both|add_rmsnorm,...] [--dirs fwd,bwd]
      [--shapes 32768x1024,...] [--dtypes ...]
 """

@@ -127,7 +127,7 @@ def test_looped_path(device, looped, dtype, shape, causal, masked):
 
 # Scores whose tiles (8 rows of 128 columns, 4 rows of 256) see a quarter, a half and all of
 # the row, square and bottom-right aligned (Nq < Nk: every row sees at least Nk - Nq keys).
-PREFIX_SHAPES = [(2, 3, 70, 70), (1, 2, 40, 100), (1, 1, 130, 130)]
+PREFIX_SHAPES = [(2, 1, 70, 70), (1, 2, 40, 100), (1, 1, 130, 130)]
 
 
 @pytest.mark.parametrize("splits,dtype", [(2, torch.float32), (4, torch.float32), (4, torch.bfloat16)], ids=str)
