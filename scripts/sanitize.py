@@ -137,32 +137,30 @@ def cases(C: L.LaunchConfig) -> dict[str, Callable[[], float]]:
             out[f"softmax nk={n_k} nq={min(n_q, 40)} {str(dtype)[6:]}{' causal' if causal else ''}"
                 f"{' padding' if masked else ''}"] = sm
 
-    # The causal forward by classes of rows (softmax_causal_classes), its row limit lowered to
-    # 64 columns (rows of 128 held whole): the short class alone (Nq > Nk), both, the long
-    # class alone (Nq < Nk/2).
-    classes = dataclasses.replace(C, softmax=dataclasses.replace(
-        C.softmax, causal_class_min_cols=64, max_fused_cols=max(C.softmax.max_fused_cols, 128)))
-    for n_k, n_q in [(40, 48), (64, 40), (100, 12)]:
-        def sm_classes(n_k=n_k, n_q=n_q):
-            x = rand(2, n_q, n_k, dtype=bf, scale=3.0)
-            mask = torch.rand(2, n_k, device=DEVICE) < 0.3
-            with L.use_config(classes):
-                return fwd_bwd(lambda x: F.softmax(x, True, 0.7, mask, use_triton=True),
-                               lambda x: reference.softmax(x, True, 0.7, mask), [x], [True])
-        out[f"softmax causal by classes nk={n_k} nq={n_q} bfloat16 padding"] = sm_classes
+    # Softmax forms that only long rows take, reached at small ones: C with these softmax
+    # knobs and rows of up to 128 columns held whole.
+    def softmax_under(knobs: dict, n_q: int, n_k: int, causal: bool, masked: bool, dtype: torch.dtype):
+        config = dataclasses.replace(C, softmax=dataclasses.replace(
+            C.softmax, max_fused_cols=max(C.softmax.max_fused_cols, 128), **knobs))
 
-    # The backward reading y and dy twice (softmax_bwd_reload), from blocks of 64 columns:
-    # plain, causal with padding (Nq = Nk, rows of up to 128 held whole).
-    reloading = dataclasses.replace(C, softmax=dataclasses.replace(
-        C.softmax, bwd_reload_min_cols=64, max_fused_cols=max(C.softmax.max_fused_cols, 128)))
-    for n_k, causal in [(50, False), (100, True)]:
-        def sm_reload(n_k=n_k, causal=causal):
-            x = rand(2, 40, n_k, dtype=torch.float32, scale=3.0)
-            mask = torch.rand(2, n_k, device=DEVICE) < 0.3 if causal else None
-            with L.use_config(reloading):
+        def case():
+            x = rand(2, n_q, n_k, dtype=dtype, scale=3.0)
+            mask = torch.rand(2, n_k, device=DEVICE) < 0.3 if masked else None
+            with L.use_config(config):
                 return fwd_bwd(lambda x: F.softmax(x, causal, 0.7, mask, use_triton=True),
                                lambda x: reference.softmax(x, causal, 0.7, mask), [x], [True])
-        out[f"softmax backward reloaded nk={n_k}{' causal padding' if causal else ''} float32"] = sm_reload
+        return case
+
+    # The causal forward by classes of rows (softmax_causal_classes) from 64 columns: the short
+    # class alone (Nq > Nk), both, the long class alone (Nq < Nk/2).
+    for n_k, n_q in [(40, 48), (64, 40), (100, 12)]:
+        out[f"softmax causal by classes nk={n_k} nq={n_q} bfloat16 padding"] = softmax_under(
+            dict(causal_class_min_cols=64), n_q, n_k, True, True, bf)
+    # The backward reading y and dy twice (softmax_bwd_reload) from 64 columns: plain, causal
+    # with padding.
+    for n_k, causal in [(50, False), (100, True)]:
+        out[f"softmax backward reloaded nk={n_k}{' causal padding' if causal else ''} float32"] = softmax_under(
+            dict(bwd_reload_min_cols=64), 40, n_k, causal, causal, torch.float32)
 
     # WeightedSum: tiles of several rows, column ranges split over programs when rows are
     # few (TILE_MAX_COLS), aligned (16-element) and unaligned rows, partial gradients.

@@ -137,17 +137,10 @@ def _softmax_rows(X, Y, PadMask, pid, stride_x_row, stride_y_row, stride_mask_ro
 
 @triton.jit
 def _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL: tl.constexpr, EVICT: tl.constexpr):
-    """A tile of y and dy in fp32, 0 past the visible keys; EVICT 1 reads them to keep in L2
-    (evict_last), 2 to drop (evict_first), 0 with no hint."""
-    if EVICT == 1:
-        y = tl.load(Y + y_offs, mask=to_read, other=0.0, eviction_policy="evict_last")
-        dy = tl.load(DY + dy_offs, mask=to_read, other=0.0, eviction_policy="evict_last")
-    elif EVICT == 2:
-        y = tl.load(Y + y_offs, mask=to_read, other=0.0, eviction_policy="evict_first")
-        dy = tl.load(DY + dy_offs, mask=to_read, other=0.0, eviction_policy="evict_first")
-    else:
-        y = tl.load(Y + y_offs, mask=to_read, other=0.0)
-        dy = tl.load(DY + dy_offs, mask=to_read, other=0.0)
+    """A tile of y and dy in fp32, 0 past the visible keys, read with L2 eviction policy
+    EVICT ("evict_last": keep them for a second read; "evict_first"; "": no hint)."""
+    y = tl.load(Y + y_offs, mask=to_read, other=0.0, eviction_policy=EVICT)
+    dy = tl.load(DY + dy_offs, mask=to_read, other=0.0, eviction_policy=EVICT)
     y = y.to(tl.float32)
     dy = dy.to(tl.float32)
     if CAUSAL:
@@ -172,12 +165,12 @@ def _softmax_grad_rows(DY, Y, DX, pid, stride_dy_row, stride_y_row, stride_dx_ro
     y_offs = rows * stride_y_row + cols
     dy_offs = rows * stride_dy_row + cols
     if RELOAD:
-        y, dy = _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL, 1)
+        y, dy = _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL, "evict_last")
     else:
-        y, dy = _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL, 0)
+        y, dy = _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL, "")
     dot = tl.sum(y * dy, axis=1)
     if RELOAD:
-        y, dy = _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL, 2)
+        y, dy = _grad_tile(DY, Y, y_offs, dy_offs, visible, to_read, CAUSAL, "evict_first")
     dx = (scale * y) * (dy - dot[:, None])
     tl.store(DX + rows * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=in_bounds)
     _store_zero_columns(DX, rows, stride_dx_row, n_rows, n_cols, BLOCK_M, WIDTH, BLOCK_N)
