@@ -18,13 +18,36 @@ spills over 100 and runs at 14-38%. Hence RMSNorm's limit 16,384 with one stage 
 LayerNorm's 8,192. (Before the reordering, 2026-11-23 on an H100 and an H200: the whole-row
 kernel at 16,384 spilled 32-76 registers and ran at 42-59%, no better than split.)
 
-Run: python -m benchmarks.tune_norm_backward
+Whole rows' knobs (``--whole-rows``: the weight loaded per tile or held, warps, programs an
+SM, at 4096x16384 and 8192x8192; GPU time, 2026-11-25, main at 4f9d28f plus the knobs).
+Held for the whole program, the weight took 32 registers a thread at 16,384 columns, and
+RMSNorm's kernel spilled 72-148 bytes (offline sm_90 build, Triton 3.6); loaded per tile
+(from L1 or L2), 0-8 in bf16, 24-48 in fp32. RMSNorm 4096x16384, held -> per tile: H100 bf16 180 -> 164 us
+(75% -> 82% of copy), fp32 323 -> 304, the fused add bf16 226 -> 207, fp32 428 -> 391; H200
+144 -> 127 (66% -> 75%), fp32 242 -> 244 (level), the fused add 179 -> 158, fp32 312 -> 288. Hence
+``bwd_long_row_weight_per_tile``. At 8,192 columns (nothing spills) per tile and held were
+level. One program an SM against two (a 512-thread program of over 64 registers leaves no
+room for a second: the second ran as a second wave), 8192x8192: LayerNorm bf16 H100 158 us
+against 164, H200 120 against 129; the fused add LayerNorm 202 against 210, 149 against 155;
+the rest 1-3% faster. Hence ``bwd_long_row_programs_per_sm`` = 1. 8 warps against 16: level.
+Tried and dropped the same day: reading z and dy a second time for dz (evict_last, then
+evict_first, as the softmax backward at 32,768 does) instead of holding zhat and g across the
+row sums. Registers fell (RMSNorm bf16 at 16,384: 104 a thread, no spill), yet the kernel
+was 1.2-1.3x slower at 1 stage (H100 bf16 215 us against 180, H200 190 against 144) and no
+faster than the weight per tile at 2 (169 / 149 us), where its second read doubled the
+prefetch buffers: fp32 at 2 stages did not fit in shared memory. (A standalone RMSNorm kernel
+of that form, written for the trial, reached 88% on the H100 at 16 warps and 2 stages but 74% on the
+H200.)
+
+Run: python -m benchmarks.tune_norm_backward [--whole-rows]
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
-from benchmarks import harness
+from benchmarks import harness, tuning
 from benchmarks.tune_layernorm import norm_case
 from benchmarks.tuning import config_with, direction, gpu_us
 from triton_layers.kernels import layer_norm as norm_kernels
@@ -52,7 +75,32 @@ def compiled_kernels(seen: set) -> list[str]:
     return out
 
 
+# --whole-rows: the whole-row kernel's knobs, where they matter (rows of 16,384 take
+# bwd_long_row_*; tiles of 8,192 elements and more, bwd_long_row_programs_per_sm).
+WHOLE_ROW_GRID = {"bwd_long_row_weight_per_tile": [True, False], "bwd_max_warps": [8, 16],
+                  "bwd_long_row_programs_per_sm": [1, 2]}
+WHOLE_ROW_CASES = [(norm, (4096, 16384)) for norm in ("rmsnorm", "add_rmsnorm")] + \
+    [(norm, (8192, 8192)) for norm in ("rmsnorm", "add_rmsnorm", "layernorm", "add_layernorm")]
+
+
+def whole_rows() -> None:
+    """Every combination of WHOLE_ROW_GRID at WHOLE_ROW_CASES, bf16 and fp32, fastest first."""
+    device, copy = tuning.start()
+    defaults = tuple(getattr(config_with("layer_norm").layer_norm, k) for k in WHOLE_ROW_GRID)
+    for name, shape in WHOLE_ROW_CASES:
+        for dtype in (torch.bfloat16, torch.float32):
+            case, ours = norm_case(name, dtype, shape, device)
+            nbytes = next(d.nbytes for d in case.directions if d.name == "bwd")
+            print(f"{name} {shape[0]}x{shape[1]} {str(dtype)[6:]}", flush=True)
+            print(tuning.report("bwd", WHOLE_ROW_GRID, defaults,
+                                tuning.sweep(case, "bwd", ours, "layer_norm", WHOLE_ROW_GRID), nbytes, copy), flush=True)
+            del case
+            torch.cuda.empty_cache()
+
+
 def main() -> None:
+    if "--whole-rows" in sys.argv[1:]:
+        return whole_rows()
     device = harness.require_cuda()
     copy = harness.copy_bandwidth_gbps(device)
     seen: set = set()

@@ -413,13 +413,17 @@ def test_rows_of_a_16384_tile(dtype, device):
 
 def test_small_backward_tiles_get_more_programs():
     # bf16 rows of 1,024 (2-row tiles: 8 KB of z and dy) run with twice the persistent
-    # programs of fp32 ones (16 KB) or of bf16 ones with the residual's gradient (12 KB).
+    # programs of fp32 ones (16 KB) or of bf16 ones with the residual's gradient (12 KB);
+    # tiles of LONG_ROW elements and more (whole rows of 8,192+), bwd_long_row_programs_per_sm.
     cfg = _launch.DEFAULT.layer_norm
     base = cfg.bwd_programs_per_sm
-    assert [_launch.bwd_programs_per_sm_for(b, cfg) for b in (4096, 8192, 12288, 16384, 65536)] == \
-        [4 * base, 2 * base, base, base, base]
+    assert [_launch.bwd_programs_per_sm_for(2048, b, cfg) for b in (1, 2, 4, 6, 8, 32)] == \
+        [8 * base, 4 * base, 2 * base, base, base, base]
+    assert cfg.bwd_long_row_programs_per_sm == 1 < base
+    assert [_launch.bwd_programs_per_sm_for(_launch.LONG_ROW * k, 4, cfg) for k in (1, 2)] == [1, 1]
+    assert _launch.bwd_programs_per_sm_for(_launch.LONG_ROW // 2, 4, cfg) == base
     off = dataclasses.replace(cfg, bwd_tile_bytes=0)
-    assert _launch.bwd_programs_per_sm_for(64, off) == base
+    assert _launch.bwd_programs_per_sm_for(16, 4, off) == base
 
 
 # --- the module ---------------------------------------------------------------------------

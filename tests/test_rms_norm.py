@@ -2,6 +2,8 @@
 the reference, and nn.RMSNorm (state_dicts, convert). The fused residual and out_dtype of
 both norms are tested in test_fused_residual.py, Hugging Face's RMSNorms in
 test_convert_norms.py."""
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as TF
@@ -11,6 +13,7 @@ import triton_layers
 from triton_layers import TritonRMSNorm, reference
 from triton_layers import functional as F
 from triton_layers.kernels import _launch
+from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import DTYPES
 from .oracle import check, compare
@@ -77,6 +80,36 @@ def test_rows_kept_whole_past_layer_norms_limit(dtype, device):
     limits = _launch.DEFAULT.layer_norm
     assert max(limits.bwd_max_fused_cols, _launch.LONG_ROW) < 12000 <= limits.bwd_rms_max_fused_cols
     _check_against_float64(*_inputs(3, 12000, dtype, device))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_row_weight_per_tile(dtype, monkeypatch, device):
+    """Whole rows of more than LONG_ROW columns load the weight per tile instead of holding it
+    (bwd_long_row_weight_per_tile; LONG_ROW lowered to 32, rows of 40): the launch says so, not
+    for rows of LONG_ROW, and the gradients are those of the weight held (the same arithmetic on
+    the same values: the same bits under the interpreter, within one rounding on a GPU), against
+    float64 too."""
+    monkeypatch.setattr(_launch, "LONG_ROW", 32)
+    limits = dataclasses.replace(_launch.TINY.layer_norm, bwd_rms_max_fused_cols=64)
+    assert limits.bwd_long_row_weight_per_tile
+    x, w = _inputs(6, 40, dtype, device)
+    dy = torch.randn_like(x)
+    grads = {}
+    for per_tile in (True, False):
+        config = dataclasses.replace(_launch.TINY, layer_norm=dataclasses.replace(
+            limits, bwd_long_row_weight_per_tile=per_tile))
+        with _launch.use_config(config):
+            for n, expected in ((40, per_tile), (32, False)):
+                launches = kernel_ops.norm.record_launches(x[:, :n], w[:n], None, 1e-5, True, False, False, False,
+                                                           dtype)
+                assert [kw["WEIGHT_PER_TILE"] for _, _, kw in launches if "WEIGHT_PER_TILE" in kw] == [expected]
+            grads[per_tile] = torch.autograd.grad(F.rms_norm(x, w, 1e-5), [x, w], dy)
+    for name, a, b in zip(("dx", "dweight"), grads[True], grads[False]):
+        if device == "cpu":
+            assert torch.equal(a, b), name
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    _check_against_float64(x, w, eps=1e-5)
 
 
 def test_no_weight(device):

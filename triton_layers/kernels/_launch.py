@@ -102,9 +102,10 @@ class LayerNormLaunch:
     # (bwd_programs_per_sm_for). bf16 rows of 1,024 (2-row tiles, 8 KB of z and dy) at 4
     # programs an SM against 2, GPU time: H200 RMSNorm 70 us against 78, LayerNorm 72 against
     # 82; H100 level (90 against 90, 93 against 95), 65536x512 4-5% faster, 16384x2048 2-3%
-    # slower. Tiles of 16 KB and more (fp32 rows of 1,024, bf16 rows of 4,096 and 8,192, bf16
-    # rows of 1,024 with the residual's gradient) ran best at 2: 6-13% slower at 3-4 (H200),
-    # and the fused residual's bf16 32768x1024 6% slower at 4 (H100).
+    # slower. Tiles of 16 KB and more (fp32 rows of 1,024, bf16 rows of 4,096, bf16 rows of
+    # 1,024 with the residual's gradient) ran best at 2: 6-13% slower at 3-4 (H200), and the
+    # fused residual's bf16 32768x1024 6% slower at 4 (H100). Tiles of LONG_ROW elements and
+    # more take bwd_long_row_programs_per_sm instead.
     bwd_tile_bytes: int = 16384
     # Whole rows of more than LONG_ROW columns (RMSNorm's, up to bwd_rms_max_fused_cols):
     # loop stages. A second stage was 7-15% slower at 16,384 (H100): its buffers take the
@@ -113,6 +114,21 @@ class LayerNormLaunch:
     # Most warps of a whole-row backward program. At 16,384 columns 32 warps were level with
     # 16 (within 3%, either way by dtype; H100, tune_norm_backward.py).
     bwd_max_warps: int = 16
+    # Whole rows of more than LONG_ROW columns load the weight per tile instead of holding
+    # it (WEIGHT_PER_TILE of _norm_bwd_kernel): held, RMSNorm's kernel at 16,384 columns
+    # spilled 72-148 bytes a thread, per tile 0-8 in bf16 and 24-48 in fp32, with the fused
+    # add's dh (offline sm_90 build, Triton 3.6). GPU time, 4096x16384,
+    # against held: H100 RMSNorm bf16 164 us against 180 (82% of copy), fp32 304 against 323,
+    # the fused add bf16 207 against 226, fp32 391 against 428; H200 127 against 144, 244
+    # against 242 (level), 158 against 179, 288 against 312 (tune_norm_backward --whole-rows).
+    bwd_long_row_weight_per_tile: bool = True
+    # Persistent programs an SM for tiles of at least LONG_ROW elements (whole rows of 8,192
+    # and more), whose 512 threads take over half an SM's registers: a second program does
+    # not fit beside the first, so more programs only run as a second wave (and write more
+    # partials). 1 against 2, GPU time, 8192x8192 bf16: LayerNorm H100 158 us against 164,
+    # H200 120 against 129; the fused add LayerNorm 202 against 210, 149 against 155;
+    # RMSNorm, fp32 and the fused add RMSNorm 1-3% faster.
+    bwd_long_row_programs_per_sm: int = 1
     # Long-row backward (rows over the limits above), the column-split kernel. In one pass
     # (split_one_pass: GPU only, see one_pass_split) its programs wait for each other's row
     # sums instead of a first kernel reading z and dy for them (5 M*N element moves for 3).
@@ -513,11 +529,14 @@ def partials_tile(n_partials: int, writers: int, n_cols: int, cfg: LayerNormLaun
     return min(next_power_of_2(writers), max(1, cfg.partials_tile_elements // block_n)), block_n
 
 
-def bwd_programs_per_sm_for(tile_bytes: int, cfg: LayerNormLaunch) -> int:
-    """Persistent programs per SM of the short-row norm backward for tiles whose loads bring
-    ``tile_bytes``: ``cfg.bwd_programs_per_sm``, times how many such tiles make
+def bwd_programs_per_sm_for(tile_elements: int, loaded_bytes: int, cfg: LayerNormLaunch) -> int:
+    """Persistent programs per SM of the whole-row norm backward for tiles of ``tile_elements``
+    whose loads bring ``loaded_bytes`` an element: ``cfg.bwd_long_row_programs_per_sm`` from
+    LONG_ROW elements on, else ``cfg.bwd_programs_per_sm`` times how many such tiles make
     ``cfg.bwd_tile_bytes``."""
-    return cfg.bwd_programs_per_sm * max(1, cfg.bwd_tile_bytes // max(tile_bytes, 1))
+    if tile_elements >= LONG_ROW:
+        return cfg.bwd_long_row_programs_per_sm
+    return cfg.bwd_programs_per_sm * max(1, cfg.bwd_tile_bytes // max(tile_elements * loaded_bytes, 1))
 
 
 @functools.lru_cache(maxsize=4096)

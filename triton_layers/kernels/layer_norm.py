@@ -240,17 +240,22 @@ def _norm_bwd_kernel(
     CAST_BEFORE_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr, STORE_DR: tl.constexpr,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
+    WEIGHT_PER_TILE: tl.constexpr,
 ):
     # Rows that fit one block (longer rows take the two split kernels below).
     # Each program walks a contiguous range of BLOCK_M-row tiles and owns one row of the
     # weight/bias partials: a fixed reduction order, hence bitwise-reproducible sums.
+    # WEIGHT_PER_TILE: each tile loads the weight again (from L1 or L2) instead of the
+    # program holding it in registers from start to end: on rows of 16,384 that frees 32
+    # registers a thread for the tile's dy, zhat and the accumulators, which spilled
+    # (LayerNormLaunch.bwd_long_row_weight_per_tile).
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     pid = tl.program_id(0).to(tl.int64)
     tile_start = pid * tiles_per_program
     tile_end = tl.minimum(tile_start + tiles_per_program, tl.cdiv(M, BLOCK_M))
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    w = load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)
+    w = load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)  # (per tile: unused, dropped by the compiler)
     DW_partial, DB_partial, dw_acc, db_acc = partial_rows(Partials, pid, tl.num_programs(0), N, COMPUTE_DW, BLOCK_N)
     # NUM_STAGES > 1 prefetches the next tiles' z and dy while this one is reduced.
     for tile in tl.range(tile_start, tile_end, num_stages=NUM_STAGES):
@@ -266,6 +271,8 @@ def _norm_bwd_kernel(
         # 16-64 at 8,192; in this order 220-300 and none.
         dw_acc, db_acc = param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
         if COMPUTE_DX:
+            if WEIGHT_PER_TILE:
+                w = load_weight(W, cols, col_mask, HAS_WEIGHT, UNIT_OFFSET)
             g = rounded_product(dy, w[None, :], mask)
             c1, c2 = dz_coefficients(tl.sum(zhat * g, axis=1), tl.sum(g, axis=1), N, IS_RMS)
             store_dz(DX, DR, DH, rows, cols, mask, g, zhat, c1, c2, scale, stride_dx_row, stride_dr_row,
@@ -550,13 +557,15 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
         # bytes the prefetched loads bring per element: z, dy and (with a residual) dh
         loaded = z.element_size() + (z if dy is None else dy).element_size() + (0 if dh is None else dh.element_size())
         programs, tiles_per_program = _launch.persistent_grid(
-            n_tiles, z.device, _launch.bwd_programs_per_sm_for(block_m * block_n * loaded, cfg))
-        stages = cfg.bwd_stages if block_n <= _launch.LONG_ROW else cfg.bwd_long_row_stages
+            n_tiles, z.device, _launch.bwd_programs_per_sm_for(block_m * block_n, loaded, cfg))
+        long_row = block_n > _launch.LONG_ROW
+        stages = cfg.bwd_long_row_stages if long_row else cfg.bwd_stages
         writers = programs
         kernels = (_doors.KernelCall(
             _norm_bwd_kernel, (programs,), (*strides, n_rows, n_cols, tiles_per_program),
             dict(BLOCK_M=block_m, BLOCK_N=block_n,
                  NUM_STAGES=_launch.prefetch_stages(stages, block_m * block_n * loaded, z.device),
+                 WEIGHT_PER_TILE=long_row and cfg.bwd_long_row_weight_per_tile,
                  num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **flags),
             device),)
     else:
