@@ -81,6 +81,10 @@ best except at bf16 tiles of 16,384, where 16 warps left LayerNorm one program a
 registers a thread): 8 warps ran 2048x16384 in 53.9 us against 68.1 (H100) and 44.2 against
 62.6 (H200), RMSNorm and the fused adds level or up to 4% faster; hence 8 there. fp32 LayerNorm
 at 16,384 was mixed (4 warps: H200 79.3 us against 83.5, H100 101.7 against 99.2).
+Again at 8192x8192 and 4096x8192 bf16 (2026-11-25, main at 56dfcd7): on the H200 4 warps ran
+LayerNorm in 73-74 us against 78-79 (86% of copy against 81%; 4096x8192 41 against 43) and
+RMSNorm in 72 against 73-74, the fused adds best at 16-32; on the H100 4 warps were 1-2% slower
+(LayerNorm 97 against 95, fp16 alike). Hence fwd_4_warps_8192_gpus = ("H200",).
 
 Short rows read twice, as Inductor's forward does (2026-11-25, H100, GPU time, a throwaway
 kernel: rows of 1,024-32,768 walked in chunks of 1,024-4,096 columns, 1-4 rows and 4 or 8 warps

@@ -92,8 +92,8 @@ def whole_rows() -> None:
             case, ours = norm_case(name, dtype, shape, device)
             nbytes = next(d.nbytes for d in case.directions if d.name == "bwd")
             print(f"{name} {shape[0]}x{shape[1]} {str(dtype)[6:]}", flush=True)
-            print(tuning.report("bwd", WHOLE_ROW_GRID, defaults,
-                                tuning.sweep(case, "bwd", ours, "layer_norm", WHOLE_ROW_GRID), nbytes, copy), flush=True)
+            results = tuning.sweep(case, "bwd", ours, "layer_norm", WHOLE_ROW_GRID)
+            print(tuning.report("bwd", WHOLE_ROW_GRID, defaults, results, nbytes, copy), flush=True)
             del case
             torch.cuda.empty_cache()
 

@@ -411,6 +411,30 @@ def test_rows_of_a_16384_tile(dtype, device):
     _check_against_float64(*_inputs(3, 12000, dtype, device))
 
 
+def test_forward_warps_by_gpu(monkeypatch):
+    """2-byte tiles of whole rows of 8,192 without a residual take 4 warps on the GPUs of
+    fwd_4_warps_8192_gpus (an H200); 16 elsewhere, with a residual, as chunks of longer rows,
+    in fp32, on the CPU."""
+    cfg = _launch.DEFAULT.layer_norm
+    assert cfg.fwd_4_warps_8192_gpus == ("H200",)
+    cuda = torch.device("cuda", 0)
+    for name, expected in (("NVIDIA H200", 4), ("NVIDIA H100 80GB HBM3", 16)):
+        monkeypatch.setattr(_launch, "_device_name", lambda index, name=name: name)
+        assert _launch.ln_fwd_warps(8192, 2, cfg, True, cuda) == expected, name
+        assert _launch.ln_fwd_warps(8192, 2, cfg, False, cuda) == 16  # the fused adds, chunks of long rows
+        assert _launch.ln_fwd_warps(8192, 4, cfg, True, cuda) == 16
+        assert _launch.ln_fwd_warps(4096, 2, cfg, True, cuda) == 8  # (by the tile, as elsewhere)
+    assert _launch.ln_fwd_warps(8192, 2, cfg, True, torch.device("cpu")) == 16
+    # the forward's plan, as on an H200: whole rows of 8,192 at 4 warps, chunks of 8,192 of
+    # longer rows (the two-read loop) at 16 (meta tensors: recorded, not launched)
+    monkeypatch.setattr(_launch, "named_gpu", lambda device, names: "H200" in names)
+    for n_cols, expected in ((8192, 4), (40000, 16)):
+        x = torch.empty(4, n_cols, device="meta", dtype=torch.bfloat16)
+        w = torch.empty(n_cols, device="meta", dtype=torch.bfloat16)
+        forward = _kernels.norm.record_launches(x, w, w, 1e-5, False, False, False, False, x.dtype)[0]
+        assert forward[2]["BLOCK_N"] == 8192 and forward[2]["num_warps"] == expected, (n_cols, forward[2])
+
+
 def test_small_backward_tiles_get_more_programs():
     # bf16 rows of 1,024 (2-row tiles: 8 KB of z and dy) run with twice the persistent
     # programs of fp32 ones (16 KB) or of bf16 ones with the residual's gradient (12 KB);

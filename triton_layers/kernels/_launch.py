@@ -90,6 +90,13 @@ class LayerNormLaunch:
     tile_elements: int = 2048
     # Warps of a forward program; None: by the tile (ln_fwd_warps). Set by sweeps.
     fwd_warps: Optional[int] = None
+    # GPUs (substrings of the device's name) where 2-byte tiles of whole rows of 8,192
+    # without a residual take 4 warps instead of 16 (ln_fwd_warps). GPU time, bf16 (tune_layernorm --dirs fwd,
+    # every tile_elements alike): H200 LayerNorm 8192x8192 73-74 us against 78-79 (86% of
+    # copy against 81%), 4096x8192 41 against 43, RMSNorm 72 against 73-74; H100 1-2% slower
+    # (LayerNorm 97 against 95, RMSNorm 96 against 95), hence not there; the fused adds ran
+    # best at 16-32 on both.
+    fwd_4_warps_8192_gpus: tuple[str, ...] = ("H200",)
     # Short-row backward: persistent programs per SM, and loop stages (tiles of x and dy
     # prefetched while the current one is reduced). Swept on an H200 over {2, 4, 8, 16} x
     # {1, 2, 3}: 2 x 3 was best or within 3% of it at 1024-8192 columns, and 1.2-2.2x
@@ -494,7 +501,8 @@ def row_tile(n_rows: int, n_cols: int, max_fused_cols: int, loop_block: int,
     return block_m, block_n, single_pass
 
 
-def ln_fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch) -> int:
+def ln_fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch, plain_whole_rows: bool = False,
+                 device: Optional[torch.device] = None) -> int:
     """Warps for a LayerNorm forward tile: up to 16, or 32 once a tile holds more than
     64 KiB of input (an fp32 row of 32768: 64 values a thread at 16 warps; measured on an
     H200, 32 warps read it at 89% of copy against 80%, while bf16 rows run best at 16).
@@ -504,12 +512,18 @@ def ln_fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch) -> int:
     registers) two programs fit. GPU time, 2048x16384 bf16: H100 53.9 us against 68.1, H200
     44.2 against 62.6; RMSNorm and the fused adds level or 1-4% faster; fp32 tiles of 16,384
     mixed (H200 4 warps 5% faster, H100 3% slower), kept at 16 (``tune_layernorm --dirs
-    fwd`` sweeps ``cfg.fwd_warps``: no other tile of 1,024-32,768 columns gained over 5%).
-    ``cfg.fwd_warps`` set overrides this rule (sweeps)."""
+    fwd`` sweeps ``cfg.fwd_warps``: no other tile of 1,024-32,768 columns gained over 5%
+    on an H100). On the GPUs of ``cfg.fwd_4_warps_8192_gpus``, 2-byte tiles of 8,192 that are
+    ``plain_whole_rows`` (rows kept whole, no residual) take 4 warps; not the chunks of longer
+    rows (H200, LayerNorm 1024x131072 bf16: 283 us at 4 warps against 215). ``cfg.fwd_warps``
+    set overrides this rule (sweeps)."""
     if cfg.fwd_warps is not None:
         return cfg.fwd_warps
     if elem_size == 2 and block == 16384:
         return 8
+    if elem_size == 2 and block == 8192 and plain_whole_rows and device is not None \
+            and named_gpu(device, cfg.fwd_4_warps_8192_gpus):
+        return 4
     return num_warps(block, max_warps=32 if block * elem_size > 65536 else 16)
 
 
@@ -581,8 +595,13 @@ def plain_one_pass_forward(cfg: LayerNormLaunch, device: torch.device) -> bool:
     """``cfg.fwd_one_pass`` on ``device``: where None, whether the device's name contains one of
     ``cfg.fwd_one_pass_gpus`` (the GPUs where the one pass won without a residual)."""
     if cfg.fwd_one_pass is None:
-        return device.type == "cuda" and any(gpu in _device_name(_index(device)) for gpu in cfg.fwd_one_pass_gpus)
+        return named_gpu(device, cfg.fwd_one_pass_gpus)
     return cfg.fwd_one_pass
+
+
+def named_gpu(device: torch.device, names: tuple[str, ...]) -> bool:
+    """Whether ``device`` is a GPU whose name contains one of ``names`` (e.g. "H100")."""
+    return device.type == "cuda" and any(gpu in _device_name(_index(device)) for gpu in names)
 
 
 def one_pass_split(n_chunks: int, rms: bool, elem_size: int, cfg: LayerNormLaunch, device: torch.device) -> bool:

@@ -490,7 +490,8 @@ def _plan_forward(
     kernel = _doors.KernelCall(
         _norm_fwd_kernel, (_launch.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps),
         dict(flags, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-             num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size(), cfg)),
+             num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size(), cfg,
+                                            single_pass and residual is None, x.device)),
         _launch.device_index(x))
     return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, None)
 
