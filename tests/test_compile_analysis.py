@@ -73,7 +73,9 @@ def _analyse() -> dict:
                     IS_RMS=False, HAS_RESIDUAL=residual, HAS_WEIGHT=True, HAS_BIAS=True, UNIT_OFFSET=False,
                     CAST_BEFORE_WEIGHT=False, BLOCK_N=128, CHUNKS_POW2=2, MAX_POLLS=0, AHEAD=ahead))
     args = [_t(M, N), _t(M, N), _t(M, N), _t(N), _t(2, M), _t(M, N), _t(M, N), _t(2, 4, N), N, N, N, N, N, M, N, 1]
-    out["bwd"] = written(LN._norm_bwd_kernel, args, dict(BWD_FLAGS, BLOCK_M=8, BLOCK_N=256, NUM_STAGES=3))
+    for per_tile in (False, True):  # (the weight held, or loaded per tile: rows over LONG_ROW)
+        out[f"bwd weight_per_tile={per_tile}"] = written(LN._norm_bwd_kernel, args, dict(
+            BWD_FLAGS, BLOCK_M=8, BLOCK_N=256, NUM_STAGES=3, WEIGHT_PER_TILE=per_tile))
     sums = _t(M, 2, 2)
     args = [_t(M, N), _t(M, N), _t(N), _t(2, M), sums, N, N, M, N, 2]
     out["bwd row sums"] = written(LN._norm_bwd_row_sums_kernel, args, dict(
@@ -100,7 +102,7 @@ def _backward_prefetch() -> dict:
 
     _launch._shared_memory = lambda index: A100_SHARED
     stages = _launch.prefetch_stages(3, 8192 * 4 * 3, torch.device("cuda", 0))
-    const = dict(BWD_FLAGS, STORE_DR=False, BLOCK_M=1, BLOCK_N=8192)
+    const = dict(BWD_FLAGS, STORE_DR=False, BLOCK_M=1, BLOCK_N=8192, WEIGHT_PER_TILE=False)
     pointers = {"DY", "DH", "Z", "W", "Stats", "DX", "DR", "Partials"}
     kernel = LN._norm_bwd_kernel
     shared = {}
@@ -117,7 +119,7 @@ EXPECTED = {
     # the one-pass forward also publishes its row sums and counts arrivals
     **{f"fwd one-pass split residual={r} ahead={a}":
        sorted({"Arrivals", "Sums", "Y", "Stats"} | ({"H"} if r else set())) for r in (False, True) for a in (1, 2)},
-    "bwd": ["DR", "DX", "Partials"],
+    **{f"bwd weight_per_tile={p}": ["DR", "DX", "Partials"] for p in (False, True)},
     "bwd row sums": ["Sums"],
     "bwd split one_pass=False": ["DR", "DX", "Partials"],
     # the one-pass form also publishes its row sums and counts arrivals
