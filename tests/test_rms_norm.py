@@ -112,6 +112,30 @@ def test_long_row_weight_per_tile(dtype, monkeypatch, device):
     _check_against_float64(x, w, eps=1e-5)
 
 
+def test_long_row_prefetch_counts_the_weight(monkeypatch):
+    """The whole-row backward's prefetch stages count the weight's buffer where a tile loads
+    it: fp32 rows of 16,384 with the residual's gradient (z, dy, dh and the weight: 256 KB a
+    stage) at bwd_long_row_stages = 2 get 1 stage on a GPU of 227 KB a program (2 do not fit:
+    the launch failed), 2 with the weight held (192 KB). Planned on meta tensors as on a GPU."""
+    monkeypatch.setattr(_launch, "_shared_memory", lambda index: 232448)
+    stages = _launch.prefetch_stages
+    monkeypatch.setattr(_launch, "prefetch_stages",
+                        lambda n, size, device: stages.__wrapped__(n, size, torch.device("cuda", 0)))
+
+    def planned(per_tile: bool) -> list:
+        limits = dataclasses.replace(_launch.DEFAULT.layer_norm, bwd_long_row_stages=2,
+                                     bwd_long_row_weight_per_tile=per_tile)
+        meta = lambda *shape: torch.empty(*shape, device="meta").requires_grad_()  # noqa: E731
+        with _launch.use_config(dataclasses.replace(_launch.DEFAULT, layer_norm=limits)):
+            launches = kernel_ops.residual_norm.record_launches(
+                meta(4, 16384), meta(4, 16384), meta(16384), None, 1e-6, True, False, False, False,
+                torch.float32, torch.float32)
+        return [kw["NUM_STAGES"] for _, _, kw in launches if "WEIGHT_PER_TILE" in kw]
+
+    assert planned(True) == [1]
+    assert planned(False) == [2]
+
+
 def test_no_weight(device):
     x = torch.randn(6, 300, device=device).requires_grad_()
     _check_against_float64(x, None)

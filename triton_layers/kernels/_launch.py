@@ -472,8 +472,10 @@ REDUCTION_SCRATCH = 16384
 def prefetch_stages(stages: int, stage_bytes: int, device: torch.device) -> int:
     """``stages`` for a ``tl.range(num_stages=...)`` loop whose iterations load ``stage_bytes``,
     capped so that its buffers fit the device's shared memory: Triton keeps stages - 1 tiles
-    of every pipelined load there (measured on an H100: 2 x 128 KB for a 16,384-column fp32
-    row of z and dy at 3 stages). The defaults fit an H100's or H200's 227 KB a program, not
+    of every pipelined load there, the weight's too where a tile loads it (measured on an
+    H100: 2 x 128 KB for a 16,384-column fp32 row of z and dy at 3 stages; offline sm_90
+    builds, Triton 3.6: 1 x 256 KB at 2 stages for z, dy, dh and the weight, which failed at
+    launch while the weight was left out of ``stage_bytes``). The defaults fit an H100's or H200's 227 KB a program, not
     an A100's 163 KB or the 99 KB of an RTX 4090 or L4, where the launch would fail."""
     if device.type != "cuda" or stages <= 1:
         return stages

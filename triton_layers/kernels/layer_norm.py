@@ -561,12 +561,16 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
             n_tiles, z.device, _launch.bwd_programs_per_sm_for(block_m * block_n, loaded, cfg))
         long_row = block_n > _launch.LONG_ROW
         stages = cfg.bwd_long_row_stages if long_row else cfg.bwd_stages
+        weight_per_tile = long_row and cfg.bwd_long_row_weight_per_tile
+        # a weight loaded per tile is prefetched with the tile (a buffer per stage, as z's)
+        stage_bytes = block_m * block_n * loaded + (block_n * weight.element_size()
+                                                    if weight_per_tile and weight is not None else 0)
         writers = programs
         kernels = (_doors.KernelCall(
             _norm_bwd_kernel, (programs,), (*strides, n_rows, n_cols, tiles_per_program),
             dict(BLOCK_M=block_m, BLOCK_N=block_n,
-                 NUM_STAGES=_launch.prefetch_stages(stages, block_m * block_n * loaded, z.device),
-                 WEIGHT_PER_TILE=long_row and cfg.bwd_long_row_weight_per_tile,
+                 NUM_STAGES=_launch.prefetch_stages(stages, stage_bytes, z.device),
+                 WEIGHT_PER_TILE=weight_per_tile,
                  num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **flags),
             device),)
     else:
