@@ -22,10 +22,10 @@ Whole rows' knobs (``--whole-rows``: the weight loaded per tile or held, warps, 
 SM, at 4096x16384 and 8192x8192; GPU time, 2026-11-25, main at 4f9d28f plus the knobs).
 Held for the whole program, the weight took 32 registers a thread at 16,384 columns, and
 RMSNorm's kernel spilled 72-148 bytes (offline sm_90 build, Triton 3.6); loaded per tile
-(from L1 or L2), 0-8 in bf16, 24-48 in fp32. RMSNorm 4096x16384, held -> per tile: H100 bf16 180 -> 164 us
-(75% -> 82% of copy), fp32 323 -> 304, the fused add bf16 226 -> 207, fp32 428 -> 391; H200
-144 -> 127 (66% -> 75%), fp32 242 -> 244 (level), the fused add 179 -> 158, fp32 312 -> 288. Hence
-``bwd_long_row_weight_per_tile``. At 8,192 columns (nothing spills) per tile and held were
+(from L1 or L2), 0-8 in bf16, 24-48 in fp32. RMSNorm 4096x16384, held -> per tile: H100 bf16
+180 -> 164 us (75% -> 82% of copy), fp32 323 -> 304, the fused add bf16 226 -> 207, fp32 428 ->
+391; H200 144 -> 127 (66% -> 75%), fp32 242 -> 244 (level), the fused add 179 -> 158, fp32
+312 -> 288. Hence ``bwd_long_row_weight_per_tile``. At 8,192 columns (nothing spills) per tile and held were
 level. One program an SM against two (a 512-thread program of over 64 registers leaves no
 room for a second: the second ran as a second wave), 8192x8192: LayerNorm bf16 H100 158 us
 against 164, H200 120 against 129; the fused add LayerNorm 202 against 210, 149 against 155;
@@ -35,9 +35,9 @@ evict_first, as the softmax backward at 32,768 does) instead of holding zhat and
 row sums. Registers fell (RMSNorm bf16 at 16,384: 104 a thread, no spill), yet the kernel
 was 1.2-1.3x slower at 1 stage (H100 bf16 215 us against 180, H200 190 against 144) and no
 faster than the weight per tile at 2 (169 / 149 us), where its second read doubled the
-prefetch buffers: fp32 at 2 stages did not fit in shared memory. (A standalone RMSNorm kernel
-of that form, written for the trial, reached 88% on the H100 at 16 warps and 2 stages but 74% on the
-H200.)
+prefetch buffers: fp32 at 2 stages did not fit in shared memory. (A standalone RMSNorm
+kernel of that form, written for the trial, reached 88% on the H100 at 16 warps and 2 stages
+but 74% on the H200.)
 
 Run: python -m benchmarks.tune_norm_backward [--whole-rows]
 """

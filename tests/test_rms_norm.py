@@ -112,21 +112,21 @@ def test_long_row_weight_per_tile(dtype, monkeypatch, device):
     _check_against_float64(x, w, eps=1e-5)
 
 
-def test_long_row_prefetch_counts_the_weight(monkeypatch):
+def test_long_row_prefetch_counts_the_weight():
     """The whole-row backward's prefetch stages count the weight's buffer where a tile loads
     it: fp32 rows of 16,384 with the residual's gradient (z, dy, dh and the weight: 256 KB a
     stage) at bwd_long_row_stages = 2 get 1 stage on a GPU of 227 KB a program (2 do not fit:
-    the launch failed), 2 with the weight held (192 KB). Planned on meta tensors as on a GPU."""
-    monkeypatch.setattr(_launch, "_shared_memory", lambda index: 232448)
-    stages = _launch.prefetch_stages
-    monkeypatch.setattr(_launch, "prefetch_stages",
-                        lambda n, size, device: stages.__wrapped__(n, size, torch.device("cuda", 0)))
+    the launch failed), 2 with the weight held (192 KB). Planned on meta tensors as on an H100
+    (benchmarks/registers.py's as_on_a_gpu: its SMs, shared memory and name)."""
+    from benchmarks.registers import H100_SHARED, as_on_a_gpu
+
+    assert H100_SHARED == 232448
 
     def planned(per_tile: bool) -> list:
         limits = dataclasses.replace(_launch.DEFAULT.layer_norm, bwd_long_row_stages=2,
                                      bwd_long_row_weight_per_tile=per_tile)
         meta = lambda *shape: torch.empty(*shape, device="meta").requires_grad_()  # noqa: E731
-        with _launch.use_config(dataclasses.replace(_launch.DEFAULT, layer_norm=limits)):
+        with as_on_a_gpu(), _launch.use_config(dataclasses.replace(_launch.DEFAULT, layer_norm=limits)):
             launches = kernel_ops.residual_norm.record_launches(
                 meta(4, 16384), meta(4, 16384), meta(16384), None, 1e-6, True, False, False, False,
                 torch.float32, torch.float32)

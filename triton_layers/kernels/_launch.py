@@ -91,11 +91,11 @@ class LayerNormLaunch:
     # Warps of a forward program; None: by the tile (ln_fwd_warps). Set by sweeps.
     fwd_warps: Optional[int] = None
     # GPUs (substrings of the device's name) where 2-byte tiles of whole rows of 8,192
-    # without a residual take 4 warps instead of 16 (ln_fwd_warps). GPU time, bf16 (tune_layernorm --dirs fwd,
-    # every tile_elements alike): H200 LayerNorm 8192x8192 73-74 us against 78-79 (86% of
-    # copy against 81%), 4096x8192 41 against 43, RMSNorm 72 against 73-74; H100 1-2% slower
-    # (LayerNorm 97 against 95, RMSNorm 96 against 95), hence not there; the fused adds ran
-    # best at 16-32 on both.
+    # without a residual take 4 warps instead of 16 (ln_fwd_warps). GPU time, bf16
+    # (tune_layernorm --dirs fwd, every tile_elements alike): H200 LayerNorm 8192x8192 73-74
+    # us against 78-79 (86% of copy against 81%), 4096x8192 41 against 43, RMSNorm 72 against
+    # 73-74; H100 1-2% slower (LayerNorm 97 against 95, RMSNorm 96 against 95), hence not
+    # there; the fused adds ran best at 16-32 on both.
     fwd_4_warps_8192_gpus: tuple[str, ...] = ("H200",)
     # Short-row backward: persistent programs per SM, and loop stages (tiles of x and dy
     # prefetched while the current one is reduced). Swept on an H200 over {2, 4, 8, 16} x
@@ -124,8 +124,8 @@ class LayerNormLaunch:
     # Whole rows of more than LONG_ROW columns load the weight per tile instead of holding
     # it (WEIGHT_PER_TILE of _norm_bwd_kernel): held, RMSNorm's kernel at 16,384 columns
     # spilled 72-148 bytes a thread, per tile 0-8 in bf16 and 24-48 in fp32, with the fused
-    # add's dh (offline sm_90 build, Triton 3.6). GPU time, 4096x16384,
-    # against held: H100 RMSNorm bf16 164 us against 180 (82% of copy), fp32 304 against 323,
+    # add's dh (offline sm_90 build, Triton 3.6). GPU time, 4096x16384, against held: H100
+    # RMSNorm bf16 164 us against 180 (82% of copy), fp32 304 against 323,
     # the fused add bf16 207 against 226, fp32 391 against 428; H200 127 against 144, 244
     # against 242 (level), 158 against 179, 288 against 312 (tune_norm_backward --whole-rows).
     bwd_long_row_weight_per_tile: bool = True
@@ -475,8 +475,9 @@ def prefetch_stages(stages: int, stage_bytes: int, device: torch.device) -> int:
     of every pipelined load there, the weight's too where a tile loads it (measured on an
     H100: 2 x 128 KB for a 16,384-column fp32 row of z and dy at 3 stages; offline sm_90
     builds, Triton 3.6: 1 x 256 KB at 2 stages for z, dy, dh and the weight, which failed at
-    launch while the weight was left out of ``stage_bytes``). The defaults fit an H100's or H200's 227 KB a program, not
-    an A100's 163 KB or the 99 KB of an RTX 4090 or L4, where the launch would fail."""
+    launch while the weight was left out of ``stage_bytes``). The defaults fit an H100's or
+    H200's 227 KB a program, not an A100's 163 KB or the 99 KB of an RTX 4090 or L4, where
+    the launch would fail."""
     if device.type != "cuda" or stages <= 1:
         return stages
     limit = _shared_memory(_index(device))
