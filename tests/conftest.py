@@ -64,3 +64,17 @@ def looped(request):
     """
     with looped_config(getattr(request, "param", "small")) as config:
         yield config
+
+
+def spy_main_inputs(monkeypatch, op) -> list:
+    """The main (first) tensor each call of the kernel op ``op`` receives, planned or not, in
+    call order: ``seen = spy_main_inputs(monkeypatch, kernel_ops.softmax)``."""
+    from triton_layers.kernels import _doors
+
+    seen = []
+    call_planned, plain = _doors.Op.call_planned, _doors.Op.__call__
+    monkeypatch.setattr(_doors.Op, "call_planned", lambda self, plan, x, *args: (
+        self is op and seen.append(x), call_planned(self, plan, x, *args))[1])
+    monkeypatch.setattr(_doors.Op, "__call__", lambda self, x, *args: (
+        self is op and seen.append(x), plain(self, x, *args))[1])
+    return seen

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from triton_layers import functional as F
-from triton_layers.kernels import _doors, _fast_launch, _launch
+from triton_layers.kernels import _doors, _eager, _fast_launch, _launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._launch import use_config as launch_config
 
-from .conftest import SMALL
+from .conftest import SMALL, spy_main_inputs
 
 
 def _r(*shape, device, dtype=torch.float32, grad=True):
@@ -166,14 +166,8 @@ def test_use_config_switches_and_restores():
 def test_contiguous_inputs_reach_the_kernels_as_they_are(op, call, device, monkeypatch):
     """No reshape (a view node in the graph: host time each way) between a contiguous N-D
     input and the kernel op; a non-contiguous one arrives as rows with last stride 1."""
-    seen = []
-    real = getattr(kernel_ops, op)
     # Both ways into an op: planned (a signature met before, or a plan just made) and plain.
-    call_planned, plain = _doors.Op.call_planned, _doors.Op.__call__
-    monkeypatch.setattr(_doors.Op, "call_planned", lambda self, plan, x, *args: (
-        self is real and seen.append(x), call_planned(self, plan, x, *args))[1])
-    monkeypatch.setattr(_doors.Op, "__call__", lambda self, x, *args: (
-        self is real and seen.append(x), plain(self, x, *args))[1])
+    seen = spy_main_inputs(monkeypatch, getattr(kernel_ops, op))
     x = torch.randn(2, 3, 5, 8, device=device, requires_grad=True)
     call(x).sum().backward()
     assert seen[-1] is x and x.grad.shape == x.shape
@@ -255,7 +249,7 @@ class _FakeRuntime:
     def __init__(self):
         self.hooks = False
 
-    def hooked(self):
+    def stepped_aside(self, kernel):
         return self.hooks
 
     def stream(self, device):
@@ -320,7 +314,7 @@ def test_a_call_signature_is_planned_once_and_any_change_plans_again(device, mon
     made = []
     plan = _doors.Op.plan
     monkeypatch.setattr(_doors.Op, "plan", lambda self, *a: (made.append(self.desc.name), plan(self, *a))[1])
-    kernel_ops.norm.plans.clear()
+    _eager.clear_plans()
     x, w, b = _norm_case(device)
     misaligned = torch.randn(5 * 24 + 1, device=device)[1:].view(5, 24).requires_grad_()
     strided = torch.randn(5, 40, device=device)[:, 3:27].requires_grad_()
@@ -440,8 +434,7 @@ def test_a_planned_call_gives_bitwise_what_planning_gave(case, device):
     from triton_layers.kernels import ops
 
     fn, inputs = _planned_cases(device)[case]
-    for op in (ops.norm, ops.softmax, ops.weighted_sum, ops.coor_descent):
-        op.plans.clear()
+    _eager.clear_plans()
 
     def run():
         leaves = [t.detach().clone().requires_grad_() for t in inputs]
@@ -451,7 +444,7 @@ def test_a_planned_call_gives_bitwise_what_planning_gave(case, device):
     first = run()  # plans
     fn(*[torch.randn_like(t).requires_grad_() for t in inputs])  # another call of the signature
     again = run()  # planned
-    assert sum(len(op.plans) for op in (ops.norm, ops.softmax, ops.weighted_sum, ops.coor_descent)) >= 1
+    assert sum(len(eager.plans) for eager in _eager.EAGER_OPS.values()) >= 1
     for a, b in zip(first, again):
         assert torch.equal(a, b)
 

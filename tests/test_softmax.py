@@ -14,7 +14,7 @@ from triton_layers import functional as F
 from triton_layers.kernels import _doors, _launch
 from triton_layers.kernels import ops as kernel_ops
 
-from .conftest import DTYPES
+from .conftest import DTYPES, spy_main_inputs
 from .oracle import agree, check, run
 
 # (shape of the scores, whether it is batch-first (B, [H,] Nq, Nk) so a padding mask applies)
@@ -346,14 +346,7 @@ def test_scale(device, scale):
 
 
 def test_non_contiguous_inputs(device, monkeypatch):
-    seen = []
-    launch = kernel_ops.softmax
-
-    def spy(x2, *args):
-        seen.append(x2)
-        return launch(x2, *args)
-
-    monkeypatch.setattr(kernel_ops, "softmax", spy)
+    seen = spy_main_inputs(monkeypatch, kernel_ops.softmax)
     base = torch.randn(2, 4, 6, 20, device=device)
     # A slice of the last dim keeps last stride 1: the kernels read it in place.
     sliced = base[..., 3:14]

@@ -23,7 +23,7 @@ from triton_layers.kernels import _launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._doors import direct
 
-from .conftest import DTYPES, LOW_DTYPES
+from .conftest import DTYPES, LOW_DTYPES, spy_main_inputs
 from .oracle import check, compare
 
 # (x dtype, parameter dtype): every dtype, and fp32 parameters with fp16/bf16 inputs.
@@ -239,18 +239,11 @@ def test_non_contiguous_views(device):
 
 
 def test_row_strided_input_is_not_copied(device, monkeypatch):
-    seen = {}
-    real = kernel_ops.weighted_sum
-
-    def spy(x2, w, b):
-        seen["x2"] = x2
-        return real(x2, w, b)
-
-    monkeypatch.setattr(kernel_ops, "weighted_sum", spy)
+    seen = spy_main_inputs(monkeypatch, kernel_ops.weighted_sum)
     big = torch.randn(20, 100, device=device)
     x = big[:, 10:90]
     F.weighted_sum(x, torch.randn(80, device=device))
-    assert seen["x2"].data_ptr() == x.data_ptr() and seen["x2"].stride() == (100, 1)
+    assert seen[-1].data_ptr() == x.data_ptr() and seen[-1].stride() == (100, 1)
 
 
 @pytest.mark.parametrize("looped", ["tiny"], indirect=True)

@@ -68,26 +68,6 @@ def check_same_device(names: tuple[str, ...], *tensors: Optional[Tensor]) -> Non
     raise ValueError(f"all tensors must be on one device; got {where}")
 
 
-def signature(t: Optional[Tensor]) -> Optional[tuple]:
-    """A tensor's part of an eager call's signature, the key of the plans the kernel ops keep
-    (``kernels/_doors.PlanCache``): everything the checks and the launchers read of it. Its
-    class, shape, strides, dtype and device, whether its data is 16-byte aligned (the
-    kernels are compiled for that), whether it requires a gradient. Raises AttributeError
-    on what is not a tensor."""
-    if t is None:
-        return None
-    return (type(t), t.shape, t.stride(), t.dtype, t.get_device() if t.is_cuda else t.device,
-            t.data_ptr() & 15, t.requires_grad)
-
-
-def call_state(x: Tensor) -> tuple:
-    """The global state an eager call's plan depends on: the grad mode, and autocast's
-    dtype on ``x``'s device type (None when off)."""
-    device_type = "cuda" if x.is_cuda else "cpu"
-    autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-    return torch.is_grad_enabled(), autocast
-
-
 def check_shape(t: Optional[Tensor], name: str, shape: Sequence[int]) -> None:
     """``t`` (when given) must have exactly ``shape``."""
     if t is not None and tuple(t.shape) != tuple(shape):
@@ -102,15 +82,32 @@ def check_positive(value: object, name: str, allow_none: bool = False) -> None:
         raise ValueError(f"{name} must be a finite positive number, got {value!r}")
 
 
-def use_kernels(x: Tensor, use_triton: Optional[bool]) -> bool:
-    """Pick the path for ``x``: the Triton kernels or the pure-torch reference.
+def subclass_of(tensors: Sequence[Optional[Tensor]]) -> Optional[type]:
+    """The class of the first of ``tensors`` that is a tensor subclass other than a Parameter
+    (DTensor, FakeTensor, a wrapper), or None."""
+    for t in tensors:
+        if t is not None and type(t) is not Tensor and type(t) is not torch.nn.Parameter and isinstance(t, Tensor):
+            return type(t)
+    return None
+
+
+def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional[Tensor]] = ()) -> bool:
+    """Pick the path for ``x`` (and the op's ``others`` tensors): the Triton kernels or the
+    pure-torch reference.
 
     ``None`` (auto): kernels for CUDA tensors, and for CPU tensors when TRITON_INTERPRET=1
-    was set before triton_layers was imported; the reference otherwise, and always under a
-    torch.func transform (vmap, grad, ...). ``True`` forces the kernels and raises where
-    they cannot run; ``False`` forces the reference.
+    was set before triton_layers was imported; the reference otherwise, always under a
+    torch.func transform (vmap, grad, ...), and for tensor subclasses (DTensor, FakeTensor
+    outside torch.compile, wrappers: their data is not one plain buffer a kernel can read;
+    torch's ops on them are what the subclass defines). ``True`` forces the kernels and
+    raises where they cannot run; ``False`` forces the reference.
     """
-    if functorch_active():
+    kind = None if tracing() else subclass_of((x, *others))
+    if kind is not None:
+        can_run = False
+        why = (f"cannot launch a kernel on a {kind.__name__} (a tensor subclass); use_triton=None takes the "
+               f"reference (torch's ops) there")
+    elif functorch_active():
         # Our eager door is an autograd.Function with neither setup_context nor a vmap rule,
         # which torch.func's transforms refuse: under them the reference (torch ops) runs.
         can_run = False

@@ -14,10 +14,10 @@ from torch import Tensor
 
 from . import reference
 from ._checks import (
-    FLOAT_DTYPES, KERNELS as _kernels, as_rows, call_state, check_positive, check_same_device, check_shape,
-    check_tensor, functorch_active, kernel_rows, signature, use_kernels,
+    FLOAT_DTYPES, KERNELS as _kernels, as_rows, check_positive, check_same_device, check_shape, check_tensor,
+    kernel_rows, use_kernels,
 )
-from ._tracing import tracing
+from .kernels._eager import EagerOp, Launch
 
 __all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent"]
 
@@ -86,35 +86,6 @@ def rms_norm(
                  residual_dtype, use_triton, normalized_shape, rms=True, unit_offset=unit_offset)
 
 
-def _planned(op, tensors: tuple, values: tuple) -> tuple[Optional[tuple], Any]:
-    """``(key, plan)`` of an eager call to a kernel op: the call's signature (the ``tensors``'
-    :func:`signature`, the other arguments' ``values``, the grad mode and autocast) and what
-    ``op.plans`` holds for it (None: a signature not met yet). ``(None, None)`` where calls are
-    not planned: under torch.compile or a functorch transform, without Triton, or arguments
-    that are not tensors or not hashable (the checks then say what is wrong).
-
-    Every functional op begins here: a plan found skips its checks (they passed for this
-    signature) and its launches' geometry (H100 host, LayerNorm 8x256 forward: 43-52 us a
-    call, against 64-77 us before there were plans and 21-25 us for F.layer_norm)."""
-    if op is None or tracing() or functorch_active():
-        return None, None
-    try:
-        key = (*map(signature, tensors), *values, *call_state(tensors[0]))
-        return key, op.plans.get(key)
-    except Exception:  # (a tensor without strides or storage, say): the unplanned path's checks decide
-        return None, None
-
-
-def _plan_and_call(plans, key: tuple, op, tensors: tuple, tail: tuple):
-    """``op(*tensors, *tail)`` through a new plan, kept in ``plans`` under ``key`` as
-    ``(op, plan, tail)`` for the later calls with this signature (whose hit passes its own
-    tensors and that ``tail``)."""
-    args = (*tensors, *tail)
-    plan = op.plan(*args)
-    plans.put(key, (op, plan, tail))
-    return op.call_planned(plan, *args)
-
-
 def _out_dtype(value: object, name: str) -> torch.dtype:
     if not isinstance(value, torch.dtype) or value not in FLOAT_DTYPES:
         names = ", ".join(str(d) for d in FLOAT_DTYPES)
@@ -138,20 +109,19 @@ def _norm(
     unit_offset: bool = False,
     cast_before_weight: bool = False,
 ) -> Union[Tensor, tuple[Tensor, Tensor]]:
-    """LayerNorm or RMSNorm (``rms``): the checks, the path, the reshapes, for both.
+    """LayerNorm or RMSNorm (``rms``), with or without the residual: through their eager door.
 
     ``cast_before_weight`` (Llama's numerics, used by the modules ``convert`` makes): the
     normalized value is rounded to the input's dtype before the product with the weight,
     and ``y``'s default dtype is that of the product, as torch types ``weight * x``.
     """
-    # (every line here runs on every call: at small shapes the host sets the pace)
-    key, hit = _planned(_kernels and _kernels.norm, (x, weight, bias, residual), (
+    return _NORM.call((x, weight, bias, residual), (
         eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable, unit_offset, cast_before_weight))
-    if hit is not None:  # a signature met before: its checks passed, its launches are planned
-        op, plan, flags = hit
-        if residual is None:
-            return op.call_planned(plan, x, weight, bias, *flags)
-        return op.call_planned(plan, x, residual, weight, bias, *flags)
+
+
+def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable,
+                unit_offset, cast_before_weight):
+    """A norm call not planned yet: the checks, the path, the reshapes (see :class:`EagerOp`)."""
     check_tensor(x, "x")
     if weight is not None:
         check_tensor(weight, "weight")
@@ -189,7 +159,7 @@ def _norm(
         out_dtype = x.dtype
 
     # Empty inputs take the reference: no launch, and autograd still gives (empty or zero) grads.
-    kernels = use_kernels(x, use_triton) and x.numel() > 0
+    kernels = use_kernels(x, use_triton, (weight, bias, residual)) and x.numel() > 0
     # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
@@ -211,28 +181,33 @@ def _norm(
             w = w.contiguous()
         if b is not None and b.stride(-1) != 1:
             b = b.contiguous()
-        flags = (eps, rms, stable, bool(unit_offset), bool(cast_before_weight), out_dtype)
-        if r2 is None:
-            op, tensors = _kernels.norm, (x2, w, b)
-        else:
-            op, tensors, flags = _kernels.residual_norm, (x2, r2, w, b), (*flags, residual_dtype)
-        if key is not None and x2 is x and r2 is residual and w is weight and b is bias:
-            # As given (no reshape, no copy): later calls with this signature start at the plan.
-            y = _plan_and_call(_kernels.norm.plans, key, op, tensors, flags)
-        else:
-            y = op(*tensors, *flags)
+        tail = (eps, rms, stable, bool(unit_offset), bool(cast_before_weight), out_dtype)
+        op = _kernels.norm if r2 is None else _kernels.residual_norm
         if r2 is not None:
-            y, h = y
-    else:
-        y = reference.norm(x2, w, b, eps, rms=rms, stable=stable, unit_offset=bool(unit_offset),
-                           cast_before_weight=bool(cast_before_weight), residual=r2,
-                           residual_dtype=residual_dtype, out_dtype=out_dtype)
-        if r2 is not None:
-            y, h = y
-    if x2 is not x:  # (the launchers return x's shape for x as it is)
+            tail = (*tail, residual_dtype)
+        finish = None  # (the launchers return x's shape for x as it is)
+        if x2 is not x:
+            shape = x.shape
+            finish = ((lambda y: y.reshape(shape)) if r2 is None
+                      else (lambda yh: (yh[0].reshape(shape), yh[1].reshape(shape))))
+        return Launch(op, (x2, w, b, r2), tail, finish)
+    y = reference.norm(x2, w, b, eps, rms=rms, stable=stable, unit_offset=bool(unit_offset),
+                       cast_before_weight=bool(cast_before_weight), residual=r2,
+                       residual_dtype=residual_dtype, out_dtype=out_dtype)
+    if r2 is not None:
+        y, h = y
+    if x2 is not x:
         y = y.reshape(x.shape)
         h = None if residual is None else h.reshape(x.shape)
     return y if residual is None else (y, h)
+
+
+def _norm_kernel_tensors(x, weight, bias, residual) -> tuple:
+    """The norm kernel ops' tensors from the functional's (:class:`EagerOp`'s argument builder)."""
+    return (x, weight, bias) if residual is None else (x, residual, weight, bias)
+
+
+_NORM = EagerOp("norm", _norm_route, _norm_kernel_tensors)
 
 
 def _normalized_cols(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
@@ -272,10 +247,11 @@ def weighted_sum(
     fp32 with fp16/bf16 ``x``. The same as ``nn.functional.linear(x, weight[None], bias)``
     without its trailing dim of size 1.
     """
-    key, hit = _planned(_kernels and _kernels.weighted_sum, (x, weight, bias), (use_triton,))
-    if hit is not None:
-        op, plan, _ = hit
-        return op.call_planned(plan, x, weight, bias if bias is None or not bias.dim() else bias.reshape(()))
+    return _WEIGHTED_SUM.call((x, weight, bias), (use_triton,))
+
+
+def _weighted_sum_route(x, weight, bias, use_triton):
+    """A weighted_sum call not planned yet: the checks, the path, the reshapes."""
     check_tensor(x, "x")
     check_tensor(weight, "weight")
     if bias is not None:
@@ -288,18 +264,22 @@ def weighted_sum(
     if bias is not None and (bias.dim() > 1 or bias.numel() != 1):
         raise ValueError(f"bias must be a scalar: shape () or (1,), got {tuple(bias.shape)}")
 
-    kernels = use_kernels(x, use_triton)
-    b = bias.reshape(()) if bias is not None else None
+    kernels = use_kernels(x, use_triton, (weight, bias))
     # Empty inputs take the reference: no launch, and autograd still gives (zero) grads.
     if x.numel() == 0 or not kernels:
-        return reference.weighted_sum(x, weight, b)
+        return reference.weighted_sum(x, weight, None if bias is None else bias.reshape(()))
     x2 = kernel_rows(x, n_cols)
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
-    op = _kernels.weighted_sum
-    if key is not None and x2 is x and w is weight:
-        return _plan_and_call(op.plans, key, op, (x, w, b), ())
-    y = op(x2, w, b)
-    return y if x2 is x else y.reshape(x.shape[:-1])
+    lead = x.shape[:-1]
+    return Launch(_kernels.weighted_sum, (x2, w, bias), (), None if x2 is x else (lambda y: y.reshape(lead)))
+
+
+def _weighted_sum_kernel_tensors(x, weight, bias) -> tuple:
+    """The kernel op's tensors: the bias as a 0-dim tensor (nn.Linear(D, 1)'s is (1,))."""
+    return x, weight, bias if bias is None or not bias.dim() else bias.reshape(())
+
+
+_WEIGHTED_SUM = EagerOp("weighted_sum", _weighted_sum_route, _weighted_sum_kernel_tensors)
 
 
 def coor_descent(
@@ -333,11 +313,14 @@ def coor_descent(
     colt5-attention's ``coor_descent``.
     """
     k_tensor = isinstance(k, Tensor)
-    key, hit = _planned(_kernels and _kernels.coor_descent, (s, mask, k if k_tensor else None), (
-        n_iters, None if k_tensor else k, eps, eps_init, eps_decay, use_triton))
-    if hit is not None:
-        op, plan, tail = hit
-        return op.call_planned(plan, s, mask, k.expand(s.shape[:-1]).reshape(-1) if k_tensor else None, *tail)
+    return _COOR_DESCENT.call((s, mask, k if k_tensor else None),
+                              (n_iters, None if k_tensor else k, eps, eps_init, eps_decay, use_triton))
+
+
+def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_decay, use_triton):
+    """A coor_descent call not planned yet: the checks, the path, the reshapes. ``k`` is
+    ``k_tensor`` when given, else the number ``k_value``."""
+    k = k_value if k_tensor is None else k_tensor
     check_tensor(s, "s", FLOAT_DTYPES + (torch.float64,))
     if s.dim() < 1:
         raise ValueError(f"s must have at least one dim (rows x sequence), got shape {tuple(s.shape)}")
@@ -361,7 +344,7 @@ def coor_descent(
     check_same_device(("s", "k", "mask"), s, k_rows, mask)
 
     # float64 (an oracle's dtype, not a training one) takes the reference in float64.
-    kernels = use_kernels(s, use_triton) and s.dtype != torch.float64
+    kernels = use_kernels(s, use_triton, (mask, k_rows)) and s.dtype != torch.float64
     n_cols = s.shape[-1]
     if s.numel() == 0:
         return s * 0  # empty, and still in the autograd graph of s
@@ -370,14 +353,20 @@ def coor_descent(
                                       eps_init, float(eps_decay), mask)
     s2 = kernel_rows(s, n_cols)
     m2 = None if mask is None else kernel_rows(mask, n_cols)
-    k2 = k_rows.reshape(-1) if k_rows is not None else None
-    op = _kernels.coor_descent
-    tail = (0.0 if k2 is not None else float(k), n_iters, float(eps), float(eps if eps_init is None else eps_init),
-            float(eps_decay))
-    if key is not None and s2 is s and m2 is mask:
-        return _plan_and_call(op.plans, key, op, (s, mask, k2), tail)
-    y = op(s2, m2, k2, *tail)
-    return y if s2 is s else y.reshape(s.shape)
+    # (k as given while s is; else one value a row of s2)
+    k2 = k_tensor if s2 is s or k_rows is None else k_rows.reshape(-1)
+    tail = (0.0 if k_rows is not None else float(k), n_iters, float(eps),
+            float(eps if eps_init is None else eps_init), float(eps_decay))
+    shape = s.shape
+    return Launch(_kernels.coor_descent, (s2, m2, k2), tail, None if s2 is s else (lambda y: y.reshape(shape)))
+
+
+def _coor_descent_kernel_tensors(s, mask, k) -> tuple:
+    """The kernel op's tensors: ``k`` (when a tensor) as one value a row, 1-D."""
+    return s, mask, None if k is None else k.expand(s.shape[:-1]).reshape(-1)
+
+
+_COOR_DESCENT = EagerOp("coor_descent", _coor_descent_route, _coor_descent_kernel_tensors)
 
 
 def softmax(
@@ -406,10 +395,11 @@ def softmax(
     entry that is all padding) gives zeros and a zero gradient, never NaN. Statistics are
     fp32; the output has ``x``'s shape and dtype (fp32, fp16 or bf16).
     """
-    key, hit = _planned(_kernels and _kernels.softmax, (x, key_padding_mask), (causal, scale, use_triton))
-    if hit is not None:
-        op, plan, tail = hit
-        return op.call_planned(plan, x, key_padding_mask, *tail)
+    return _SOFTMAX.call((x, key_padding_mask), (causal, scale, use_triton))
+
+
+def _softmax_route(x, key_padding_mask, causal, scale, use_triton):
+    """A softmax call not planned yet: the checks, the path, the reshapes."""
     check_tensor(x, "x")
     if key_padding_mask is not None:
         check_tensor(key_padding_mask, "key_padding_mask", (torch.bool,))
@@ -430,7 +420,7 @@ def softmax(
         check_shape(key_padding_mask, "key_padding_mask", (x.shape[0], x.shape[-1]))
     scale = 1.0 if scale is None else float(scale)
 
-    kernels = use_kernels(x, use_triton)
+    kernels = use_kernels(x, use_triton, (key_padding_mask,))
     # Empty inputs take the reference: no launch, and autograd still gives (empty) grads.
     if not kernels or x.numel() == 0:
         return reference.softmax(x, causal, scale, key_padding_mask)
@@ -438,8 +428,9 @@ def softmax(
     x2 = kernel_rows(x, n_cols)
     rows_per_batch = x.numel() // n_cols // x.shape[0] if key_padding_mask is not None else 1
     n_q = x.shape[-2] if causal else 1
-    op, tail = _kernels.softmax, (n_q, rows_per_batch, causal, scale)
-    if key is not None and x2 is x:
-        return _plan_and_call(op.plans, key, op, (x, key_padding_mask), tail)
-    y = op(x2, key_padding_mask, *tail)
-    return y if x2 is x else y.reshape(x.shape)
+    shape = x.shape
+    return Launch(_kernels.softmax, (x2, key_padding_mask), (n_q, rows_per_batch, causal, scale),
+                  None if x2 is x else (lambda y: y.reshape(shape)))
+
+
+_SOFTMAX = EagerOp("softmax", _softmax_route, lambda x, key_padding_mask: (x, key_padding_mask))

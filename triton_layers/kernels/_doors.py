@@ -11,9 +11,14 @@ autograd (eager calls of a ``triton_op`` already launch without ``wrap_triton``)
 Both doors are built here from one :class:`OpDescription` per op: its arguments, its
 forward and backward (each a plan and a run), what the backward needs, and each gradient
 by argument name. A new argument is added in one place, and a gradient cannot land on the
-wrong input. Eager calls keep their plans per call signature (:class:`OpPlan`,
-:class:`PlanCache`); how the eager door launches a kernel is in ``_fast_launch``. Whether
+wrong input. Eager calls' plans (:class:`OpPlan`) are kept by their one owner,
+``_eager.EagerOp``; how the eager door launches a kernel is in ``_fast_launch``. Whether
 we are being traced is decided in one place (``triton_layers._tracing``).
+
+Where the door may not launch: a tensor subclass (DTensor, FakeTensor, ...) never reaches
+a launcher (:meth:`Op.__call__` sends it to the custom op, :meth:`Op.plan` refuses it); a
+backward that must itself be differentiated (``create_graph=True``) runs the description's
+``backward_graph`` (torch ops) instead of the kernels.
 """
 from __future__ import annotations
 
@@ -28,10 +33,10 @@ from torch import Tensor
 from torch.library import triton_op, wrap_triton
 
 from .._tracing import tracing
-from . import _launch
-from ._fast_launch import MAX_KEYS, KernelCall, current_device, direct
+from . import _eager
+from ._fast_launch import KernelCall, current_device, direct
 
-__all__ = ["OpDescription", "Op", "OpPlan", "PlanCache", "KernelCall", "build", "direct", "traced", "mask_bytes"]
+__all__ = ["OpDescription", "Op", "OpPlan", "KernelCall", "build", "direct", "traced", "mask_bytes"]
 
 
 def traced(launch: Callable) -> bool:
@@ -68,6 +73,14 @@ class OpDescription:
       need one and they have one dtype, the backward returns b's gradient tensor as a's
       too (no copy). The compiled door then returns it once (a custom op's outputs may not
       alias) and hands it to both.
+    - ``row_strided``: the saved tensors the backward may take as rows with a row stride
+      (2-D with last stride 1; a 1-D tensor by its stride). Every other saved tensor reaches
+      the backward contiguous: a saved-tensor hook that hands one back in another layout is
+      answered with a contiguous copy (:meth:`Op._as_saved`).
+    - ``backward_graph(grads, needs, *saved)``: the backward in differentiable torch ops
+      (``{argument name: gradient}`` as ``run_backward``), run where autograd must build the
+      backward's own graph (``create_graph=True`` with a tensor that requires a gradient:
+      gradient penalties, higher-order derivatives). None: such a call raises, naming the op.
 
     The outputs' gradients are not materialized: one whose output has no consumer is None.
     """
@@ -84,6 +97,8 @@ class OpDescription:
     run_backward: Callable[..., dict]
     differentiable: tuple[str, ...]
     shared_grads: tuple[tuple[str, str], ...] = ()
+    row_strided: tuple[str, ...] = ()
+    backward_graph: Optional[Callable[..., dict]] = None
 
 
 def _signature(params: tuple[tuple[str, Any], ...], returns: Any) -> inspect.Signature:
@@ -117,8 +132,8 @@ class Op:
             raise ValueError(f"{desc.name}: the saved tensors must come before the other saved values, got "
                              f"{[n for n, _ in desc.saved]}")
         self._n_saved_tensors = sum(is_tensor)
-        self.plans = PlanCache()
-        """Callers' plans by call signature (the functional ops key and fill it)."""
+        saved_names = [n for n, _ in desc.saved]
+        self._row_strided = tuple(n in desc.row_strided for n in saved_names[: self._n_saved_tensors])
         # Function.apply less its Python prologue (binding default args, unwrapping dead
         # functorch wrappers): ~4 us per call on a CPU; used while no functorch transform runs.
         self._planned_apply = super(torch.autograd.Function, self._planned_door()).apply
@@ -134,6 +149,13 @@ class Op:
         """The op's backward: ``{argument name: gradient}``."""
         d = self.desc
         return d.run_backward(launch, d.plan_backward(grads, needs, *saved), grads, needs, *saved)
+
+    def backward_graph(self, grads: tuple, needs: dict, saved: tuple) -> dict:
+        """The op's backward in differentiable torch ops (``create_graph=True``)."""
+        if self.desc.backward_graph is None:
+            raise RuntimeError(f"triton_layers.{self.desc.name}: its backward is not differentiable "
+                               f"(create_graph=True, double backward); use_triton=False takes torch's ops")
+        return self.desc.backward_graph(grads, needs, *saved)
 
     # -- shared by both doors ------------------------------------------------------------
     def _grads_in_order(self, grads: dict, needs: dict, dtypes: tuple) -> tuple:
@@ -163,9 +185,19 @@ class Op:
         ctx.others = saved[n:]
         ctx.dtypes = tuple([None if a is None else a.dtype for a in self._pick_grads(args)])
 
-    @staticmethod
-    def _saved(ctx) -> tuple:
-        return (*ctx.saved_tensors, *ctx.others)
+    def _saved(self, ctx) -> tuple:
+        return (*self._as_saved(ctx.saved_tensors), *ctx.others)
+
+    def _as_saved(self, tensors: tuple) -> tuple:
+        """The saved ``tensors`` as autograd hands them back, in a layout the backward reads:
+        as they are when contiguous (or rows with a row stride, for ``row_strided`` ones), else
+        a contiguous copy. The forward saves them so; only a saved-tensor hook that returns
+        another layout (a padded or transposed copy) costs the copy. (Every backward: one
+        ``is_contiguous`` a tensor.)"""
+        if all(t is None or t.is_contiguous() for t in tensors):
+            return tensors
+        return tuple(t if t is None or t.is_contiguous() or (strided and _rows_with_stride(t)) else t.contiguous()
+                     for t, strided in zip(tensors, self._row_strided))
 
     # -- eager door ----------------------------------------------------------------------
     def _planned_door(self) -> type:
@@ -191,9 +223,14 @@ class Op:
             @staticmethod
             def backward(ctx, *grads):
                 plan = ctx.plan
-                saved = (*ctx.saved_tensors, *ctx.others)
+                tensors = op._as_saved(ctx.saved_tensors)  # (hooks may have re-laid them)
+                saved = (*tensors, *ctx.others)
                 grads = grads[:n_out]
-                out = plan.run_backward(direct, plan.backward_plan(grads, saved), grads, plan.needs, *saved)
+                if torch.is_grad_enabled() and _builds_graph(grads, tensors):
+                    out = op.backward_graph(grads, plan.needs, saved)
+                else:
+                    out = plan.run_backward(direct, plan.backward_plan(grads, tensors, saved), grads, plan.needs,
+                                            *saved)
                 return (None, *op._grads_in_order(out, plan.needs, plan.dtypes))
 
         _PlannedFunction.__name__ = _PlannedFunction.__qualname__ = f"{self._camel()}PlannedFunction"
@@ -236,6 +273,9 @@ class Op:
 
         def backward(ctx, *grads):
             saved = desc._saved(ctx)
+            if torch.is_grad_enabled() and _builds_graph(grads, saved[:desc._n_saved_tensors]):
+                return desc._grads_in_order(desc.backward_graph(grads[:n_out], ctx.needs, saved), ctx.needs,
+                                            ctx.dtypes)
             needs_list = [ctx.needs[n] for n in d.differentiable]
             out = backward_op(*grads[:n_out], *saved, needs_list)
             out = (out,) if isinstance(out, Tensor) else out
@@ -249,8 +289,10 @@ class Op:
 
     # -- the public callable -------------------------------------------------------------
     def __call__(self, *args):
-        """The op on ``args`` (the description's inputs, in order; the first is a tensor)."""
-        if tracing():
+        """The op on ``args`` (the description's inputs, in order; the first is a tensor).
+        Traced calls and tensor subclasses take the custom op (the subclass's dispatch decides
+        what runs: a DTensor its sharding rule, a FakeTensor no launch)."""
+        if tracing() or _subclass(args) is not None:
             results = self.forward_op(*args)
             results = (results,) if isinstance(results, Tensor) else results
             return results[0] if self._n_out == 1 else tuple(results[: self._n_out])
@@ -261,8 +303,12 @@ class Op:
         """What an eager call on ``args`` decides before launching, for every later call
         with the same signature: the same shapes, strides, dtypes, devices, 16-byte
         alignments, ``requires_grad`` flags and non-tensor values, under the same grad mode
-        and launch config. (The caller keys it: see :class:`PlanCache`.)"""
+        and launch config. (Its one caller keys and keeps it: ``_eager.EagerOp``.)"""
         d = self.desc
+        kind = _subclass(args)
+        if kind is not None:  # (the safety net: functional routes subclasses elsewhere)
+            raise TypeError(f"triton_layers.{d.name}: cannot launch a kernel on a {kind.__name__}; "
+                            f"only plain tensors and Parameters reach the eager door")
         grad_args = self._pick_grads(args)
         autograd = torch.is_grad_enabled() and any(a is not None and a.requires_grad for a in grad_args)
         needs = {n: autograd and a is not None and a.requires_grad for n, a in zip(d.differentiable, grad_args)}
@@ -311,6 +357,25 @@ class Op:
 
 
 _new_tuple = tuple.__new__
+
+
+def _subclass(args: tuple) -> Optional[type]:
+    """The class of the first tensor in ``args`` that is not a plain tensor or Parameter."""
+    for a in args:
+        if isinstance(a, Tensor) and type(a) not in _eager.PLAIN_TENSORS:
+            return type(a)
+    return None
+
+
+def _rows_with_stride(t: Tensor) -> bool:
+    """Whether a kernel can read ``t`` by its pointer and one stride: 1-D, or 2-D with last stride 1."""
+    return t.dim() == 1 or (t.dim() == 2 and t.stride(1) == 1)
+
+
+def _builds_graph(grads: tuple, saved_tensors: tuple) -> bool:
+    """Whether a backward running in grad mode (``create_graph=True``) must record its own graph:
+    a gradient or a saved tensor requires a gradient. (Asked only in grad mode.)"""
+    return any(t is not None and t.requires_grad for t in (*grads, *saved_tensors))
 
 
 def _picker(positions: tuple[int, ...]) -> Callable[[tuple], tuple]:
@@ -367,7 +432,7 @@ class OpPlan:
     """One call signature's decisions (:meth:`Op.plan`): the forward's plan and how to run
     it, which differentiable inputs need a gradient and their dtypes, whether autograd
     records the call, the CUDA device (None off CUDA), and the backward plans by the
-    gradients' layouts."""
+    layouts of the gradients and saved tensors they were made for."""
 
     __slots__ = ("forward", "run_forward", "plan_backward", "run_backward", "needs", "dtypes", "autograd",
                  "device", "_backwards")
@@ -379,30 +444,28 @@ class OpPlan:
         self.needs, self.dtypes, self.autograd, self.device = needs, dtypes, autograd, device
         self._backwards: dict = {}
 
-    def backward_plan(self, grads: tuple, saved: tuple):
-        """The backward's plan for ``grads``: the saved tensors are fixed by the forward's
-        signature, the gradients' strides and alignment are not (a consumer may hand back a
-        transposed or strided gradient)."""
-        key = tuple([None if g is None else (g.stride(), g.data_ptr() & 15) for g in grads])
+    def backward_plan(self, grads: tuple, tensors: tuple, saved: tuple):
+        """The backward's plan for ``grads`` and the saved ``tensors`` as autograd hands them
+        back (``saved``: those, then the saved values). Neither is fixed by the forward's
+        signature: a consumer may hand back a transposed or strided gradient, and a
+        saved-tensor hook (``save_on_cpu``, activation offloading) a copy of a saved tensor in
+        another layout and alignment. So both are keyed (:func:`_eager.layout`)."""
+        key = (*map(_eager.layout, grads), *map(_eager.layout, tensors))
         plan = self._backwards.get(key, _NONE_YET)
         if plan is _NONE_YET:
             plan = self._backwards[key] = self.plan_backward(grads, self.needs, *saved)
+        elif _eager.plans_checked():
+            fresh = self.plan_backward(grads, self.needs, *saved)
+            if fresh != plan:
+                raise _eager.PlanMismatch(f"a cached backward plan differs from a new one: cached {plan!r}, "
+                                          f"new {fresh!r}: a backward key misses something the plan bakes in")
         return plan
 
+    def same_decisions(self, other: "OpPlan") -> bool:
+        """Whether ``other`` (a plan made anew for the same call) decided what this one did."""
+        return (self.forward == other.forward and self.run_forward is other.run_forward
+                and self.needs == other.needs and self.dtypes == other.dtypes
+                and self.autograd == other.autograd and self.device == other.device)
 
-class PlanCache(dict):
-    """Plans by call signature, for one op's callers. Emptied when the launch config changes
-    (the plans hold its decisions: ``_launch`` tells every cache) and when it holds
-    :data:`MAX_KEYS` (shapes vary). Its ``get`` is the dict's own (no Python frame a call)."""
-
-    def __init__(self):
-        super().__init__()
-        _launch._on_change.add(self)
-
-    # (members of a WeakSet: caches are told apart by identity, not by their contents)
-    __hash__, __eq__ = object.__hash__, object.__eq__
-
-    def put(self, key, plan) -> None:
-        if len(self) >= MAX_KEYS:
-            self.clear()
-        self[key] = plan
+    def __repr__(self) -> str:
+        return f"OpPlan({self.forward!r}, needs={self.needs}, autograd={self.autograd}, device={self.device})"

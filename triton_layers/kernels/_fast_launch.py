@@ -51,7 +51,7 @@ class _FastLaunch:
     this class (of which the key 3.5-5.4 us and the C launch 6-8 us). The first call with a given
     specialization key (:func:`_key`) goes through Triton, which compiles or finds the
     kernel; later calls launch that compiled kernel directly, as ``JITFunction.run`` does.
-    Launch hooks (profilers such as proton) send every call through Triton.
+    Triton's own switches (:meth:`_Runtime.stepped_aside`) send every call through Triton.
     """
 
     def __init__(self, kernel):
@@ -75,7 +75,7 @@ class _FastLaunch:
 
     def _launch(self, grid, args, kwargs):
         runtime = _RUNTIME[0]  # (set: every _FastLaunch passed supports(), which asked _triton_runtime())
-        if runtime.hooked():
+        if runtime.stepped_aside(self.kernel):
             return self.kernel[grid](*args, **kwargs)
         device = current_device()
         key = _key(device, args, kwargs)
@@ -134,8 +134,8 @@ MAX_KEYS = 4096
 
 
 class _Runtime:
-    """The parts of Triton's runtime the fast launch needs: the current stream, and
-    whether launch hooks are set (Triton 3.4+: triton.knobs)."""
+    """The parts of Triton's runtime the fast launch needs: the current stream, and whether
+    Triton's own launch must run instead (:meth:`stepped_aside`)."""
 
     def __init__(self):
         from triton import knobs
@@ -143,13 +143,26 @@ class _Runtime:
 
         self.stream = driver.active.get_current_stream
         self._runtime_knobs = knobs.runtime
+        self._compilation_knobs = knobs.compilation
 
-    def hooked(self) -> bool:
-        # (on every launch: plain tests, no generator; 0.2-0.3 us on an H200 host)
+    def stepped_aside(self, kernel) -> bool:
+        """Whether ``kernel`` must launch through Triton's own ``JITFunction.run`` now: while
+        launch hooks are set (profilers such as proton), while Triton compiles another variant
+        of every kernel (``knobs.runtime.debug``, ``knobs.compilation.instrumentation_mode``,
+        a stages-inspection hook), or while the kernel has pre-run hooks. A compiled kernel we
+        keep was built without any of these; Triton's own launch builds and runs the variant
+        they ask for (and calls the hooks), and ours resumes once they are off.
+
+        (On every eager launch: plain attribute reads, no generator; knobs that Triton reads
+        from the environment on each access, such as 3.9's ``fpsan_homomorphic_casts``, are
+        not read here: set them before the first launch.)"""
         k = self._runtime_knobs
         enter, leave = k.launch_enter_hook, k.launch_exit_hook
         return bool((enter is not None and getattr(enter, "calls", True))
-                    or (leave is not None and getattr(leave, "calls", True)))
+                    or (leave is not None and getattr(leave, "calls", True))
+                    or k.debug or getattr(k, "add_stages_inspection_hook", None) is not None
+                    or getattr(self._compilation_knobs, "instrumentation_mode", "")
+                    or getattr(kernel, "pre_run_hooks", None))
 
 
 _RUNTIME: list = []
@@ -183,11 +196,26 @@ class KernelCall:
         self.kernel, self.grid, self.scalars, self.constexprs, self.device = kernel, grid, scalars, constexprs, device
         self._hit = None
 
+    def _decisions(self) -> tuple:
+        return (self.kernel, self.grid, self.scalars, self.constexprs, self.device)
+
+    def __eq__(self, other) -> bool:
+        """Two calls are equal when they would launch alike (the compiled kernel found is not compared):
+        how ``TRITON_LAYERS_CHECK_PLANS`` compares a cached plan with one made anew."""
+        return isinstance(other, KernelCall) and self._decisions() == other._decisions()
+
+    def __hash__(self) -> int:
+        return hash((self.kernel, self.grid, self.scalars, tuple(self.constexprs.items()), self.device))
+
+    def __repr__(self) -> str:
+        name = getattr(self.kernel, "__name__", None) or getattr(getattr(self.kernel, "fn", None), "__name__", "?")
+        return f"KernelCall({name}, grid={self.grid}, scalars={self.scalars}, constexprs={self.constexprs})"
+
     def __call__(self, launch: Callable, *tensors) -> None:
         hit = self._hit
         if hit and launch is direct:
             runtime = _RUNTIME[0]
-            if not runtime.hooked():
+            if not runtime.stepped_aside(self.kernel):
                 c_launch, g0, g1, g2, function, prefix, tail = hit
                 c_launch(g0, g1, g2, runtime.stream(self.device), function, *prefix, *tensors, *tail)
                 return

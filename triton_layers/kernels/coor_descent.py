@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from .. import reference
 from . import _doors, _launch
 
 # log k uses k clamped to at least this (as colt5-attention does).
@@ -321,7 +322,7 @@ class _BackwardPlan(NamedTuple):
 
 
 def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
-                   stats: Tensor, eps_schedule: Tensor, k_value: float) -> _BackwardPlan:
+                   stats: Tensor, eps_schedule: Tensor, k_value: float, *_) -> _BackwardPlan:
     """The backward's launches for this gradient's layout: one when each row is one chunk,
     else a first one writing the chunks' partial sums."""
     cfg = _launch.current().coor_descent
@@ -352,7 +353,7 @@ def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
 
 
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
-                  k: Optional[Tensor], stats: Tensor, eps_schedule: Tensor, k_value: float) -> dict:
+                  k: Optional[Tensor], stats: Tensor, eps_schedule: Tensor, k_value: float, *_) -> dict:
     """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
     dy = grads[0].contiguous() if plan.copy_dy else grads[0]
     ds = _launch.new_output(s)
@@ -366,6 +367,25 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Ten
     return {"s": ds, "k": dk}
 
 
+def _backward_graph(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
+                    stats: Tensor, eps_schedule: Tensor, k_value: float, n_iters: int, eps: float, eps_init: float,
+                    eps_decay: float) -> dict:
+    """The backward in differentiable torch ops (``create_graph=True``): the reference's
+    gradients of the unrolled iterations, recomputed from the saved s (and k), which carry
+    their autograd history."""
+    targets = [t for t, need in ((s, needs["s"]), (k, needs["k"])) if need]
+    with torch.enable_grad():
+        y = reference.coor_descent(s, n_iters, k_value if k is None else k.reshape(s.shape[:-1]), eps, eps_init,
+                                   eps_decay, mask)
+        found = iter(torch.autograd.grad(y, targets, grads[0], create_graph=True, allow_unused=True))
+    out = {}
+    for name, t in (("s", s), ("k", k)):
+        if needs[name]:
+            g = next(found)
+            out[name] = torch.zeros_like(t) if g is None else g
+    return out
+
+
 coor_descent = _doors.build(_doors.OpDescription(
     name="coor_descent",
     inputs=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("k_value", float),
@@ -374,13 +394,18 @@ coor_descent = _doors.build(_doors.OpDescription(
     residuals=("stats", "eps_schedule"),
     plan_forward=_plan_forward,
     run_forward=_run_forward,
+    # (n_iters and the eps values: for the differentiable backward, which recomputes)
     saved=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("stats", Tensor),
-           ("eps_schedule", Tensor), ("k_value", float)),
+           ("eps_schedule", Tensor), ("k_value", float), ("n_iters", int), ("eps", float), ("eps_init", float),
+           ("eps_decay", float)),
     save=lambda inputs, results, needs: (inputs.s, inputs.mask, inputs.k, results.stats,
-                                         results.eps_schedule, inputs.k_value),
+                                         results.eps_schedule, inputs.k_value, inputs.n_iters, inputs.eps,
+                                         inputs.eps_init, inputs.eps_decay),
     plan_backward=_plan_backward,
     run_backward=_run_backward,
     differentiable=("s", "k"),
+    row_strided=("s", "k"),
+    backward_graph=_backward_graph,
 ))
 """Differentiable coordinate descent of a 2-D ``s`` (last stride 1):
 ``coor_descent(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)``."""

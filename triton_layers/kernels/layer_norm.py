@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from .. import reference
 from . import _doors, _launch
 from ._norm_helpers import (
     STABLE_MIN_SCALE, affine, div, dz_coefficients, load_affine, load_bwd_tile, load_chunk, load_input, load_weight,
@@ -525,7 +527,7 @@ class _BackwardPlan(NamedTuple):
 
 
 def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor], stats: Tensor, rms: bool,
-                   stable: bool, unit_offset: bool, cast_before_weight: bool, x_dtype: torch.dtype,
+                   stable: bool, unit_offset: bool, cast_before_weight: bool, eps: float, x_dtype: torch.dtype,
                    r_dtype: Optional[torch.dtype]) -> _BackwardPlan:
     """The backward's launches for these gradients (their strides) and saved tensors."""
     cfg = _launch.current().layer_norm
@@ -660,10 +662,44 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Ten
     return grads_out
 
 
+def _backward_graph(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor], stats: Tensor, rms: bool,
+                    stable: bool, unit_offset: bool, cast_before_weight: bool, eps: float, *_) -> dict:
+    """The backward in differentiable torch ops (``create_graph=True``): the reference's own
+    gradients of y with respect to z (x, or h) and the weight, recomputed from the saved z, which
+    carries its autograd history; the bias's is the sum of dy. ``stats`` is not used: the
+    recomputed statistics are differentiable in z."""
+    dy, dh = grads[0], grads[1] if len(grads) > 1 else None
+    need_z = needs["x"] or needs.get("residual", False)
+    dz = dw = None
+    if dy is not None:
+        targets = [t for t, need in ((z, need_z), (weight, needs["weight"])) if need]
+        with torch.enable_grad():
+            y = reference.norm(z, weight, None, eps, rms=rms, stable=stable, unit_offset=unit_offset,
+                               cast_before_weight=cast_before_weight, out_dtype=dy.dtype)
+            found = iter(torch.autograd.grad(y, targets, dy, create_graph=True, allow_unused=True)
+                         if targets else ())
+        dz = next(found) if need_z else None
+        dw = next(found) if needs["weight"] else None
+    out = {}
+    if need_z:
+        dz = torch.zeros_like(z) if dz is None else dz
+        dz = dz if dh is None else dz + dh
+        out["x"] = out["residual"] = dz
+    if needs["weight"]:
+        out["weight"] = torch.zeros_like(weight) if dw is None else dw
+    if needs["bias"]:
+        n_cols = z.shape[-1]
+        out["bias"] = (z.new_zeros(n_cols, dtype=torch.float32) if dy is None
+                       else dy.float().reshape(-1, n_cols).sum(0))
+    return out
+
+
 # --- the two ops: without and with the residual, from one description ----------------------
 
 _FLAGS = (("eps", float), ("rms", bool), ("stable", bool), ("unit_offset", bool), ("cast_before_weight", bool))
-_SAVED_FLAGS = (("rms", bool), ("stable", bool), ("unit_offset", bool), ("cast_before_weight", bool))
+# (eps: for the differentiable backward, which recomputes the statistics)
+_SAVED_FLAGS = (("rms", bool), ("stable", bool), ("unit_offset", bool), ("cast_before_weight", bool),
+                ("eps", float))
 # Those flags' values from the inputs (a named tuple), in that order: one C call per save.
 _saved_flags = operator.attrgetter(*(name for name, _ in _SAVED_FLAGS))
 
@@ -690,6 +726,8 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
             run_backward=_run_backward,
             differentiable=("x", "residual", "weight", "bias"),
             shared_grads=(("residual", "x"),),
+            row_strided=("z",),
+            backward_graph=_backward_graph,
         )
     return _doors.OpDescription(
         name="norm",
@@ -704,6 +742,8 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         plan_backward=lambda grads, needs, z, *saved: _plan_backward(grads, needs, z, *saved, z.dtype, None),
         run_backward=_run_backward,
         differentiable=("x", "weight", "bias"),
+        row_strided=("z",),
+        backward_graph=_backward_graph,
     )
 
 

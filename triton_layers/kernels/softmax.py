@@ -364,6 +364,14 @@ def _run_backward(launch: Callable, plan: tuple, grads: tuple, needs: dict, y: T
     return {"x": dx}
 
 
+def _backward_graph(grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool, scale: float) -> dict:
+    """The backward in differentiable torch ops (``create_graph=True``): dx = scale * y * (dy -
+    sum(dy * y)) from the saved output y, whose history leads back through this op. Masked
+    entries have y = 0, so their dx is 0, as the kernel's."""
+    dy, yf = grads[0].float(), y.float()
+    return {"x": scale * yf * (dy - (dy * yf).sum(-1, keepdim=True))}
+
+
 softmax = _doors.build(_doors.OpDescription(
     name="softmax",
     inputs=(("x", Tensor), ("key_padding_mask", Optional[Tensor]), ("n_q", int), ("rows_per_batch", int),
@@ -377,6 +385,7 @@ softmax = _doors.build(_doors.OpDescription(
     plan_backward=_plan_backward,
     run_backward=_run_backward,
     differentiable=("x",),
+    backward_graph=_backward_graph,
 ))
 """Differentiable masked softmax of a 2-D ``x`` (last stride 1):
 ``softmax(x, key_padding_mask, n_q, rows_per_batch, causal, scale)``."""

@@ -238,6 +238,20 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, x: Opt
     return out
 
 
+def _backward_graph(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tensor, x_dtype: torch.dtype) -> dict:
+    """The backward in differentiable torch ops (``create_graph=True``), in fp32: dx = dy w,
+    dweight = the rows' sum of dy x, dbias = the sum of dy."""
+    dy = grads[0].float().unsqueeze(-1)
+    out = {}
+    if needs["x"]:
+        out["x"] = dy * weight.float()
+    if needs["weight"]:
+        out["weight"] = (dy * x.float()).reshape(-1, weight.shape[0]).sum(0)
+    if needs["bias"]:
+        out["bias"] = dy.sum()
+    return out
+
+
 weighted_sum = _doors.build(_doors.OpDescription(
     name="weighted_sum",
     inputs=(("x", Tensor), ("weight", Tensor), ("bias", Optional[Tensor])),
@@ -252,5 +266,7 @@ weighted_sum = _doors.build(_doors.OpDescription(
     plan_backward=_plan_backward,
     run_backward=_run_backward,
     differentiable=("x", "weight", "bias"),
+    row_strided=("x",),
+    backward_graph=_backward_graph,
 ))
 """Differentiable weighted sum of a 2-D ``x`` (last stride 1): ``weighted_sum(x, weight, bias)``."""

@@ -1,0 +1,136 @@
+"""One case per op for the training-setup tests and the plan fuzz: fresh inputs in a chosen
+layout, our call, and a float64 definition to compare with (torch's own op where it has one).
+
+``make(name, device, dtype, layout, gen)`` returns ``(ours, exact, inputs)``: ``ours(*inputs)``
+and ``exact(*inputs)`` each return one tensor (an op with two outputs returns a mix of both,
+so that both gradients flow); ``inputs`` are leaves that require a gradient (and, for
+softmax and coor_descent, masks that do not). ``layout`` is how the main input is laid out:
+``"contiguous"``, ``"strided"`` (rows of a wider buffer: another row stride) or
+``"misaligned"`` (one element into its buffer: not 16-byte aligned).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as TF
+
+from triton_layers import functional as F
+from triton_layers import reference
+
+OPS = ("layer_norm", "rms_norm", "add_rms_norm", "add_layer_norm", "softmax", "weighted_sum", "coor_descent")
+LAYOUTS = ("contiguous", "strided", "misaligned")
+RMS_EPS = torch.finfo(torch.float32).eps
+
+
+def laid_out(values: torch.Tensor, layout: str, gen: torch.Generator) -> torch.Tensor:
+    """A leaf holding ``values`` in ``layout`` (the strided one pads the last dim: a 2-D one
+    reaches the kernels as rows with a row stride, an N-D one is copied first)."""
+    if layout == "strided":
+        cols = values.shape[-1]
+        pad = 1 + int(torch.randint(0, 7, (), generator=gen))
+        wide = torch.randn(*values.shape[:-1], cols + pad, generator=gen).to(values)
+        leaf = wide[..., :cols]
+        leaf.copy_(values)
+    elif layout == "misaligned":
+        flat = torch.empty(values.numel() + 1, dtype=values.dtype, device=values.device)
+        leaf = flat[1:].view(values.shape)
+        leaf.copy_(values)
+    else:
+        leaf = values.clone()
+    return leaf.requires_grad_()
+
+
+def _randn(gen, *shape, device, dtype, scale=1.0, shift=0.0):
+    return (shift + scale * torch.randn(*shape, generator=gen)).to(device=device, dtype=dtype)
+
+
+def make(name: str, device: str, dtype: torch.dtype, layout: str, gen: torch.Generator,
+         rows: int = 6, cols: int = 24) -> tuple[Callable, Callable, list]:
+    """The op ``name``'s case (see the module's docstring)."""
+    r = lambda *s, **k: _randn(gen, *s, device=device, **k)  # noqa: E731
+    f64 = lambda t: t.double()  # noqa: E731
+    if name in ("layer_norm", "rms_norm", "add_rms_norm", "add_layer_norm"):
+        x = laid_out(r(rows, cols, dtype=dtype, scale=2.0), layout, gen)
+        w = r(cols, dtype=dtype, shift=1.0, scale=0.5).requires_grad_()
+        if name == "layer_norm":
+            b = r(cols, dtype=dtype).requires_grad_()
+            return (lambda x, w, b: F.layer_norm(x, w, b),
+                    lambda x, w, b: TF.layer_norm(f64(x), (cols,), f64(w), f64(b)), [x, w, b])
+        if name == "rms_norm":
+            return (lambda x, w: F.rms_norm(x, w),
+                    lambda x, w: TF.rms_norm(f64(x), (cols,), f64(w), RMS_EPS), [x, w])
+        res = r(rows, cols, dtype=dtype).requires_grad_()
+        rms = name == "add_rms_norm"
+        norm = F.rms_norm if rms else F.layer_norm
+
+        def ours(x, res, w):
+            y, h = norm(x, w, residual=res)
+            return y.float() + 0.5 * h.float()
+
+        def exact(x, res, w):
+            h = f64(x) + f64(res)
+            y = TF.rms_norm(h, (cols,), f64(w), RMS_EPS) if rms else TF.layer_norm(h, (cols,), f64(w))
+            return y + 0.5 * h
+
+        return ours, exact, [x, res, w]
+    if name == "softmax":
+        x = laid_out(r(2, 3, 5, cols, dtype=dtype, scale=2.0), layout, gen)
+        pad = torch.rand(2, cols, generator=gen).to(device) < 0.2
+        scale = 0.3 + float(torch.rand((), generator=gen))
+        return (lambda x: F.softmax(x, causal=True, scale=scale, key_padding_mask=pad),
+                lambda x: reference.softmax(f64(x.reshape(2, 3, 5, cols)), True, scale, pad), [x])
+    if name == "weighted_sum":
+        x = laid_out(r(rows, cols, dtype=dtype), layout, gen)
+        w = r(cols, dtype=dtype).requires_grad_()
+        b = r(1, dtype=dtype).requires_grad_()
+        return (lambda x, w, b: F.weighted_sum(x, w, b),
+                lambda x, w, b: TF.linear(f64(x), f64(w)[None], f64(b))[..., 0], [x, w, b])
+    if name == "coor_descent":
+        s = laid_out(r(rows, cols, dtype=dtype), layout, gen)
+        # k one value a row, read through a stride (a column of a wider tensor)
+        k = laid_out(r(rows, 1, scale=0.5, shift=3.0, dtype=torch.float32).abs() + 1, "strided", gen)
+        mask = torch.rand(rows, cols, generator=gen).to(device) < 0.85
+        return (lambda s, k: F.coor_descent(s, n_iters=3, k=k[:, 0], eps=0.3, mask=mask),
+                lambda s, k: reference.coor_descent(f64(s), 3, f64(k[:, 0]), 0.3, None, 1.0, mask), [s, k])
+    raise KeyError(name)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a - b‖ / ‖b‖ in float64 (NaN never passes)."""
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+
+def tolerance(name: str, dtype: torch.dtype) -> float:
+    """The normwise relative error allowed against float64: rounding, far under the error of a
+    kernel run on tensors its plan was not made for (0.1 to 1.7 when the issue was found)."""
+    if dtype == torch.float32:
+        return 2e-3 if name == "coor_descent" else 2e-4
+    return 3e-2
+
+
+def check_grads(name: str, dtype: torch.dtype, ours: Callable, exact: Callable, inputs: list,
+                gen: torch.Generator, run: Callable = None) -> None:
+    """Our output and the gradient of every input against float64, for one random upstream
+    gradient. ``run(fn, inputs, dy)`` (default a plain forward and backward) returns the output
+    and the gradients: a test wraps it in the setup it tests."""
+    run = run or plain_run
+    leaves = [t for t in inputs if t.requires_grad]
+    want_y = exact(*inputs)
+    # (dy in the op's dtype for both: ours reads it rounded, so the exact gradient does too;
+    # else a sum of dy, the bias's gradient, is off by the rounding of dy, not ours)
+    dy = torch.randn(want_y.shape, generator=gen).to(device=want_y.device, dtype=dtype).double()
+    want = torch.autograd.grad(want_y, leaves, dy)
+    got_y, got = run(ours, inputs, dy)
+    tol = tolerance(name, dtype)
+    assert rel_err(got_y, want_y) <= tol, f"{name} output: {rel_err(got_y, want_y):.3g}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g is not None and g.shape == w.shape, f"{name} grad {i}: {None if g is None else g.shape}"
+        assert rel_err(g, w) <= tol, f"{name} grad {i} of {len(want)}: relative error {rel_err(g, w):.3g}"
+
+
+def plain_run(fn: Callable, inputs: list, dy: torch.Tensor):
+    leaves = [t for t in inputs if t.requires_grad]
+    y = fn(*inputs)
+    return y, torch.autograd.grad(y, leaves, dy.to(y.dtype))

@@ -1,0 +1,219 @@
+"""The eager door's one owner: each functional op's plans, from the call's key to the launch.
+
+An eager call of a functional op (``functional.layer_norm``, ...) goes through its
+:class:`EagerOp`, which alone keys, looks up, makes, stores, checks and calls plans:
+
+1. :meth:`EagerOp.call` builds the call's key (:func:`signature` of every tensor, each
+   other value with its type, the grad mode and autocast: :func:`call_key`).
+2. A key met before (a hit) skips the op's checks and geometry: its kernel tensors come from
+   the op's one argument builder (``kernel_tensors``) and the stored plan launches on them.
+3. A new key (a miss) runs the op's route (its checks and its path choice, written in
+   ``functional``): the reference's result, or a :class:`Launch` of a kernel op. A launch on
+   the tensors as given is planned (``Op.plan``), stored and called; one on reshaped or
+   copied tensors runs unplanned (its key would not describe them).
+
+The invariant (docs/ARCHITECTURE.md, "A plan never launches on tensors it was not made
+for"): a plan is used only for tensors whose :func:`signature` equals the one it was made
+for. Forward plans are keyed here; backward plans by ``_doors.OpPlan.backward_plan`` on the
+output gradients and the saved tensors as autograd hands them back (saved-tensor hooks may
+return a copy in another layout), through :func:`layout`. ``TRITON_LAYERS_CHECK_PLANS=1``
+(or :func:`checking_plans`) re-plans every planned call, forward and backward, and raises
+:class:`PlanMismatch` where the cached plan differs from the new one.
+
+No Triton here: without it the routes take the reference and nothing is planned.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Callable, Iterator, NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from .._tracing import tracing
+from . import _launch
+from ._fast_launch import MAX_KEYS
+
+__all__ = ["EagerOp", "Launch", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
+           "signature", "layout", "call_key", "PLAIN_TENSORS"]
+
+# The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
+# Any other subclass (DTensor, FakeTensor, FunctionalTensor, a wrapper) has no plain data
+# pointer to launch on, or one that does not mean what the class means.
+PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
+
+# Whether a torch.func transform (vmap, grad, ...) is running: no plans there (the reference runs).
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
+# Every functional op's owner by name (for tests and tools that clear or count plans).
+EAGER_OPS: dict = {}
+
+
+def clear_plans() -> None:
+    """Forget every functional op's plans (the next call of each signature plans anew)."""
+    for eager in EAGER_OPS.values():
+        eager.plans.clear()
+
+
+class PlanMismatch(RuntimeError):
+    """A cached plan differs from the plan made anew for the same call: a key that misses
+    something the plan bakes in (raised only while plans are checked)."""
+
+
+_CHECK = [os.environ.get("TRITON_LAYERS_CHECK_PLANS", "0") == "1"]
+
+
+def plans_checked() -> bool:
+    """Whether every planned call is re-planned and compared (``TRITON_LAYERS_CHECK_PLANS=1``)."""
+    return _CHECK[0]
+
+
+@contextlib.contextmanager
+def checking_plans(enabled: bool = True) -> Iterator[None]:
+    """Re-plan every planned call inside the block and raise :class:`PlanMismatch` where a
+    cached plan (forward or backward) differs from the new one; what
+    ``TRITON_LAYERS_CHECK_PLANS=1`` does for a whole process."""
+    saved = _CHECK[0]
+    _CHECK[0] = bool(enabled)
+    try:
+        yield
+    finally:
+        _CHECK[0] = saved
+
+
+def signature(t: Optional[Tensor]) -> Optional[tuple]:
+    """A tensor's part of a plan's key: everything a plan can bake in of it. Its class, shape,
+    strides, dtype, device, 16-byte alignment (kernels are compiled for it) and whether it
+    requires a gradient. Raises on what is not a plain tensor or Parameter (subclasses are not
+    planned: :data:`PLAIN_TENSORS`)."""
+    if t is None:
+        return None
+    if type(t) not in PLAIN_TENSORS:
+        raise TypeError(type(t).__name__)
+    return (type(t), t.shape, t.stride(), t.dtype, t.get_device() if t.is_cuda else t.device,
+            t.data_ptr() & 15, t.requires_grad)
+
+
+def layout(t: Optional[Tensor]) -> Optional[tuple]:
+    """A tensor's part of a backward plan's key (the output gradients, the saved tensors): what
+    a backward plan bakes in of it. Its class, autograd state and (for a saved tensor) shape,
+    dtype and device are fixed by the forward's key, unless a saved-tensor hook changed them:
+    so they are keyed too, at the cost of :func:`signature` less the class and flag."""
+    if t is None:
+        return None
+    return t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15
+
+
+def call_state(x: Tensor) -> tuple:
+    """The global state an eager call's plan depends on: the grad mode, and autocast's dtype on
+    ``x``'s device type (None when off)."""
+    device_type = "cuda" if x.is_cuda else "cpu"
+    autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+    return torch.is_grad_enabled(), autocast
+
+
+def call_key(tensors: tuple, values: tuple) -> tuple:
+    """The key of an eager call: the tensors' signatures, the values and their types (``True == 1
+    == 1.0`` in a dict, and a check may accept one and refuse another), the call state."""
+    return (*map(signature, tensors), *values, *map(type, values), *call_state(tensors[0]))
+
+
+class Launch(NamedTuple):
+    """A route's decision to run a kernel op: ``op`` on the kernel tensors built from
+    ``tensors`` (the functional op's tensors, reshaped or copied where the kernels need it)
+    and ``tail`` (the op's other inputs), its result passed through ``finish`` (None: as it
+    is). Planned when every tensor is the one the caller gave."""
+
+    op: Any
+    tensors: tuple
+    tail: tuple
+    finish: Optional[Callable[[Any], Any]] = None
+
+
+class EagerOp:
+    """One functional op's eager calls: the only code that keys, makes, stores and calls its
+    plans (see the module's docstring).
+
+    - ``route(*tensors, *values)``: the op's checks and path for a call not planned yet: the
+      reference's result, or a :class:`Launch`.
+    - ``kernel_tensors(*tensors)``: the kernel op's tensors from the functional op's (after
+      the route's reshapes), for hits and misses alike.
+    """
+
+    def __init__(self, name: str, route: Callable[..., Any], kernel_tensors: Callable[..., tuple]):
+        self.name = name
+        self.route = route
+        self.kernel_tensors = kernel_tensors
+        self.plans = _PlanCache()
+        """``key -> (kernel op, plan, tail)``."""
+        EAGER_OPS[name] = self
+
+    def call(self, tensors: tuple, values: tuple):
+        """The op on its ``tensors`` (the first is the main input) and other ``values``."""
+        key = self._key(tensors, values)
+        if key is not None:
+            try:
+                hit = self.plans.get(key)
+            except TypeError:  # a value that is not hashable (a list as a shape, say): not planned
+                key = hit = None
+            if hit is not None:  # a signature met before: its checks passed, its launches are planned
+                op, plan, tail = hit
+                if _CHECK[0]:
+                    self._check(hit, tensors, values)
+                return op.call_planned(plan, *self.kernel_tensors(*tensors), *tail)
+        route = self.route(*tensors, *values)
+        if type(route) is not Launch:
+            return route  # the reference's result
+        op, given, tail, finish = route
+        args = (*self.kernel_tensors(*given), *tail)
+        if key is None or any(a is not b for a, b in zip(given, tensors)):
+            result = op(*args)  # reshaped or copied tensors: this call's alone
+        else:
+            plan = op.plan(*args)
+            self.plans.put(key, (op, plan, tail))
+            result = op.call_planned(plan, *args)
+        return result if finish is None else finish(result)
+
+    def _key(self, tensors: tuple, values: tuple) -> Optional[tuple]:
+        """The call's key, or None where calls are not planned: under torch.compile or a
+        functorch transform, and for arguments that are not tensors or not hashable (the
+        route's checks then say what is wrong)."""
+        if tracing() or _functorch_active():
+            return None
+        try:
+            return call_key(tensors, values)
+        except Exception:  # (a tensor subclass, a tensor without strides or storage, not a tensor, ...)
+            return None
+
+    def _check(self, hit: tuple, tensors: tuple, values: tuple) -> None:
+        """Re-plan a hit (the route's checks included) and compare with the cached plan."""
+        op, plan, tail = hit
+        route = self.route(*tensors, *values)
+        fresh = None
+        if type(route) is Launch and all(a is b for a, b in zip(route.tensors, tensors)):
+            fresh = (route.op, route.op.plan(*self.kernel_tensors(*route.tensors), *route.tail), route.tail)
+        if (fresh is None or fresh[0] is not op or fresh[2] != tail or list(map(type, fresh[2])) != list(map(type, tail))
+                or not plan.same_decisions(fresh[1])):
+            raise PlanMismatch(
+                f"triton_layers.{self.name}: the cached plan for this call differs from a new one "
+                f"(cached {op.desc.name} {tail} {plan!r}; new {fresh!r}): a plan key misses something it bakes in")
+
+
+class _PlanCache(dict):
+    """Plans by key, for one op. Emptied when the launch config changes (the plans hold its
+    decisions) and when it holds :data:`MAX_KEYS`. Its ``get`` is the dict's own (no Python frame
+    a call)."""
+
+    def __init__(self):
+        super().__init__()
+        _launch._on_change.add(self)
+
+    # (members of a WeakSet: caches are told apart by identity, not by their contents)
+    __hash__, __eq__ = object.__hash__, object.__eq__
+
+    def put(self, key, plan) -> None:
+        if len(self) >= MAX_KEYS:
+            self.clear()
+        self[key] = plan
