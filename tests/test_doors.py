@@ -249,7 +249,7 @@ class _FakeRuntime:
     def __init__(self):
         self.hooks = False
 
-    def stepped_aside(self, kernel):
+    def stepped_aside(self, pre_run_hooks):
         return self.hooks
 
     def stream(self, device):
@@ -277,7 +277,7 @@ def test_kernel_call_launches_the_compiled_kernel_it_found(monkeypatch):
     compiled = _Compiled(runner)
     kernel = _FakeKernel(compiled)
     fast = _fast_launch._FastLaunch.__new__(_fast_launch._FastLaunch)
-    fast.kernel, fast.constexprs, fast.n_params, fast.compiled = kernel, ("BLOCK",), 3, {}
+    fast.kernel, fast.constexprs, fast.n_params, fast.compiled, fast.pre_run_hooks = kernel, ("BLOCK",), 3, {}, ()
     monkeypatch.setattr(_fast_launch, "_RUNTIME", [runtime])
     monkeypatch.setitem(_fast_launch._FAST, kernel, fast)
     monkeypatch.setattr(_fast_launch, "current_device", lambda: 1)

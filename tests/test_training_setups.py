@@ -223,25 +223,22 @@ def test_the_cached_launch_steps_aside_for_tritons_switches(monkeypatch):
     runtime = _Runtime.__new__(_Runtime)
     runtime._runtime_knobs, runtime._compilation_knobs = knobs.runtime, knobs.compilation
 
-    class Kernel:
-        pre_run_hooks: list = []
-
-    kernel = Kernel()
-    assert not runtime.stepped_aside(kernel)
+    hooks: list = []  # a kernel's pre_run_hooks (Triton appends to the list in place)
+    assert not runtime.stepped_aside(hooks)
     monkeypatch.setattr(knobs.runtime, "debug", True)
-    assert runtime.stepped_aside(kernel)
+    assert runtime.stepped_aside(hooks)
     monkeypatch.setattr(knobs.runtime, "debug", False)
     monkeypatch.setattr(knobs.compilation, "instrumentation_mode", "fpsan")
-    assert runtime.stepped_aside(kernel)
+    assert runtime.stepped_aside(hooks)
     monkeypatch.setattr(knobs.compilation, "instrumentation_mode", "")
-    kernel.pre_run_hooks = [lambda *a, **k: None]
-    assert runtime.stepped_aside(kernel)
-    kernel.pre_run_hooks = []
+    hooks.append(lambda *a, **k: None)
+    assert runtime.stepped_aside(hooks)
+    hooks.clear()
     if hasattr(knobs.runtime, "add_stages_inspection_hook"):
         monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", lambda: ("k", "h"))
-        assert runtime.stepped_aside(kernel)
+        assert runtime.stepped_aside(hooks)
         monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", None)
-    assert not runtime.stepped_aside(kernel)
+    assert not runtime.stepped_aside(hooks)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pre-run hooks run on a GPU launch (the interpreter "
@@ -362,7 +359,8 @@ def test_the_plan_check_catches_a_key_that_misses_something(device, monkeypatch)
     of 69d3fc2), a re-laid saved tensor meets the cached plan and the check raises."""
     gen = torch.Generator().manual_seed(17)
     ours, exact, inputs = _warm("layer_norm", device, torch.float32, "strided", gen)
-    monkeypatch.setattr(_eager, "layout", lambda t: None if t is None else (t.shape, t.dtype))
+    monkeypatch.setattr(_eager, "backward_key", lambda grads, saved: tuple(
+        None if t is None else (t.shape, t.dtype) for t in (*grads, *saved)))
     _eager.clear_plans()
     check_grads("layer_norm", torch.float32, ours, exact, inputs, gen)
     with _eager.checking_plans(), pytest.raises(_eager.PlanMismatch):

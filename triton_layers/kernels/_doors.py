@@ -194,7 +194,10 @@ class Op:
         a contiguous copy. The forward saves them so; only a saved-tensor hook that returns
         another layout (a padded or transposed copy) costs the copy. (Every backward: one
         ``is_contiguous`` a tensor.)"""
-        if all(t is None or t.is_contiguous() for t in tensors):
+        for t in tensors:
+            if t is not None and not t.is_contiguous():
+                break
+        else:
             return tensors
         return tuple(t if t is None or t.is_contiguous() or (strided and _rows_with_stride(t)) else t.contiguous()
                      for t, strided in zip(tensors, self._row_strided))
@@ -449,8 +452,8 @@ class OpPlan:
         back (``saved``: those, then the saved values). Neither is fixed by the forward's
         signature: a consumer may hand back a transposed or strided gradient, and a
         saved-tensor hook (``save_on_cpu``, activation offloading) a copy of a saved tensor in
-        another layout and alignment. So both are keyed (:func:`_eager.layout`)."""
-        key = (*map(_eager.layout, grads), *map(_eager.layout, tensors))
+        another layout and alignment. So both are keyed (:func:`_eager.backward_key`)."""
+        key = _eager.backward_key(grads, tensors)
         plan = self._backwards.get(key, _NONE_YET)
         if plan is _NONE_YET:
             plan = self._backwards[key] = self.plan_backward(grads, self.needs, *saved)

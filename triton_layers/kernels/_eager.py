@@ -16,7 +16,7 @@ The invariant (docs/ARCHITECTURE.md, "A plan never launches on tensors it was no
 for"): a plan is used only for tensors whose :func:`signature` equals the one it was made
 for. Forward plans are keyed here; backward plans by ``_doors.OpPlan.backward_plan`` on the
 output gradients and the saved tensors as autograd hands them back (saved-tensor hooks may
-return a copy in another layout), through :func:`layout`. ``TRITON_LAYERS_CHECK_PLANS=1``
+return a copy in another layout), through :func:`backward_key`. ``TRITON_LAYERS_CHECK_PLANS=1``
 (or :func:`checking_plans`) re-plans every planned call, forward and backward, and raises
 :class:`PlanMismatch` where the cached plan differs from the new one.
 
@@ -36,7 +36,7 @@ from . import _launch
 from ._fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
-           "signature", "layout", "call_key", "PLAIN_TENSORS"]
+           "signature", "backward_key", "call_key", "PLAIN_TENSORS"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
 # Any other subclass (DTensor, FakeTensor, FunctionalTensor, a wrapper) has no plain data
@@ -96,14 +96,14 @@ def signature(t: Optional[Tensor]) -> Optional[tuple]:
             t.data_ptr() & 15, t.requires_grad)
 
 
-def layout(t: Optional[Tensor]) -> Optional[tuple]:
-    """A tensor's part of a backward plan's key (the output gradients, the saved tensors): what
-    a backward plan bakes in of it. Its class, autograd state and (for a saved tensor) shape,
-    dtype and device are fixed by the forward's key, unless a saved-tensor hook changed them:
-    so they are keyed too, at the cost of :func:`signature` less the class and flag."""
-    if t is None:
-        return None
-    return t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15
+def backward_key(grads: tuple, saved: tuple) -> tuple:
+    """A backward plan's key: what a backward plan bakes in of the output gradients and of the
+    saved tensors as autograd hands them back. For each: shape, strides, dtype, device,
+    16-byte alignment. Their class and autograd state, and a saved tensor's shape, dtype and
+    device, are fixed by the forward's key, unless a saved-tensor hook changed them: so they
+    are keyed too (at the cost of :func:`signature` less the class and flag)."""
+    return tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15)
+                  for t in (*grads, *saved)])
 
 
 def call_state(x: Tensor) -> tuple:
@@ -152,11 +152,13 @@ class EagerOp:
 
     def call(self, tensors: tuple, values: tuple):
         """The op on its ``tensors`` (the first is the main input) and other ``values``."""
-        key = self._key(tensors, values)
-        if key is not None:
+        # (every line here runs on every call: at small shapes the host sets the pace)
+        key = hit = None
+        if not (tracing() or _functorch_active()):  # (no plans under torch.compile or torch.func)
             try:
+                key = call_key(tensors, values)
                 hit = self.plans.get(key)
-            except TypeError:  # a value that is not hashable (a list as a shape, say): not planned
+            except Exception:  # a subclass, a non-tensor, an unhashable value: the route decides
                 key = hit = None
             if hit is not None:  # a signature met before: its checks passed, its launches are planned
                 op, plan, tail = hit
@@ -175,17 +177,6 @@ class EagerOp:
             self.plans.put(key, (op, plan, tail))
             result = op.call_planned(plan, *args)
         return result if finish is None else finish(result)
-
-    def _key(self, tensors: tuple, values: tuple) -> Optional[tuple]:
-        """The call's key, or None where calls are not planned: under torch.compile or a
-        functorch transform, and for arguments that are not tensors or not hashable (the
-        route's checks then say what is wrong)."""
-        if tracing() or _functorch_active():
-            return None
-        try:
-            return call_key(tensors, values)
-        except Exception:  # (a tensor subclass, a tensor without strides or storage, not a tensor, ...)
-            return None
 
     def _check(self, hit: tuple, tensors: tuple, values: tuple) -> None:
         """Re-plan a hit (the route's checks included) and compare with the cached plan."""

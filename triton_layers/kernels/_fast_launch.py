@@ -59,6 +59,7 @@ class _FastLaunch:
         self.constexprs = tuple(p.name for p in kernel.params if p.is_constexpr)
         self.n_params = len(kernel.params)
         self.compiled: dict = {}
+        self.pre_run_hooks = getattr(kernel, "pre_run_hooks", ())
 
     @staticmethod
     def supports(kernel) -> bool:
@@ -75,7 +76,7 @@ class _FastLaunch:
 
     def _launch(self, grid, args, kwargs):
         runtime = _RUNTIME[0]  # (set: every _FastLaunch passed supports(), which asked _triton_runtime())
-        if runtime.stepped_aside(self.kernel):
+        if runtime.stepped_aside(self.pre_run_hooks):
             return self.kernel[grid](*args, **kwargs)
         device = current_device()
         key = _key(device, args, kwargs)
@@ -145,24 +146,24 @@ class _Runtime:
         self._runtime_knobs = knobs.runtime
         self._compilation_knobs = knobs.compilation
 
-    def stepped_aside(self, kernel) -> bool:
+    def stepped_aside(self, pre_run_hooks) -> bool:
         """Whether ``kernel`` must launch through Triton's own ``JITFunction.run`` now: while
         launch hooks are set (profilers such as proton), while Triton compiles another variant
         of every kernel (``knobs.runtime.debug``, ``knobs.compilation.instrumentation_mode``,
         a stages-inspection hook), or while the kernel has pre-run hooks. A compiled kernel we
         keep was built without any of these; Triton's own launch builds and runs the variant
-        they ask for (and calls the hooks), and ours resumes once they are off.
+        they ask for (and calls the hooks), and ours resumes once they are off. ``pre_run_hooks``:
+        the kernel's list of them (Triton appends to it in place), or ().
 
         (On every eager launch: plain attribute reads, no generator; knobs that Triton reads
         from the environment on each access, such as 3.9's ``fpsan_homomorphic_casts``, are
         not read here: set them before the first launch.)"""
         k = self._runtime_knobs
         enter, leave = k.launch_enter_hook, k.launch_exit_hook
-        return bool((enter is not None and getattr(enter, "calls", True))
+        return bool(pre_run_hooks or k.debug or (enter is not None and getattr(enter, "calls", True))
                     or (leave is not None and getattr(leave, "calls", True))
-                    or k.debug or getattr(k, "add_stages_inspection_hook", None) is not None
-                    or getattr(self._compilation_knobs, "instrumentation_mode", "")
-                    or getattr(kernel, "pre_run_hooks", None))
+                    or getattr(k, "add_stages_inspection_hook", None) is not None
+                    or getattr(self._compilation_knobs, "instrumentation_mode", ""))
 
 
 _RUNTIME: list = []
@@ -190,11 +191,12 @@ class KernelCall:
     key fixes everything that key reads: the tensors' dtypes, alignment and None-ness, every
     other argument's value)."""
 
-    __slots__ = ("kernel", "grid", "scalars", "constexprs", "device", "_hit")
+    __slots__ = ("kernel", "grid", "scalars", "constexprs", "device", "_hit", "_pre_run_hooks")
 
     def __init__(self, kernel, grid: tuple, scalars: tuple, constexprs: dict, device: Optional[int]):
         self.kernel, self.grid, self.scalars, self.constexprs, self.device = kernel, grid, scalars, constexprs, device
         self._hit = None
+        self._pre_run_hooks = getattr(kernel, "pre_run_hooks", ())  # (Triton's list, appended to in place)
 
     def _decisions(self) -> tuple:
         return (self.kernel, self.grid, self.scalars, self.constexprs, self.device)
@@ -215,7 +217,7 @@ class KernelCall:
         hit = self._hit
         if hit and launch is direct:
             runtime = _RUNTIME[0]
-            if not runtime.stepped_aside(self.kernel):
+            if not runtime.stepped_aside(self._pre_run_hooks):
                 c_launch, g0, g1, g2, function, prefix, tail = hit
                 c_launch(g0, g1, g2, runtime.stream(self.device), function, *prefix, *tensors, *tail)
                 return
