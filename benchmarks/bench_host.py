@@ -12,6 +12,13 @@ out of the way.
     python -m benchmarks.bench_host --out DIR --profile  # + host_profile.txt (cProfile of ours)
     python -m benchmarks.bench_host --out DIR --backward-on-caller  # host_caller.csv
     python -m benchmarks.bench_host --out DIR --parts    # host_parts.csv: where a LayerNorm call's time goes
+    python -m benchmarks.bench_host --out DIR --against OLD --pairs 4  # host_ab.csv: this checkout against OLD
+
+``--against OLD`` (a checkout of another commit, e.g. ``git worktree add OLD <commit>``) runs
+the whole measurement in OLD and here by turns, ``--pairs`` times, in ABBA order (the one run
+first alternates: the first run after a machine starts is often the slowest), each a process
+of its own, and reports per call the change of ours/torch (after over before) in each pair:
+the median and the min-max over the pairs. A change whose spread crosses 1.0 is a tie.
 
 Three calls per op: ``fwd`` (inputs that need gradients: the autograd node is built),
 ``fwd+bwd``, and ``fwd no_grad`` (under ``torch.no_grad()``: serving, where our ops skip the
@@ -251,6 +258,34 @@ def write_csv(path: str, rows: list[dict]) -> None:
         w.writerows(rows)
 
 
+def _run_in(checkout: str, out: str) -> dict:
+    """One whole measurement (a process of its own) in ``checkout``: host_us by (op, mode, impl)."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "benchmarks.bench_host", "--out", out], cwd=checkout, check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(os.path.join(out, "host.csv")) as f:
+        return {(r["op"], r["mode"], r["impl"]): float(r["host_us"]) for r in csv.DictReader(f)}
+
+
+def compare(before: str, after: str, pairs: int, out: str) -> list[dict]:
+    """``pairs`` ABBA-ordered pairs of whole runs in ``before`` and ``after`` (checkouts): per
+    call, the change of ours/torch (after over before) in each pair, its median and min-max."""
+    changes: dict = {}
+    for i in range(pairs):
+        order = [("before", before), ("after", after)]
+        runs = dict((name, _run_in(path, os.path.join(out, f"ab_{name}_{i}")))
+                    for name, path in (order if i % 2 == 0 else order[::-1]))
+        for (op, mode, impl), us in runs["after"].items():
+            if impl != "torch":
+                ratio = (us / runs["after"][(op, mode, "torch")]) / (
+                    runs["before"][(op, mode, impl)] / runs["before"][(op, mode, "torch")])
+                changes.setdefault((op, mode), []).append(ratio)
+    return [dict(op=op, mode=mode, pairs=len(c), change=statistics.median(c), change_min=min(c),
+                 change_max=max(c)) for (op, mode), c in changes.items()]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="bench-results")
@@ -259,9 +294,20 @@ def main(argv=None) -> None:
                         help="time the layers of one eager LayerNorm call instead; writes host_parts.csv")
     parser.add_argument("--backward-on-caller", action="store_true",
                         help="backward on the calling thread (set_multithreading_enabled(False)); writes host_caller.csv")
+    parser.add_argument("--against", metavar="OLD", help="another checkout to compare with (writes host_ab.csv)")
+    parser.add_argument("--pairs", type=int, default=4, help="with --against: pairs of whole runs")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_host needs a CUDA GPU")
+    if args.against:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        rows = compare(os.path.abspath(args.against), here, args.pairs, os.path.abspath(args.out))
+        write_csv(os.path.join(args.out, "host_ab.csv"), rows)
+        print(f"ours/torch, this checkout over {args.against}: median (min-max) of {args.pairs} ABBA pairs")
+        for r in rows:
+            tie = " (tie)" if r["change_min"] <= 1.0 <= r["change_max"] else ""
+            print(f"{r['op']:34} {r['mode']:12} {r['change']:.2f} ({r['change_min']:.2f}-{r['change_max']:.2f}){tie}")
+        return
     dev = torch.device("cuda")
     os.makedirs(args.out, exist_ok=True)
     if args.parts:

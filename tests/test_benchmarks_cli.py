@@ -796,3 +796,26 @@ def test_registers_tool_knows_every_op():
     from triton_layers.kernels import ops
 
     assert set(registers.OPS) == set(ops.__all__)
+
+
+def test_host_ab_compares_ours_over_torch_in_abba_pairs(monkeypatch, tmp_path):
+    """``bench_host --against``: runs alternate which checkout goes first, and each call's change
+    is (ours/torch after) over (ours/torch before), per pair: a host that drifts by the same
+    factor for both implementations in a run changes nothing."""
+    from benchmarks import bench_host
+
+    order = []
+    drift = iter([1.0, 1.3, 0.9, 1.1])  # each run's host speed, whatever the checkout
+
+    def fake_run(checkout, out):
+        order.append(checkout)
+        d = next(drift)
+        ours = 20.0 if checkout == "old" else 22.0  # the change: 10% more host time than before
+        return {("ln", "fwd", "triton_layers"): ours * d, ("ln", "fwd", "torch"): 10.0 * d}
+
+    monkeypatch.setattr(bench_host, "_run_in", fake_run)
+    rows = bench_host.compare("old", "new", 2, str(tmp_path))
+    assert order == ["old", "new", "new", "old"]
+    (row,) = rows
+    assert row["pairs"] == 2 and abs(row["change"] - 1.1) < 1e-9
+    assert abs(row["change_min"] - 1.1) < 1e-9 and abs(row["change_max"] - 1.1) < 1e-9
