@@ -237,3 +237,57 @@ def test_converted_llama_compiles_its_norms_as_torch_ops():
     assert _custom_ops_in_compiled_graph(model, ids) == 0
     forced = triton_layers.convert(_model("llama", torch.bfloat16), use_triton=True)
     assert _custom_ops_in_compiled_graph(forced, ids) == 5  # 2 layers x 2 norms + the final norm
+
+
+class _MyLlamaRMSNorm(nn.Module):
+    """A norm of a user's own code with Llama's numerics (not a class convert knows)."""
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.3 * torch.randn(d))
+        self.variance_epsilon = eps
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * h.to(x.dtype)
+
+
+class _MyGemmaRMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(0.3 * torch.randn(d))
+        self.eps = eps
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.float())).to(x.dtype)
+
+
+@pytest.mark.parametrize("cls, family", [(_MyLlamaRMSNorm, "llama"), (_MyGemmaRMSNorm, "gemma")])
+def test_register_norm_teaches_convert_a_class(cls, family, monkeypatch):
+    """register_norm(cls, family): convert replaces that class (and only it) with a layer
+    computing the same; unknown families and non-modules are refused."""
+    from triton_layers import conversion
+
+    monkeypatch.setattr(conversion, "_REGISTERED", {})
+    model = nn.Sequential(nn.Linear(24, 24), cls(24), nn.Linear(24, 24)).to(DEVICE)
+    with pytest.warns(UserWarning, match="does not know"):
+        assert not triton_layers.convert(copy.deepcopy(model), return_summary=True)[1].replaced
+    triton_layers.register_norm(cls, family)
+    converted, summary = triton_layers.convert(copy.deepcopy(model), return_summary=True)
+    assert summary.replaced == {cls.__name__: 1} and isinstance(converted[1], TritonRMSNorm)
+    x = torch.randn(3, 5, 24, device=DEVICE, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got, want = converted[1](x), model[1](x)
+    # the family's numerics: bitwise in bf16 on a GPU; the interpreter truncates each bf16
+    # rounding (two ulps at most: see test_swapped_norm_bitwise_bf16)
+    ulp = (0 if DEVICE == "cuda" else 2) * torch.finfo(torch.bfloat16).eps * want.float().abs()
+    assert got.dtype == want.dtype and ((got.float() - want.float()).abs() <= ulp).all()
+    converted.load_state_dict(model.state_dict())  # same names
+    with pytest.raises(ValueError, match="family"):
+        triton_layers.register_norm(cls, "bert")
+    with pytest.raises(TypeError, match="nn.Module"):
+        triton_layers.register_norm(int, "llama")
+    assert triton_layers.register_norm(family="llama")(cls) is cls  # as a decorator

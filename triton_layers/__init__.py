@@ -4,11 +4,11 @@ Set TRITON_INTERPRET=1 before importing to run the kernels on CPU tensors (slowl
 through the Triton interpreter; otherwise CPU tensors use the pure-torch reference.
 """
 from . import functional
-from .conversion import convert
+from .conversion import convert, register_norm
 from .layers import CausalSoftmax, CoordinateDescentRouter, RouterReturn, TritonLayerNorm, TritonRMSNorm, WeightedSum
 
 __version__ = "0.1.0"
 __all__ = [
     "TritonLayerNorm", "TritonRMSNorm", "CausalSoftmax", "WeightedSum", "CoordinateDescentRouter", "RouterReturn",
-    "convert", "functional",
+    "convert", "register_norm", "functional",
 ]

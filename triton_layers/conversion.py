@@ -24,6 +24,36 @@ HF_RMS_NORMS = {
 }
 
 
+# Norm classes registered by users (register_norm): class -> family.
+_REGISTERED: dict[type, str] = {}
+FAMILIES = ("llama", "gemma")
+
+
+def register_norm(cls: Optional[type] = None, family: Optional[str] = None):
+    """Teach :func:`convert` a norm class of yours (or of a library it does not know) that
+    computes as a known family does, so that it is replaced too:
+
+    - ``"llama"``: ``weight * (x / sqrt(mean(x^2) + eps)).to(x.dtype)`` in fp32, the eps in
+      ``variance_epsilon`` (``LlamaRMSNorm``'s numerics);
+    - ``"gemma"``: ``(x / sqrt(mean(x^2) + eps) * (1 + weight)).to(x.dtype)`` in fp32, the eps
+      in ``eps`` (``GemmaRMSNorm``'s).
+
+    The module must hold its scale as ``weight``. Only that exact class is matched (a subclass
+    may compute otherwise). Returns ``cls``, so it can decorate a class definition::
+
+        @triton_layers.register_norm(family="llama")   # or register_norm(MyRMSNorm, "llama")
+        class MyRMSNorm(nn.Module): ...
+    """
+    if cls is None:  # as a decorator: @register_norm(family=...)
+        return lambda c: register_norm(c, family)
+    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
+        raise TypeError(f"register_norm takes an nn.Module subclass, got {cls!r}")
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(map(repr, FAMILIES))}, got {family!r}")
+    _REGISTERED[cls] = family
+    return cls
+
+
 @dataclass
 class ConversionSummary:
     """What :func:`convert` did: modules replaced and norm-like modules left alone, counted
@@ -48,6 +78,7 @@ def _hf_classes() -> dict[type, str]:
         cls = getattr(sys.modules.get(module_name), name, None)
         if isinstance(cls, type):
             out[cls] = family
+    out.update(_REGISTERED)
     return out
 
 
@@ -70,8 +101,8 @@ def convert(model: nn.Module, *, return_summary: bool = False, **layer_kwargs: A
 
     - ``nn.LayerNorm`` -> :class:`TritonLayerNorm`; ``nn.RMSNorm`` -> :class:`TritonRMSNorm`;
     - Hugging Face's ``LlamaRMSNorm``, ``MistralRMSNorm``, ``Qwen2RMSNorm`` and
-      ``GemmaRMSNorm`` -> :class:`TritonRMSNorm` with that family's numerics
-      (:meth:`TritonRMSNorm.from_hf`).
+      ``GemmaRMSNorm``, and the classes given to :func:`register_norm` -> :class:`TritonRMSNorm`
+      with that family's numerics (:meth:`TritonRMSNorm.from_hf`).
 
     Parameters are copied under the same names, so outputs match before and after and the
     state_dict still loads into the unconverted model. ``layer_kwargs`` (e.g. ``use_triton``)
