@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from triton_layers import TritonLayerNorm, WeightedSum  # noqa: E402
-from triton_layers._checks import use_kernels  # noqa: E402
+from triton_layers import uses_kernels  # noqa: E402
 
 try:  # torch >= 2.6
     from torch.distributed.fsdp import fully_shard
@@ -153,7 +153,7 @@ def main() -> int:
 
     ok = torch.ones((), device=device)
     if rank == 0:
-        path = "Triton kernels" if use_kernels(x, None) else "pure-torch reference"
+        path = "Triton kernels" if uses_kernels(x, None) else "pure-torch reference"
         print(f"{world} ranks, {dist.get_backend()} on {device.type}, the {path}; "
               f"global batch {batch} x {args.seq} x {args.dim}")
         passed = compare("DDP", ddp_result, reference)

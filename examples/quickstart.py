@@ -19,7 +19,7 @@ from triton_layers import (  # noqa: E402
     TritonLayerNorm,
     WeightedSum,
 )
-from triton_layers._checks import use_kernels  # noqa: E402
+from triton_layers import uses_kernels  # noqa: E402
 
 
 class TinyAttention(nn.Module):
@@ -71,8 +71,8 @@ def main() -> None:
     scores = model(x)  # (batch, seq)
     loss = scores.float().pow(2).mean()
     loss.backward()
-    path = "Triton kernels" if use_kernels(x, None) else "pure-torch reference"
-    interp = " through the Triton interpreter" if device == "cpu" and use_kernels(x, None) else ""
+    path = "Triton kernels" if uses_kernels(x, None) else "pure-torch reference"
+    interp = " through the Triton interpreter" if device == "cpu" and uses_kernels(x, None) else ""
     print(f"ran on {device} with the {path}{interp}")
     print(f"output {tuple(scores.shape)} {scores.dtype}, loss {loss.item():.4f}, "
           f"|dx| {x.grad.norm().item():.4f}")

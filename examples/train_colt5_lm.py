@@ -42,7 +42,7 @@ if __package__ in (None, ""):  # run as a script (python examples/train_colt5_lm
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from examples.colt5_lm import LMConfig, build_model, lm_loss  # noqa: E402
-from triton_layers._checks import use_kernels  # noqa: E402
+from triton_layers import uses_kernels  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tinyshakespeare.txt.gz")
 
@@ -270,7 +270,7 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     # Triton interpreter on the CPU whenever TRITON_INTERPRET=1 is exported (~35 s a step).
     args.use_triton = {"auto": device.type == "cuda", "true": True, "false": False}[args.use_triton]
     try:  # a clear message now rather than a ValueError from the first layer
-        use_kernels(torch.empty(0, device=device), args.use_triton)
+        uses_kernels(torch.empty(0, device=device), args.use_triton)
     except ValueError as err:
         parser.error(f"--use-triton true: {err}")
     if args.threads is None:
@@ -308,7 +308,7 @@ def interpreter_warning(args: argparse.Namespace) -> Optional[str]:
 
 
 def _path_name(device: torch.device, use_triton: Optional[bool]) -> str:
-    if not use_kernels(torch.empty(0, device=device), use_triton):
+    if not uses_kernels(torch.empty(0, device=device), use_triton):
         return "pure-torch reference"
     return "Triton kernels" + (" (Triton interpreter)" if device.type == "cpu" else "")
 

@@ -487,3 +487,28 @@ def test_record_launches_plans_without_launching():
     kernel, call_args, kwargs = launches[0]
     assert call_args[0] is x and kwargs["IS_RMS"] and "num_warps" in kwargs
     assert len(kernel_ops.norm.record_launches(x.detach(), w.detach(), *args[2:])) == 1
+
+
+def test_uses_kernels_says_which_path_runs(device, monkeypatch):
+    """triton_layers.uses_kernels answers as the ops decide: the kernels here (a GPU, or the
+    interpreter in this suite), the reference when forced or under a subclass; use_triton=True
+    where the kernels cannot run raises the ops' ValueError."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import triton_layers
+
+    x = torch.randn(3, 8, device=device)
+    assert triton_layers.uses_kernels(x) and triton_layers.uses_kernels(x, True)
+    assert not triton_layers.uses_kernels(x, False)
+    ran = []
+    real = _doors.Op.call_planned
+    monkeypatch.setattr(_doors.Op, "call_planned", lambda self, *a: (ran.append(1), real(self, *a))[1])
+    F.layer_norm(x)
+    assert ran  # the kernels did run, as it said
+    with FakeTensorMode():
+        fake = torch.randn(3, 8, device=device)
+        assert not triton_layers.uses_kernels(fake)
+        with pytest.raises(ValueError, match="FakeTensor"):
+            triton_layers.uses_kernels(fake, True)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        triton_layers.uses_kernels([1.0])

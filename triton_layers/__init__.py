@@ -5,10 +5,11 @@ through the Triton interpreter; otherwise CPU tensors use the pure-torch referen
 """
 from . import functional
 from .conversion import convert, register_norm
+from .functional import uses_kernels
 from .layers import CausalSoftmax, CoordinateDescentRouter, RouterReturn, TritonLayerNorm, TritonRMSNorm, WeightedSum
 
 __version__ = "0.1.0"
 __all__ = [
     "TritonLayerNorm", "TritonRMSNorm", "CausalSoftmax", "WeightedSum", "CoordinateDescentRouter", "RouterReturn",
-    "convert", "register_norm", "functional",
+    "convert", "register_norm", "uses_kernels", "functional",
 ]

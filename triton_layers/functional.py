@@ -19,12 +19,23 @@ from ._checks import (
 )
 from .kernels._eager import EagerOp, Launch
 
-__all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent"]
+__all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent", "uses_kernels"]
 
 
 # The eps of torch's RMSNorm when none is given: its implementations (CPU and CUDA) take
 # the epsilon of the fp32 computation for fp16/bf16/fp32 inputs alike.
 RMS_NORM_DEFAULT_EPS = torch.finfo(torch.float32).eps
+
+
+def uses_kernels(x: Tensor, use_triton: Optional[bool] = None) -> bool:
+    """Whether the ops, called on ``x`` with ``use_triton``, run the Triton kernels (True) or the
+    pure-torch reference (False): the kernels for CUDA tensors, and for CPU tensors when
+    ``TRITON_INTERPRET=1`` was set before triton_layers was imported; the reference elsewhere,
+    under torch.func transforms and for tensor subclasses (DTensor, ...). ``use_triton=True``
+    where the kernels cannot run raises the ``ValueError`` an op would. (An empty input takes
+    the reference whatever this says: there is nothing to launch.)"""
+    check_tensor(x, "x", FLOAT_DTYPES + (torch.float64,))
+    return use_kernels(x, use_triton)
 
 
 def layer_norm(
