@@ -14,7 +14,9 @@ setup(
         "Intended Audience :: Developers",
         "Intended Audience :: Science/Research",
         "Environment :: GPU :: NVIDIA CUDA",
-        "Operating System :: POSIX :: Linux",
+        "Operating System :: POSIX :: Linux",  # the Triton kernels
+        "Operating System :: MacOS",  # the pure-torch reference path (Triton has no wheels there)
+        "Operating System :: Microsoft :: Windows",
         "Programming Language :: Python :: 3",
         "Programming Language :: Python :: 3 :: Only",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
