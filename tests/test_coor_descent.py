@@ -359,11 +359,13 @@ def test_bad_inputs(device):
         F.coor_descent(torch.ones(3, 10, dtype=torch.long, device=device), **ok)
     with pytest.raises(ValueError, match="at least one dim"):
         F.coor_descent(torch.tensor(1.0, device=device), **ok)
-    for n_iters in (0, -1, 2.0, True, None):
-        with pytest.raises(ValueError, match="n_iters"):
+    # (the wrong kind of value: TypeError; a wrong value: ValueError; as the router's checks)
+    for n_iters, error in ((0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError), (None, TypeError)):
+        with pytest.raises(error, match="n_iters"):
             F.coor_descent(s, n_iters=n_iters, k=2.0)
-    for k in (0, -1.0, math.inf, math.nan, True, "3"):
-        with pytest.raises(ValueError, match="k must be"):
+    for k, error in ((0, ValueError), (-1.0, ValueError), (math.inf, ValueError), (math.nan, ValueError),
+                     (True, TypeError), ("3", TypeError)):
+        with pytest.raises(error, match="k must be"):
             F.coor_descent(s, n_iters=3, k=k)
     with pytest.raises(ValueError, match=r"k of shape \(4,\)"):
         F.coor_descent(s, n_iters=3, k=torch.ones(4, device=device))

@@ -1,10 +1,16 @@
 """Input checks and path choice shared by the functional ops.
 
 Every check raises ``TypeError`` (wrong kind or dtype) or ``ValueError`` (wrong shape,
-device, value) naming what was given; none uses ``assert`` (it vanishes under -O).
+device, value) naming what was given; none uses ``assert`` (it vanishes under -O). The
+value checkers (``check_int``, ``check_number``, ``check_flag``) serve the functional ops and
+the modules' constructors alike: the same value gets the same error through either. Ints
+are ``numbers.Integral`` (numpy ints too) but not bool; numbers are ``numbers.Real`` but not
+bool.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from typing import Optional, Sequence
 
@@ -74,12 +80,47 @@ def check_shape(t: Optional[Tensor], name: str, shape: Sequence[int]) -> None:
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
 
 
-def check_positive(value: object, name: str, allow_none: bool = False) -> None:
-    """``value`` must be a finite positive int or float (or None when ``allow_none``)."""
+def _given(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(value: object, name: str, minimum: int) -> int:
+    """``value`` must be an int >= ``minimum``."""
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int, got {_given(value)}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_number(
+    value: object, name: str, *, positive: bool = False, minimum: Optional[float] = None,
+    allow_none: bool = False,
+) -> Optional[float]:
+    """``value`` must be a finite real number (``> 0`` with ``positive``, ``>= minimum``
+    with ``minimum``), or None when ``allow_none``."""
     if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number{' or None' if allow_none else ''}, got {_given(value)}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if positive and not value > 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    if minimum is not None and not value >= minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def check_flag(value: object, name: str) -> bool:
+    """``value`` must be True or False (a string such as "False" would be truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {_given(value)}")
+    return value
 
 
 def subclass_of(tensors: Sequence[Optional[Tensor]]) -> Optional[type]:

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from . import reference
 from ._checks import (
-    FLOAT_DTYPES, KERNELS as _kernels, as_rows, check_positive, check_same_device, check_shape, check_tensor,
+    FLOAT_DTYPES, KERNELS as _kernels, as_rows, check_int, check_number, check_same_device, check_shape, check_tensor,
     kernel_rows, use_kernels,
 )
 from .kernels._eager import EagerOp, Launch
@@ -335,11 +335,10 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
     check_tensor(s, "s", FLOAT_DTYPES + (torch.float64,))
     if s.dim() < 1:
         raise ValueError(f"s must have at least one dim (rows x sequence), got shape {tuple(s.shape)}")
-    if isinstance(n_iters, bool) or not isinstance(n_iters, int) or n_iters < 1:
-        raise ValueError(f"n_iters must be an int >= 1, got {n_iters!r}")
-    check_positive(eps, "eps")
-    check_positive(eps_init, "eps_init", allow_none=True)
-    check_positive(eps_decay, "eps_decay")
+    check_int(n_iters, "n_iters", minimum=1)
+    check_number(eps, "eps", positive=True)
+    check_number(eps_init, "eps_init", positive=True, allow_none=True)
+    check_number(eps_decay, "eps_decay", positive=True)
     lead = s.shape[:-1]
     if isinstance(k, Tensor):
         check_tensor(k, "k", FLOAT_DTYPES + (torch.float64,))
@@ -347,7 +346,7 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
             raise ValueError(f"k of shape {tuple(k.shape)} must broadcast to s's leading dims {tuple(lead)}")
         k_rows = k.expand(lead)
     else:
-        check_positive(k, "k")
+        check_number(k, "k", positive=True)
         k_rows = None
     if mask is not None:
         check_tensor(mask, "mask", (torch.bool,))

@@ -1,58 +1,15 @@
 """Checks of the modules' constructor arguments.
 
-As the functional ops' input checks: ``TypeError`` for the wrong kind of value,
-``ValueError`` for a wrong value, each naming the argument and what was given (never an
-``assert``). Ints are ``numbers.Integral`` (numpy ints too) but not bool; numbers are
-``numbers.Real`` but not bool.
+The value checkers (``check_int``, ``check_number``, ``check_flag``) are ``_checks``'s, shared
+with the functional ops: ``TypeError`` for the wrong kind of value, ``ValueError`` for a
+wrong value, each naming the argument and what was given (never an ``assert``).
 """
 from __future__ import annotations
 
-import math
-import numbers
-from typing import Optional, Sequence, Tuple
+from typing import Sequence, Tuple
 
-
-def _given(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def check_int(value: object, name: str, minimum: int) -> int:
-    """``value`` must be an int >= ``minimum``."""
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int, got {_given(value)}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_number(
-    value: object, name: str, *, positive: bool = False, minimum: Optional[float] = None,
-    allow_none: bool = False,
-) -> Optional[float]:
-    """``value`` must be a finite real number (``> 0`` with ``positive``, ``>= minimum``
-    with ``minimum``), or None when ``allow_none``."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number{' or None' if allow_none else ''}, got {_given(value)}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if positive and not value > 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    if minimum is not None and not value >= minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return value
-
-
-def check_flag(value: object, name: str) -> bool:
-    """``value`` must be True or False (a string such as "False" would be truthy)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {_given(value)}")
-    return value
+# The value checkers are the functional ops' own (one checker for both doors into an op).
+from .._checks import _given, _is_int, check_flag, check_int, check_number  # noqa: F401
 
 
 def check_use_triton(value: object) -> Optional[bool]:
