@@ -311,33 +311,32 @@ def one_rank_mesh():
 
 
 @pytest.mark.parametrize("module", ["TritonLayerNorm", "TritonRMSNorm"])
-def test_dtensors_take_torch_ops_and_match(module, one_rank_mesh, monkeypatch):
-    """A DTensor input (tensor parallel's SequenceParallel hands the norm one) runs torch's ops
-    on it (the reference), not a kernel on its wrapper: the output and the gradients are the
-    plain call's. use_triton=True on it is a clear error naming the class."""
+def test_dtensors_never_reach_the_eager_door(module, one_rank_mesh, monkeypatch):
+    """A DTensor input (tensor parallel's SequenceParallel hands the norm one) takes the custom
+    op, whose sharding rule runs the kernels on the local shard (tests/test_tensor_parallel.py),
+    never the eager door's launch on its wrapper: the output and the gradients are the plain
+    call's."""
     from torch.distributed.tensor import Shard, distribute_tensor
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
-    launched = []
+    planned = []
     real = _doors.Op.call_planned
-    monkeypatch.setattr(_doors.Op, "call_planned", lambda self, *a: (launched.append(1), real(self, *a))[1])
+    monkeypatch.setattr(_doors.Op, "call_planned", lambda self, *a: (planned.append(1), real(self, *a))[1])
     layer = getattr(triton_layers, module)(24)
     with torch.no_grad():
         layer.weight.normal_()
     x = torch.randn(4, 6, 24, requires_grad=True)
     want = layer(x)
     want_grads = torch.autograd.grad(want.pow(2).sum(), (x, layer.weight))
-    launched.clear()
+    planned.clear()
     parallelize_module(layer, one_rank_mesh, SequenceParallel(use_local_output=False))
     dx = distribute_tensor(x.detach(), one_rank_mesh, [Shard(1)]).requires_grad_()
     got = layer(dx)
     got_grads = torch.autograd.grad(got.pow(2).sum(), (dx, layer.weight))
-    assert not launched
+    assert not planned
     torch.testing.assert_close(got.full_tensor(), want, atol=1e-5, rtol=1e-5)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g.full_tensor(), w, atol=1e-4, rtol=1e-4)
-    with pytest.raises(ValueError, match="use_triton=True cannot launch a kernel on a DTensor"):
-        F.layer_norm(dx, use_triton=True)
 
 
 # --- the plan check -----------------------------------------------------------------------

@@ -132,18 +132,29 @@ def subclass_of(tensors: Sequence[Optional[Tensor]]) -> Optional[type]:
     return None
 
 
-def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional[Tensor]] = ()) -> bool:
+def is_dtensor(kind: type) -> bool:
+    """Whether ``kind`` is torch's DTensor (told by its module: nothing of torch.distributed is
+    imported to ask)."""
+    return kind.__name__ == "DTensor" and kind.__module__.startswith("torch.distributed.tensor")
+
+
+def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional[Tensor]] = (),
+                dtensors: bool = False) -> bool:
     """Pick the path for ``x`` (and the op's ``others`` tensors): the Triton kernels or the
     pure-torch reference.
 
     ``None`` (auto): kernels for CUDA tensors, and for CPU tensors when TRITON_INTERPRET=1
     was set before triton_layers was imported; the reference otherwise, always under a
-    torch.func transform (vmap, grad, ...), and for tensor subclasses (DTensor, FakeTensor
-    outside torch.compile, wrappers: their data is not one plain buffer a kernel can read;
-    torch's ops on them are what the subclass defines). ``True`` forces the kernels and
+    torch.func transform (vmap, grad, ...), and for tensor subclasses (FakeTensor outside
+    torch.compile, wrappers: their data is not one plain buffer a kernel can read; torch's
+    ops on them are what the subclass defines). DTensors take the kernels (through the
+    custom op, whose sharding rule runs it on the local shards: ``kernels/_sharding``) where
+    the op has a rule (``dtensors``), else the reference. ``True`` forces the kernels and
     raises where they cannot run; ``False`` forces the reference.
     """
     kind = None if tracing() else subclass_of((x, *others))
+    if kind is not None and dtensors and is_dtensor(kind):
+        kind = None  # (the custom op's door: the device decides, below)
     if kind is not None:
         can_run = False
         why = (f"cannot launch a kernel on a {kind.__name__} (a tensor subclass); use_triton=None takes the "

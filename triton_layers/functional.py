@@ -97,6 +97,12 @@ def rms_norm(
                  residual_dtype, use_triton, normalized_shape, rms=True, unit_offset=unit_offset)
 
 
+def _sharded_along(t: Tensor, dim: int) -> bool:
+    """Whether ``t`` is a DTensor sharded along ``dim``."""
+    placements = getattr(t, "placements", ())
+    return any(getattr(p, "dim", None) in (dim, dim - t.dim()) and p.is_shard() for p in placements)
+
+
 def _out_dtype(value: object, name: str) -> torch.dtype:
     if not isinstance(value, torch.dtype) or value not in FLOAT_DTYPES:
         names = ", ".join(str(d) for d in FLOAT_DTYPES)
@@ -170,7 +176,7 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
         out_dtype = x.dtype
 
     # Empty inputs take the reference: no launch, and autograd still gives (empty or zero) grads.
-    kernels = use_kernels(x, use_triton, (weight, bias, residual)) and x.numel() > 0
+    kernels = use_kernels(x, use_triton, (weight, bias, residual), dtensors=True) and x.numel() > 0
     # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
@@ -275,7 +281,7 @@ def _weighted_sum_route(x, weight, bias, use_triton):
     if bias is not None and (bias.dim() > 1 or bias.numel() != 1):
         raise ValueError(f"bias must be a scalar: shape () or (1,), got {tuple(bias.shape)}")
 
-    kernels = use_kernels(x, use_triton, (weight, bias))
+    kernels = use_kernels(x, use_triton, (weight, bias), dtensors=True)
     # Empty inputs take the reference: no launch, and autograd still gives (zero) grads.
     if x.numel() == 0 or not kernels:
         return reference.weighted_sum(x, weight, None if bias is None else bias.reshape(()))
@@ -354,7 +360,7 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
     check_same_device(("s", "k", "mask"), s, k_rows, mask)
 
     # float64 (an oracle's dtype, not a training one) takes the reference in float64.
-    kernels = use_kernels(s, use_triton, (mask, k_rows)) and s.dtype != torch.float64
+    kernels = use_kernels(s, use_triton, (mask, k_rows), dtensors=True) and s.dtype != torch.float64
     n_cols = s.shape[-1]
     if s.numel() == 0:
         return s * 0  # empty, and still in the autograd graph of s
@@ -372,8 +378,13 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
 
 
 def _coor_descent_kernel_tensors(s, mask, k) -> tuple:
-    """The kernel op's tensors: ``k`` (when a tensor) as one value a row, 1-D."""
-    return s, mask, None if k is None else k.expand(s.shape[:-1]).reshape(-1)
+    """The kernel op's tensors: ``k`` (when a tensor) as one value a row, of s's leading shape
+    (a shard of s along a row dim is then the same shard of k): 1-D as it is, else contiguous."""
+    if k is not None:
+        k = k.expand(s.shape[:-1])
+        if k.dim() > 1 and not k.is_contiguous():
+            k = k.contiguous()
+    return s, mask, k
 
 
 _COOR_DESCENT = EagerOp("coor_descent", _coor_descent_route, _coor_descent_kernel_tensors)
@@ -430,14 +441,19 @@ def _softmax_route(x, key_padding_mask, causal, scale, use_triton):
         check_shape(key_padding_mask, "key_padding_mask", (x.shape[0], x.shape[-1]))
     scale = 1.0 if scale is None else float(scale)
 
-    kernels = use_kernels(x, use_triton, (key_padding_mask,))
+    kernels = use_kernels(x, use_triton, (key_padding_mask,), dtensors=True)
+    if kernels and causal and _sharded_along(x, x.dim() - 2):
+        raise ValueError(
+            "softmax(causal=True) of scores sharded along the query dim (Shard(-2)): each shard's causal "
+            "offset is not its own; shard the scores by batch or heads (attention's ColwiseParallel) instead")
     # Empty inputs take the reference: no launch, and autograd still gives (empty) grads.
     if not kernels or x.numel() == 0:
         return reference.softmax(x, causal, scale, key_padding_mask)
     n_cols = x.shape[-1] if x.dim() else 1
     x2 = kernel_rows(x, n_cols)
-    rows_per_batch = x.numel() // n_cols // x.shape[0] if key_padding_mask is not None else 1
-    n_q = x.shape[-2] if causal else 1
+    # (0, 0): the kernel op takes both from x as given, which is what a DTensor's local shard holds
+    rows_per_batch, n_q = ((x.numel() // n_cols // x.shape[0] if key_padding_mask is not None else 1,
+                            x.shape[-2] if causal else 1) if x2 is not x else (0, 0))
     shape = x.shape
     return Launch(_kernels.softmax, (x2, key_padding_mask), (n_q, rows_per_batch, causal, scale),
                   None if x2 is x else (lambda y: y.reshape(shape)))

@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 from torch.library import triton_op, wrap_triton
 
 from .._tracing import tracing
@@ -77,6 +78,11 @@ class OpDescription:
       (2-D with last stride 1; a 1-D tensor by its stride). Every other saved tensor reaches
       the backward contiguous: a saved-tensor hook that hands one back in another layout is
       answered with a contiguous copy (:meth:`Op._as_saved`).
+    - ``row_sharded``, ``shared_when``, ``unshardable_rows``: how the op shards for DTensors
+      (``_sharding``): the tensors that hold rows, by name (inputs, outputs, residuals, saved)
+      ``{name: (offset, trailing)}``; when the ``shared_grads`` pairs are one tensor, from the
+      backward's arguments by name (default: whenever both are asked); the row dims that may
+      not be sharded, from the forward's or backward's arguments. None: no rule.
     - ``backward_graph(grads, needs, *saved)``: the backward in differentiable torch ops
       (``{argument name: gradient}`` as ``run_backward``), run where autograd must build the
       backward's own graph (``create_graph=True`` with a tensor that requires a gradient:
@@ -99,6 +105,9 @@ class OpDescription:
     shared_grads: tuple[tuple[str, str], ...] = ()
     row_strided: tuple[str, ...] = ()
     backward_graph: Optional[Callable[..., dict]] = None
+    row_sharded: Optional[dict] = None
+    shared_when: Optional[Callable[[dict], bool]] = None
+    unshardable_rows: Optional[Callable[[dict, int], tuple]] = None
 
 
 def _signature(params: tuple[tuple[str, Any], ...], returns: Any) -> inspect.Signature:
@@ -249,7 +258,7 @@ class Op:
         n_out = self._n_out
 
         def forward_body(*args):
-            return _one_or_tuple(desc.forward(wrap_triton, *args))
+            return _one_or_tuple(desc.forward(_traced_launch(args), *args))
 
         forward_body.__signature__ = _signature(d.inputs, _tensor_tuple(len(self._result_names)))
         forward_op = triton_op(f"triton_layers::{d.name}_fwd", mutates_args=())(forward_body)
@@ -261,7 +270,7 @@ class Op:
             grads = args[:n_out]
             saved = args[n_out:-1]
             needs = dict(zip(d.differentiable, args[-1]))
-            out = desc.backward(wrap_triton, grads, needs, *saved)
+            out = desc.backward(_traced_launch(args), grads, needs, *saved)
             # A custom op returns tensors only: an empty one stands for "no gradient", and
             # for the second of a shared pair (backward() below hands it the first's).
             shared = {a for a, b in d.shared_grads if needs[a] and needs[b] and out[a] is out[b]}
@@ -362,6 +371,26 @@ class Op:
 _new_tuple = tuple.__new__
 
 
+def _traced_launch(args: tuple) -> Callable:
+    """How the compiled door's bodies launch: ``wrap_triton``; but on tensors without data off a
+    GPU (meta tensors, CPU fakes: DTensor's sharding propagation, FakeTensorMode), a launch that
+    does nothing, since the Triton interpreter (the only way our kernels run on a CPU) would
+    read their data. (On a GPU, ``wrap_triton`` itself launches nothing for fakes.)"""
+    for a in args:
+        if isinstance(a, Tensor) and not a.is_cuda and (a.is_meta or isinstance(a, _FakeTensor)):
+            return _no_launch
+    return wrap_triton
+
+
+def _no_launch(kernel):
+    return _NoGrid()
+
+
+class _NoGrid:
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
 def _subclass(args: tuple) -> Optional[type]:
     """The class of the first tensor in ``args`` that is not a plain tensor or Parameter."""
     for a in args:
@@ -396,14 +425,19 @@ def _one_or_tuple(tensors):
 
 
 def _unaliased(tensors) -> tuple:
-    """The tensors, each that shares its base with an earlier one cloned: a custom op's
-    outputs may not alias each other (the launchers may return views of one reduction,
-    e.g. LayerNorm's weight and bias gradients; the eager door keeps those views)."""
-    out, bases = [], set()
+    """The tensors, each that shares memory with an earlier one cloned: a custom op's outputs
+    may not alias each other (the launchers may return views of one reduction, e.g.
+    LayerNorm's weight and bias gradients; the eager door keeps those views). Real tensors are
+    told apart by their storage's address (a view made where autograd does not record it, as
+    under DTensor's local dispatch, has no ``_base``), fakes by their ``_base``."""
+    out, seen = [], set()
     for t in tensors:
-        base = id(t._base if t._base is not None else t)
-        out.append(t.clone() if base in bases else t)
-        bases.add(base)
+        if t.numel() and not t.is_meta and not isinstance(t, _FakeTensor) and type(t) in _eager.PLAIN_TENSORS:
+            key = t.untyped_storage().data_ptr()
+        else:
+            key = id(t._base if t._base is not None else t)
+        out.append(t.clone() if key in seen else t)
+        seen.add(key)
     return tuple(out)
 
 

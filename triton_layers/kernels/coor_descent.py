@@ -278,9 +278,15 @@ def _coor_descent_bwd_kernel(
             tl.store(DK + row, dk)
 
 
+def _k_stride(k: Optional[Tensor]) -> int:
+    """The stride between rows' k: k is one value a row, 1-D (any stride, 0 for one k for all)
+    or of s's leading shape and contiguous."""
+    return 0 if k is None else k.stride(0) if k.dim() == 1 else 1
+
+
 class _ForwardPlan(NamedTuple):
     kernel: _doors.KernelCall
-    stats_shape: tuple[int, int, int]
+    stats_shape: tuple[int, ...]
     schedule_shape: tuple[int]
 
 
@@ -295,12 +301,13 @@ def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_valu
     block, single_pass = _launch.row_block(n_cols, cfg.max_fused_cols, cfg.loop_block)
     kernel = _doors.KernelCall(
         _coor_descent_fwd_kernel, (n_rows,),
-        (_launch.row_stride(s), 0 if mask is None else n_cols, 0 if k is None else k.stride(0), n_cols,
+        (_launch.row_stride(s), 0 if mask is None else n_cols, _k_stride(k), n_cols,
          n_cols, n_iters, k_value, eps, eps_init, eps_decay),
         dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, BLOCK_N=block, SINGLE_PASS=single_pass,
              num_warps=_launch.warps_for(block, cfg.fwd_elems_per_thread, cfg.fwd_max_warps)),
         _launch.device_index(s))
-    return _ForwardPlan(kernel, (n_rows, 2, n_iters), (n_iters + 1,))
+    # (the rows as s has them: a shard of s along a row dim is the same shard of stats)
+    return _ForwardPlan(kernel, (*s.shape[:-1], 2, n_iters), (n_iters + 1,))
 
 
 def _run_forward(launch, plan: _ForwardPlan, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
@@ -344,7 +351,7 @@ def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
             dict(HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps), device)
     grads_kernel = _doors.KernelCall(
         _coor_descent_bwd_kernel, (n_rows, n_chunks),
-        (stride_s, stride_m, stride_dy, 0 if k is None else k.stride(0), n_cols, n_cols, n_iters, n_chunks, k_value),
+        (stride_s, stride_m, stride_dy, _k_stride(k), n_cols, n_cols, n_iters, n_chunks, k_value),
         dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=needs["k"], ONE_CHUNK=n_chunks == 1,
              BLOCK_N=block,
              CHUNKS_BLOCK=max(_launch.next_power_of_2(n_chunks), 2), num_warps=warps),
@@ -357,7 +364,7 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Ten
     """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
     dy = grads[0].contiguous() if plan.copy_dy else grads[0]
     ds = _launch.new_output(s)
-    dk = s.new_empty(plan.partial_shape[0], dtype=torch.float32) if needs["k"] else None
+    dk = s.new_empty(k.shape, dtype=torch.float32) if needs["k"] else None  # (one a row, as k)
     flags = _doors.mask_bytes(mask, launch)
     partial = None
     if plan.partials is not None:
@@ -406,6 +413,9 @@ coor_descent = _doors.build(_doors.OpDescription(
     differentiable=("s", "k"),
     row_strided=("s", "k"),
     backward_graph=_backward_graph,
+    # Rows shard along every dim of s but the last; k (one value a row) and the statistics
+    # (*rows, 2, n_iters) along the same dims; the eps schedule is replicated.
+    row_sharded={"s": (0, 1), "mask": (0, 1), "k": (0, 0), "y": (0, 1), "stats": (0, 2)},
 ))
 """Differentiable coordinate descent of a 2-D ``s`` (last stride 1):
 ``coor_descent(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)``."""

@@ -454,7 +454,7 @@ class _ForwardPlan(NamedTuple):
     kernel: _doors.KernelCall
     out_dtype: torch.dtype
     residual_dtype: Optional[torch.dtype]
-    stats_shape: tuple[int, int]
+    stats_shape: tuple[int, ...]
     sums_shape: Optional[tuple[int, int, int]]  # the one-pass split's per-chunk row sums (else None)
 
 
@@ -474,7 +474,9 @@ def _plan_forward(
                0 if residual is None else n_cols, n_cols)
     flags = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                  HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight)
-    stats_shape = ((1 if rms else 2) + int(stable), n_rows)
+    # (k, *x.shape[:-1]): the rows as x has them, so that a shard of x along a row dim is the
+    # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
+    stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1])
     n_chunks = _launch.cdiv(n_cols, cfg.fwd_one_pass_block)
     if not single_pass and not stable and _launch.one_pass_forward(n_chunks, residual is not None, cfg, x.device):
         # (one row at a time: no BLOCK_M)
@@ -704,6 +706,10 @@ _SAVED_FLAGS = (("rms", bool), ("stable", bool), ("unit_offset", bool), ("cast_b
 _saved_flags = operator.attrgetter(*(name for name, _ in _SAVED_FLAGS))
 
 
+# The tensors holding rows (x and its like: every dim but the last; the statistics (k, *rows)).
+_ROWS = {"x": (0, 1), "residual": (0, 1), "y": (0, 1), "h": (0, 1), "z": (0, 1), "stats": (1, 0)}
+
+
 def _describe(with_residual: bool) -> _doors.OpDescription:
     """The norm op, taking (and returning) the residual stream when ``with_residual``."""
     params = (("weight", Optional[Tensor]), ("bias", Optional[Tensor]))
@@ -726,6 +732,9 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
             run_backward=_run_backward,
             differentiable=("x", "residual", "weight", "bias"),
             shared_grads=(("residual", "x"),),
+            # (the backward returns one dz for both where their dtypes agree: _run_backward)
+            shared_when=lambda args: args["x_dtype"] == args["r_dtype"],
+            row_sharded=_ROWS,
             row_strided=("z",),
             backward_graph=_backward_graph,
         )
@@ -742,6 +751,7 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         plan_backward=lambda grads, needs, z, *saved: _plan_backward(grads, needs, z, *saved, z.dtype, None),
         run_backward=_run_backward,
         differentiable=("x", "weight", "bias"),
+        row_sharded=_ROWS,
         row_strided=("z",),
         backward_graph=_backward_graph,
     )

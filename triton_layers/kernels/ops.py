@@ -1,7 +1,13 @@
 """The differentiable kernel ops, each callable with its description's inputs (2-D, last stride 1)."""
+from ._sharding import register_rules
 from .coor_descent import coor_descent
 from .layer_norm import norm, residual_norm
 from .softmax import softmax
 from .weighted_sum import weighted_sum
 
 __all__ = ["norm", "residual_norm", "softmax", "weighted_sum", "coor_descent"]
+
+# Each op's sharding rules, for DTensors (kernels/_sharding.py): registered with DTensor once,
+# here, so that eager and traced calls alike find them.
+for _op in (norm, residual_norm, softmax, weighted_sum, coor_descent):
+    register_rules(_op)

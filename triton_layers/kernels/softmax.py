@@ -309,12 +309,26 @@ def _plan(y_like: Tensor, causal: bool) -> tuple:
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, PREFIX_SPLITS=prefix_splits, num_warps=warps)
 
 
+def _local_counts(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int,
+                  causal: bool) -> tuple[int, int]:
+    """``(n_q, rows_per_batch)``, each from x's shape where given as 0 (see :func:`_plan_forward`)."""
+    if n_q == 0:
+        n_q = x.shape[-2] if causal else 1
+    if rows_per_batch == 0:
+        n_cols = x.shape[-1] if x.dim() else 1
+        rows_per_batch = max(1, x.numel() // n_cols // x.shape[0]) if key_padding_mask is not None and n_cols else 1
+    return n_q, rows_per_batch
+
+
 def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool,
                   scale: float) -> tuple[_doors.KernelCall, ...]:
     """The forward's launches for ``x`` (..., Nk) whose rows are a matrix as it is
     (:func:`_launch.rows_as_is`). ``key_padding_mask`` is bool (B, Nk), True = padding; row
     ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the number of queries per score
-    matrix (rows ``r % n_q``), used when ``causal``."""
+    matrix (rows ``r % n_q``), used when ``causal``. Either 0: taken from x's own shape (x as
+    given, (B, [H,] Nq, Nk)): so a DTensor's local shard, with fewer heads or batch entries
+    than the whole, plans for what it holds."""
+    n_q, rows_per_batch = _local_counts(x, key_padding_mask, n_q, rows_per_batch, causal)
     n_rows, n_cols, grid, tile = _plan(x, causal)
     # (y is new and contiguous; the mask reaches the kernel contiguous: see mask_bytes)
     strides = (_launch.row_stride(x), n_cols, 0 if key_padding_mask is None else key_padding_mask.shape[-1])
@@ -346,6 +360,7 @@ def _plan_backward(grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool,
     """``(launch, whether dy is copied first)`` for this gradient's layout."""
     dy = grads[0]
     copy_dy = not _launch.rows_as_is(dy)
+    n_q = _local_counts(y, None, n_q, 1, causal)[0]
     n_rows, n_cols, grid, tile = _plan(y, causal)
     reload = _launch.softmax_bwd_reload(tile["BLOCK_N"], tile["SINGLE_PASS"], _launch.current().softmax)
     kernel = _doors.KernelCall(
@@ -386,6 +401,10 @@ softmax = _doors.build(_doors.OpDescription(
     run_backward=_run_backward,
     differentiable=("x",),
     backward_graph=_backward_graph,
+    # Rows shard along every dim but the last; the mask (B, Nk) along the batch dim alone; a
+    # causal mask needs each query's index in its matrix: not along the queries' dim.
+    row_sharded={"x": (0, 1), "key_padding_mask": (0, 1), "y": (0, 1)},
+    unshardable_rows=lambda args, n_rows: (n_rows - 1,) if args["causal"] else (),
 ))
 """Differentiable masked softmax of a 2-D ``x`` (last stride 1):
 ``softmax(x, key_padding_mask, n_q, rows_per_batch, causal, scale)``."""

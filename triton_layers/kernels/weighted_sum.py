@@ -268,5 +268,7 @@ weighted_sum = _doors.build(_doors.OpDescription(
     differentiable=("x", "weight", "bias"),
     row_strided=("x",),
     backward_graph=_backward_graph,
+    # Rows shard along every dim of x but the last (the summed one), y along the same dims.
+    row_sharded={"x": (0, 1), "y": (0, 0)},
 ))
 """Differentiable weighted sum of a 2-D ``x`` (last stride 1): ``weighted_sum(x, weight, bias)``."""
