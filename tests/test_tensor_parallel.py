@@ -1,0 +1,253 @@
+"""Tensor and sequence parallelism: every op on DTensors, sharded, computing on the local
+shards (the sharding rules of kernels/_sharding.py), with no communication inside our ops.
+
+Each test spawns ranks over gloo on the CPU (the kernels run through the Triton
+interpreter, as the rest of the suite) and checks, on every rank, the outputs and every
+gradient against the same op on the whole tensors in one process; sequence lengths and
+row counts are not divisible by the number of ranks (uneven shards). On a GPU machine with
+two GPUs the same cases run over NCCL.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+
+
+def _spawn(world: int, fn) -> None:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), fn), nprocs=world, join=True)
+
+
+def _worker(rank: int, world: int, store: str, fn) -> None:
+    backend = "nccl" if torch.cuda.device_count() >= world else "gloo"
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
+    device = "cuda" if backend == "nccl" else "cpu"
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    try:
+        fn(init_device_mesh(device, (world,)), device)
+    finally:
+        dist.destroy_process_group()
+
+
+def _no_comms():
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    return CommDebugMode()
+
+
+def _close(got, want, what: str, tol: float = 1e-4) -> None:
+    from torch.distributed.tensor import DTensor
+
+    got = got.full_tensor() if isinstance(got, DTensor) else got
+    want = want.full_tensor() if isinstance(want, DTensor) else want
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    err = float((got.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-12))
+    assert err <= tol, f"{what}: max error {err:.2e} of max |value|"
+
+
+def _grads_and_comms(fn, inputs, dy):
+    """The output of ``fn(*inputs)`` and the gradients of the inputs that require one, and the
+    collectives DTensor ran inside (forward and backward)."""
+    with _no_comms() as comm:
+        y = fn(*inputs)
+        grads = torch.autograd.grad(y, [t for t in inputs if t.requires_grad], dy)
+    return y, grads, comm.get_total_counts()
+
+
+def _norm_cases(mesh, device):
+    """The norms under SequenceParallel (the sequence dim sharded, 7 rows a sequence), the fused
+    residual norm on sequence-sharded x and residual, and row shards of a 2-D input."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    import triton_layers
+    from triton_layers import functional as F
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 7, 24, device=device)
+    res = torch.randn(2, 7, 24, device=device)
+    w = 1 + 0.5 * torch.randn(24, device=device)
+    b = torch.randn(24, device=device)
+    shard = lambda t, d=1: distribute_tensor(t, mesh, [Shard(d)]).requires_grad_()  # noqa: E731
+    rep = lambda t: distribute_tensor(t, mesh, [Replicate()]).requires_grad_()  # noqa: E731
+    leaf = lambda t: t.clone().requires_grad_()  # noqa: E731
+    cases = {
+        "layer_norm": (lambda x, w, b: F.layer_norm(x, w, b), (x, w, b), (shard, rep, rep)),
+        "rms_norm": (lambda x, w: F.rms_norm(x, w), (x, w), (shard, rep)),
+        "layer_norm rows": (lambda x, w, b: F.layer_norm(x, w, b), (x[0], w, b), (lambda t: shard(t, 0), rep, rep)),
+        "add_rms_norm": (lambda x, r, w: sum(t.float() for t in F.rms_norm(x, w, residual=r)), (x, res, w),
+                         (shard, shard, rep)),
+        "add_layer_norm bf16 residual": (
+            lambda x, r, w: sum(t.float() for t in F.layer_norm(x, w, residual=r, residual_dtype=torch.float32)),
+            (x.bfloat16(), res, w), (shard, shard, rep)),
+    }
+    for name, (fn, values, how) in cases.items():
+        dy = torch.randn(values[0].shape, device=device)
+        want_y, want_grads, _ = _grads_and_comms(fn, [leaf(t) for t in values], dy)
+        dts = [h(t) for h, t in zip(how, values)]
+        d_dy = distribute_tensor(dy, mesh, [dts[0].placements[0]])
+        got_y, got_grads, comms = _grads_and_comms(fn, dts, d_dy)
+        assert comms == 0, f"{name}: {comms} collectives inside the op"
+        assert got_y.placements == dts[0].placements, f"{name}: output {got_y.placements}"
+        tol = 2e-2 if values[0].dtype == torch.bfloat16 else 1e-4
+        _close(got_y, want_y, f"{name} output", tol)
+        for i, (g, wg) in enumerate(zip(got_grads, want_grads)):
+            _close(g, wg, f"{name} grad {i} ({g.placements})", tol)
+
+    # The modules under torch's SequenceParallel, as torchtitan plans its norms.
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+    for cls, ref in ((triton_layers.TritonRMSNorm, torch.nn.RMSNorm), (triton_layers.TritonLayerNorm,
+                                                                       torch.nn.LayerNorm)):
+        torch.manual_seed(1)
+        ours, theirs = cls(24).to(device), ref(24).to(device)
+        with torch.no_grad():
+            ours.weight.normal_()
+        theirs.load_state_dict(ours.state_dict(), strict=False)
+        for m in (ours, theirs):
+            parallelize_module(m, mesh, SequenceParallel())
+        xs = x.clone().requires_grad_()  # (each rank's x taken as its shard of the sequence)
+        outs = [m(xs) for m in (ours, theirs)]
+        for out in outs:
+            out.pow(2).sum().backward()
+        _close(outs[0], outs[1], f"{cls.__name__} local output", 1e-4)
+        _close(ours.weight.grad, theirs.weight.grad, f"{cls.__name__} weight grad", 1e-4)
+
+
+def _softmax_cases(mesh, device):
+    """Scores sharded by heads (attention's ColwiseParallel) with a causal and a key padding
+    mask, by batch; a causal shard of the queries is a clear error."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from triton_layers import functional as F
+
+    torch.manual_seed(2)
+    scores = torch.randn(3, 5, 6, 9, device=device)
+    pad = torch.rand(3, 9, device=device) < 0.2
+    dy = torch.randn(3, 5, 6, 9, device=device)
+    for name, dim, mask_placement in (("heads", 1, Replicate()), ("batch", 0, Shard(0))):
+        fn = lambda x, m: F.softmax(x, causal=True, scale=0.4, key_padding_mask=m)  # noqa: E731
+        leaf = scores.clone().requires_grad_()
+        want = fn(leaf, pad)
+        want_grad, = torch.autograd.grad(want, leaf, dy)
+        dx = distribute_tensor(scores, mesh, [Shard(dim)]).requires_grad_()
+        dm = distribute_tensor(pad, mesh, [mask_placement])
+        y, grads, comms = _grads_and_comms(lambda x: fn(x, dm), [dx], distribute_tensor(dy, mesh, [Shard(dim)]))
+        assert comms == 0 and y.placements == (Shard(dim),), f"softmax by {name}: {comms} comms, {y.placements}"
+        _close(y, want, f"softmax by {name}")
+        _close(grads[0], want_grad, f"softmax by {name}: dx")
+    with pytest.raises(ValueError, match="query dim"):
+        F.softmax(distribute_tensor(scores, mesh, [Shard(2)]), causal=True)
+
+
+def _row_op_cases(mesh, device):
+    """weighted_sum and coor_descent on row-sharded inputs (data-sharded DTensors)."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from triton_layers import functional as F
+
+    torch.manual_seed(3)
+    x, w, b = torch.randn(5, 3, 16, device=device), torch.randn(16, device=device), torch.randn(1, device=device)
+    s = torch.randn(5, 3, 16, device=device)
+    k = 1.5 + torch.rand(5, 3, device=device)
+    mask = torch.rand(5, 3, 16, device=device) < 0.9
+    cases = {
+        "weighted_sum": (lambda x, w, b: F.weighted_sum(x, w, b), (x, w, b), (Shard(0), Replicate(), Replicate())),
+        "coor_descent": (lambda s, k: F.coor_descent(s, n_iters=3, k=k, eps=0.3, mask=dmask if isinstance(s, type(
+            dk)) else mask), (s, k), (Shard(0), Shard(0))),
+    }
+    dmask = distribute_tensor(mask, mesh, [Shard(0)])
+    dk = distribute_tensor(k, mesh, [Shard(0)])
+    for name, (fn, values, places) in cases.items():
+        leaves = [t.clone().requires_grad_() for t in values]
+        want = fn(*leaves)
+        dy = torch.randn(want.shape, device=device)
+        want_grads = torch.autograd.grad(want, leaves, dy)
+        dts = [distribute_tensor(t, mesh, [p]).requires_grad_() for t, p in zip(values, places)]
+        y, grads, comms = _grads_and_comms(fn, dts, distribute_tensor(dy, mesh, [Shard(0)]))
+        assert comms == 0, f"{name}: {comms} collectives inside the op"
+        _close(y, want, f"{name} output", 1e-3)
+        for i, (g, wg) in enumerate(zip(grads, want_grads)):
+            _close(g, wg, f"{name} grad {i} ({g.placements})", 1e-3)
+
+
+def _residual_style_cases(mesh, device):
+    """triton_layers.parallel.SequenceParallel: norm(x, residual) with the residual positional or
+    keyword, x and residual each this rank's shard of the sequence, returns (y, h) sharded, as
+    local tensors with use_local_output=True; the same values and gradients as one process."""
+    import triton_layers
+    from torch.distributed.tensor.parallel import parallelize_module
+    from triton_layers.parallel import SequenceParallel
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(4)
+    x, res = torch.randn(2, 3 * world, 24, device=device), torch.randn(2, 3 * world, 24, device=device)
+    dy, dh = torch.randn_like(x), torch.randn_like(x)
+    mine = slice(3 * rank, 3 * rank + 3)
+    for cls in (triton_layers.TritonRMSNorm, triton_layers.TritonLayerNorm):
+        torch.manual_seed(5)
+        whole = cls(24).to(device)
+        with torch.no_grad():
+            whole.weight.normal_()
+        leaves = [x.clone().requires_grad_(), res.clone().requires_grad_()]
+        y, h = whole(*leaves)
+        want = torch.autograd.grad((y * dy + h * dh).sum(), [*leaves, whole.weight])
+        for keyword in (False, True):
+            norm = cls(24).to(device)
+            norm.load_state_dict(whole.state_dict())
+            parallelize_module(norm, mesh, SequenceParallel(use_local_output=True))
+            xl, rl = x[:, mine].clone().requires_grad_(), res[:, mine].clone().requires_grad_()
+            yl, hl = norm(xl, residual=rl) if keyword else norm(xl, rl)
+            assert not isinstance(yl, type(norm.weight)) and yl.shape == xl.shape
+            got = torch.autograd.grad((yl * dy[:, mine] + hl * dh[:, mine]).sum(), [xl, rl, norm.weight])
+            _close(yl, y[:, mine], f"{cls.__name__} y (keyword={keyword})")
+            _close(hl, h[:, mine], f"{cls.__name__} h")
+            _close(got[0], want[0][:, mine], f"{cls.__name__} dx")
+            _close(got[1], want[1][:, mine], f"{cls.__name__} dresidual")
+            _close(got[2], want[2], f"{cls.__name__} dweight")
+
+
+def _all_cases(mesh, device):
+    _residual_style_cases(mesh, device)
+    _norm_cases(mesh, device)
+    _softmax_cases(mesh, device)
+    _row_op_cases(mesh, device)
+
+
+def test_every_op_on_dtensors_two_ranks():
+    _spawn(2, _all_cases)
+
+
+def test_norms_on_dtensors_four_ranks():
+    """Four ranks: shards of 2 and 1 of 7 rows."""
+    _spawn(4, _norm_cases)
+
+
+def test_the_readme_plan_runs(tmp_path):
+    """The README's tensor-parallel plan, as written, on 2 CPU ranks over gloo. Judged by what
+    each rank prints after its last line: gloo can abort a process in the interpreter's
+    teardown after everything ran (examples/distributed_check.py says more)."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    start = readme.index("# torchrun --nproc_per_node=2 plan.py")
+    plan = readme[start:readme.index("```", start)]
+    script = tmp_path / "plan.py"
+    script.write_text(plan + "print('PLAN-DONE', flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": root}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script)], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.stdout.count("PLAN-DONE") == 2, (proc.stdout + proc.stderr)[-4000:]
