@@ -19,14 +19,16 @@ import torch.distributed as dist
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
 
-def _spawn(world: int, fn) -> None:
+def _spawn(world: int, fn, shape: tuple = (), names: tuple = ()) -> None:
+    """``fn(mesh, device)`` on ``world`` ranks; the mesh 1-D, or of ``shape`` with dim ``names``."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), fn), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), fn, shape or (world,), names or None),
+                 nprocs=world, join=True)
 
 
-def _worker(rank: int, world: int, store: str, fn) -> None:
+def _worker(rank: int, world: int, store: str, fn, shape: tuple, names) -> None:
     backend = "nccl" if torch.cuda.device_count() >= world else "gloo"
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
     device = "cuda" if backend == "nccl" else "cpu"
@@ -35,7 +37,7 @@ def _worker(rank: int, world: int, store: str, fn) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     try:
-        fn(init_device_mesh(device, (world,)), device)
+        fn(init_device_mesh(device, shape, mesh_dim_names=names), device)
     finally:
         dist.destroy_process_group()
 
@@ -49,8 +51,10 @@ def _no_comms():
 def _close(got, want, what: str, tol: float = 1e-4) -> None:
     from torch.distributed.tensor import DTensor
 
+    assert got is not None, f"{what}: None"
     got = got.full_tensor() if isinstance(got, DTensor) else got
     want = want.full_tensor() if isinstance(want, DTensor) else want
+    assert want is not None, f"{what}: want None"
     assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     err = float((got.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-12))
     assert err <= tol, f"{what}: max error {err:.2e} of max |value|"
@@ -91,6 +95,9 @@ def _norm_cases(mesh, device):
             lambda x, r, w: sum(t.float() for t in F.layer_norm(x, w, residual=r, residual_dtype=torch.float32)),
             (x.bfloat16(), res, w), (shard, shard, rep)),
     }
+    if device == "cuda":  # the same under torch.compile (the interpreter cannot run traced kernels)
+        cases.update({f"{name} compiled": (torch.compile(fn, fullgraph=False), values, how)
+                      for name, (fn, values, how) in list(cases.items())})
     for name, (fn, values, how) in cases.items():
         dy = torch.randn(values[0].shape, device=device)
         want_y, want_grads, _ = _grads_and_comms(fn, [leaf(t) for t in values], dy)
@@ -217,7 +224,138 @@ def _residual_style_cases(mesh, device):
             _close(got[2], want[2], f"{cls.__name__} dweight")
 
 
+class _Attention(torch.nn.Module):
+    """Multi-head causal attention whose softmax is our CausalSoftmax (torchtitan's layout)."""
+
+    def __init__(self, dim: int, head_dim: int):
+        super().__init__()
+        import triton_layers
+
+        self.head_dim = head_dim
+        self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.softmax = triton_layers.CausalSoftmax(scale=head_dim ** -0.5)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        out = self.softmax(q @ k.transpose(-1, -2)) @ v  # this rank's heads (ColwiseParallel)
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class _Block(torch.nn.Module):
+    """A torchtitan-style decoder block: RMSNorm, attention, then the fused residual RMSNorm
+    (``y, h = norm(a, residual=x)``) and a feed-forward."""
+
+    def __init__(self, dim: int = 32, head_dim: int = 8):
+        super().__init__()
+        import triton_layers
+
+        self.attention_norm = triton_layers.TritonRMSNorm(dim)
+        self.attention = _Attention(dim, head_dim)
+        self.ffn_norm = triton_layers.TritonRMSNorm(dim)
+        self.feed_forward = torch.nn.Sequential(torch.nn.Linear(dim, 3 * dim), torch.nn.SiLU(),
+                                                torch.nn.Linear(3 * dim, dim))
+
+    def forward(self, x):
+        a = self.attention(self.attention_norm(x))
+        y, h = self.ffn_norm(a, residual=x)
+        return h + self.feed_forward(y)
+
+
+def _tp_plan(mesh):
+    """torchtitan's plan for such a block: sequence-parallel norms, attention sharded by heads."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
+
+    from triton_layers.parallel import SequenceParallel
+
+    gather = lambda: PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))  # noqa: E731
+    return {
+        "attention_norm": SequenceParallel(), "attention": gather(),
+        "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
+        "attention.wo": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+        "ffn_norm": SequenceParallel(), "feed_forward": gather(),
+        "feed_forward.0": ColwiseParallel(),
+        "feed_forward.2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+    }
+
+
+def _block_cases(mesh, device):
+    """The block under the plan (the sequence, 7 long, split 4 + 3) against one process: output,
+    input gradient, every parameter's gradient gathered, and the parameters after an AdamW
+    step; the ffn norm's weight frozen."""
+    import copy
+
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    torch.manual_seed(6)
+    whole = _Block().to(device)
+    with torch.no_grad():
+        for name, p in whole.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.5 * torch.randn_like(p))
+    whole.ffn_norm.weight.requires_grad_(False)
+    sharded = parallelize_module(copy.deepcopy(whole), mesh, _tp_plan(mesh))
+    x, dy = torch.randn(2, 7, 32, device=device), torch.randn(2, 7, 32, device=device)
+    xw = x.clone().requires_grad_()
+    xd = distribute_tensor(x, mesh, [Shard(1)]).requires_grad_()
+    outs = {}
+    for name, model, inp, grad in (("whole", whole, xw, dy), ("tp", sharded, xd,
+                                                             distribute_tensor(dy, mesh, [Shard(1)]))):
+        out = model(inp)
+        out.backward(grad)
+        outs[name] = out
+    _close(outs["tp"], outs["whole"], "block output")
+    _close(xd.grad, xw.grad, "block input gradient")
+    params = dict(whole.named_parameters())
+    for name, p in sharded.named_parameters():
+        if p.requires_grad:
+            _close(p.grad, params[name].grad, f"block grad {name}")
+        else:
+            assert p.grad is None and params[name].grad is None
+    for model in (whole, sharded):
+        torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2).step()
+    for name, p in sharded.named_parameters():
+        _close(p, params[name], f"block param {name} after AdamW")
+
+
+def _fsdp_tp_cases(mesh, device):
+    """FSDP2 over the data-parallel dim of a 2-D mesh and the block's tensor-parallel plan over
+    the other: the batch split 2 ways, the sequence (7) 4 + 3; gradients (FSDP2 averages them
+    over the data-parallel ranks) and the parameters after AdamW against one process."""
+    import copy
+
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    dp, tp = mesh["dp"], mesh["tp"]
+    torch.manual_seed(7)
+    whole = _Block().to(device)
+    with torch.no_grad():
+        for name, p in whole.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.5 * torch.randn_like(p))
+    sharded = parallelize_module(copy.deepcopy(whole), tp, _tp_plan(tp))
+    fully_shard(sharded, mesh=dp)
+    x, dy = torch.randn(4, 7, 32, device=device), torch.randn(4, 7, 32, device=device)
+    whole((x.clone().requires_grad_())).mul(dy).sum().div(dp.size()).backward()
+    mine = slice(2 * dp.get_local_rank(), 2 * dp.get_local_rank() + 2)
+    xd = distribute_tensor(x[mine].contiguous(), tp, [Shard(1)])
+    out = sharded(xd)
+    out.backward(distribute_tensor(dy[mine].contiguous(), tp, [Shard(1)]))
+    params = dict(whole.named_parameters())
+    for name, p in sharded.named_parameters():
+        _close(p.grad, params[name].grad, f"FSDP2 x TP grad {name}")
+    for model in (whole, sharded):
+        torch.optim.AdamW(model.parameters(), lr=1e-2).step()
+    for name, p in sharded.named_parameters():
+        _close(p, params[name], f"FSDP2 x TP param {name} after AdamW")
+
+
 def _all_cases(mesh, device):
+    _block_cases(mesh, device)
     _residual_style_cases(mesh, device)
     _norm_cases(mesh, device)
     _softmax_cases(mesh, device)
@@ -231,6 +369,10 @@ def test_every_op_on_dtensors_two_ranks():
 def test_norms_on_dtensors_four_ranks():
     """Four ranks: shards of 2 and 1 of 7 rows."""
     _spawn(4, _norm_cases)
+
+
+def test_fsdp2_with_tensor_parallel_on_a_2d_mesh():
+    _spawn(4, _fsdp_tp_cases, (2, 2), ("dp", "tp"))
 
 
 def test_the_readme_plan_runs(tmp_path):

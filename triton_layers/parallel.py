@@ -19,7 +19,7 @@ from functools import partial
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, distribute_module
+from torch.distributed.tensor import DTensor, Replicate, distribute_module
 from torch.distributed.tensor.parallel import SequenceParallel as _TorchSequenceParallel
 
 __all__ = ["SequenceParallel"]
@@ -30,7 +30,8 @@ class SequenceParallel(_TorchSequenceParallel):
     ``norm(x, residual)`` or ``norm(x, residual=residual)``: x and the residual are both taken
     as (or redistributed to) shards of the sequence dim, the parameters are replicated, and
     the norm returns ``(y, h)``, each sharded on the sequence dim (their local shards with
-    ``use_local_output=True``). A call without a residual behaves as torch's style.
+    ``use_local_output=True``). A call without a residual behaves as torch's style. A frozen
+    parameter (``requires_grad=False``) stays frozen (torch's style makes it trainable).
 
     Example (a torchtitan-style decoder block whose norms take the residual stream)::
 
@@ -38,6 +39,13 @@ class SequenceParallel(_TorchSequenceParallel):
         parallelize_module(block, tp_mesh, {"attention_norm": SequenceParallel(),
                                             "ffn_norm": SequenceParallel()})
     """
+
+    def _replicate_module_fn(self, name: str, module: nn.Module, device_mesh: DeviceMesh) -> None:
+        # As torch's (each rank's parameter taken as the replica), keeping a frozen weight frozen:
+        # torch's style makes every parameter trainable again.
+        for p_name, param in module.named_parameters():
+            replicated = DTensor.from_local(param, device_mesh, [Replicate()], run_check=False)
+            module.register_parameter(p_name, nn.Parameter(replicated, requires_grad=param.requires_grad))
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         module = distribute_module(module, device_mesh, self._replicate_module_fn)

@@ -74,10 +74,11 @@ class OpDescription:
       need one and they have one dtype, the backward returns b's gradient tensor as a's
       too (no copy). The compiled door then returns it once (a custom op's outputs may not
       alias) and hands it to both.
-    - ``row_strided``: the saved tensors the backward may take as rows with a row stride
-      (2-D with last stride 1; a 1-D tensor by its stride). Every other saved tensor reaches
-      the backward contiguous: a saved-tensor hook that hands one back in another layout is
-      answered with a contiguous copy (:meth:`Op._as_saved`).
+    - ``row_strided``: the inputs and saved tensors the plans may take as rows with a row
+      stride (2-D with last stride 1; a 1-D tensor by its stride). Every other one reaches
+      them contiguous: a saved-tensor hook that hands one back in another layout, or a
+      DTensor whose local shard has another, is answered with a contiguous copy
+      (:meth:`Op._as_saved`, :meth:`Op._readable`).
     - ``row_sharded``, ``shared_when``, ``unshardable_rows``: how the op shards for DTensors
       (``_sharding``): the tensors that hold rows, by name (inputs, outputs, residuals, saved)
       ``{name: (offset, trailing)}``; when the ``shared_grads`` pairs are one tensor, from the
@@ -143,6 +144,7 @@ class Op:
         self._n_saved_tensors = sum(is_tensor)
         saved_names = [n for n, _ in desc.saved]
         self._row_strided = tuple(n in desc.row_strided for n in saved_names[: self._n_saved_tensors])
+        self._input_strided = tuple(n in desc.row_strided for n in self._names)
         # Function.apply less its Python prologue (binding default args, unwrapping dead
         # functorch wrappers): ~4 us per call on a CPU; used while no functorch transform runs.
         self._planned_apply = super(torch.autograd.Function, self._planned_door()).apply
@@ -196,6 +198,14 @@ class Op:
 
     def _saved(self, ctx) -> tuple:
         return (*self._as_saved(ctx.saved_tensors), *ctx.others)
+
+    def _readable(self, args: tuple, strided: tuple) -> tuple:
+        """``args`` with each tensor in a layout its plan reads: as it is when contiguous (or,
+        where ``strided`` says so, rows with a row stride), else a contiguous copy."""
+        if all(not isinstance(a, Tensor) or a.is_contiguous() for a in args):
+            return args
+        return tuple(a if not isinstance(a, Tensor) or a.is_contiguous() or (ok and _rows_with_stride(a))
+                     else a.contiguous() for a, ok in zip(args, strided))
 
     def _as_saved(self, tensors: tuple) -> tuple:
         """The saved ``tensors`` as autograd hands them back, in a layout the backward reads:
@@ -258,6 +268,9 @@ class Op:
         n_out = self._n_out
 
         def forward_body(*args):
+            # (the tensors as the plans read them: a DTensor's local shard, say, may come in
+            # any layout; traced calls from functional are already so, and pass through)
+            args = desc._readable(args, desc._input_strided)
             return _one_or_tuple(desc.forward(_traced_launch(args), *args))
 
         forward_body.__signature__ = _signature(d.inputs, _tensor_tuple(len(self._result_names)))
@@ -268,7 +281,8 @@ class Op:
 
         def backward_body(*args):
             grads = args[:n_out]
-            saved = args[n_out:-1]
+            first_value = n_out + desc._n_saved_tensors
+            saved = (*desc._as_saved(args[n_out:first_value]), *args[first_value:-1])
             needs = dict(zip(d.differentiable, args[-1]))
             out = desc.backward(_traced_launch(args), grads, needs, *saved)
             # A custom op returns tensors only: an empty one stands for "no gradient", and

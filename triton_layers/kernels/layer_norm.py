@@ -735,7 +735,7 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
             # (the backward returns one dz for both where their dtypes agree: _run_backward)
             shared_when=lambda args: args["x_dtype"] == args["r_dtype"],
             row_sharded=_ROWS,
-            row_strided=("z",),
+            row_strided=("z", "x", "residual"),
             backward_graph=_backward_graph,
         )
     return _doors.OpDescription(
@@ -752,7 +752,7 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         run_backward=_run_backward,
         differentiable=("x", "weight", "bias"),
         row_sharded=_ROWS,
-        row_strided=("z",),
+        row_strided=("z", "x", "residual"),
         backward_graph=_backward_graph,
     )
 

@@ -400,6 +400,7 @@ softmax = _doors.build(_doors.OpDescription(
     plan_backward=_plan_backward,
     run_backward=_run_backward,
     differentiable=("x",),
+    row_strided=("x",),
     backward_graph=_backward_graph,
     # Rows shard along every dim but the last; the mask (B, Nk) along the batch dim alone; a
     # causal mask needs each query's index in its matrix: not along the queries' dim.
