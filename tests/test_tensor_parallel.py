@@ -262,6 +262,17 @@ class _Block(torch.nn.Module):
         return h + self.feed_forward(y)
 
 
+def _seeded_block(seed: int, device) -> _Block:
+    """A block with random norm weights (not all ones: a test must be able to fail)."""
+    torch.manual_seed(seed)
+    block = _Block().to(device)
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.5 * torch.randn_like(p))
+    return block
+
+
 def _tp_plan(mesh):
     """torchtitan's plan for such a block: sequence-parallel norms, attention sharded by heads."""
     from torch.distributed.tensor import Replicate, Shard
@@ -289,12 +300,7 @@ def _block_cases(mesh, device):
     from torch.distributed.tensor import Shard, distribute_tensor
     from torch.distributed.tensor.parallel import parallelize_module
 
-    torch.manual_seed(6)
-    whole = _Block().to(device)
-    with torch.no_grad():
-        for name, p in whole.named_parameters():
-            if "norm" in name:
-                p.copy_(1 + 0.5 * torch.randn_like(p))
+    whole = _seeded_block(6, device)
     whole.ffn_norm.weight.requires_grad_(False)
     sharded = parallelize_module(copy.deepcopy(whole), mesh, _tp_plan(mesh))
     x, dy = torch.randn(2, 7, 32, device=device), torch.randn(2, 7, 32, device=device)
@@ -331,12 +337,7 @@ def _fsdp_tp_cases(mesh, device):
     from torch.distributed.tensor.parallel import parallelize_module
 
     dp, tp = mesh["dp"], mesh["tp"]
-    torch.manual_seed(7)
-    whole = _Block().to(device)
-    with torch.no_grad():
-        for name, p in whole.named_parameters():
-            if "norm" in name:
-                p.copy_(1 + 0.5 * torch.randn_like(p))
+    whole = _seeded_block(7, device)
     sharded = parallelize_module(copy.deepcopy(whole), tp, _tp_plan(tp))
     fully_shard(sharded, mesh=dp)
     x, dy = torch.randn(4, 7, 32, device=device), torch.randn(4, 7, 32, device=device)
