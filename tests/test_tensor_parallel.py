@@ -10,6 +10,7 @@ two GPUs the same cases run over NCCL.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import pytest
@@ -40,6 +41,12 @@ def _worker(rank: int, world: int, store: str, fn, shape: tuple, names) -> None:
         fn(init_device_mesh(device, shape, mesh_dim_names=names), device)
     finally:
         dist.destroy_process_group()
+    # Leave without the interpreter's teardown, where gloo can abort a process after all its
+    # work (exit status 134: examples/distributed_check.py says more), which mp.spawn would
+    # report as this rank's failure. (A failure above raises first, and is reported.)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _no_comms():
@@ -236,10 +243,16 @@ class _Attention(torch.nn.Module):
         self.softmax = triton_layers.CausalSoftmax(scale=head_dim ** -0.5)
 
     def forward(self, x):
+        x = x.contiguous()  # (see _tp_plan)
         b, s, _ = x.shape
-        q, k, v = (w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k, v = (w(x).reshape(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
         out = self.softmax(q @ k.transpose(-1, -2)) @ v  # this rank's heads (ColwiseParallel)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class _Contiguous(torch.nn.Module):
+    def forward(self, x):
+        return x.contiguous()  # (see _tp_plan)
 
 
 class _Block(torch.nn.Module):
@@ -253,7 +266,7 @@ class _Block(torch.nn.Module):
         self.attention_norm = triton_layers.TritonRMSNorm(dim)
         self.attention = _Attention(dim, head_dim)
         self.ffn_norm = triton_layers.TritonRMSNorm(dim)
-        self.feed_forward = torch.nn.Sequential(torch.nn.Linear(dim, 3 * dim), torch.nn.SiLU(),
+        self.feed_forward = torch.nn.Sequential(_Contiguous(), torch.nn.Linear(dim, 3 * dim), torch.nn.SiLU(),
                                                 torch.nn.Linear(3 * dim, dim))
 
     def forward(self, x):
@@ -280,14 +293,18 @@ def _tp_plan(mesh):
 
     from triton_layers.parallel import SequenceParallel
 
-    gather = lambda: PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))  # noqa: E731
+    # (local outputs: a sequence all-gathered from uneven shards over NCCL can have a local
+    # tensor that is not contiguous while the DTensor says it is, which torch 2.11's CUDA linear
+    # refuses; the modules below make the local tensor contiguous)
+    gather = lambda: PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),  # noqa: E731
+                                        use_local_output=True)
     return {
         "attention_norm": SequenceParallel(), "attention": gather(),
         "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
         "attention.wo": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
         "ffn_norm": SequenceParallel(), "feed_forward": gather(),
-        "feed_forward.0": ColwiseParallel(),
-        "feed_forward.2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+        "feed_forward.1": ColwiseParallel(),
+        "feed_forward.3": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
     }
 
 
