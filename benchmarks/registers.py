@@ -13,6 +13,7 @@ machines, 2026-11-25), so run it where the kernels will run (it works there too)
 drawing a conclusion from a figure near a limit.
 
 Run: python -m benchmarks.registers [--ops norm,residual_norm,softmax,weighted_sum,coor_descent]
+     (or the benchmarks' names: --ops layernorm,norms,...)
      [--spills-only]
 """
 from __future__ import annotations
@@ -132,16 +133,38 @@ def _knobs(form: offline.Form) -> str:
     return " ".join(shown + [f"{k}={v}" for k, v in form.options])
 
 
+# The benchmark parts' names (python -m benchmarks --ops ...) as the kernel ops they time.
+BENCHMARK_NAMES = {"layernorm": ("norm",), "norms": ("norm", "residual_norm"), "rmsnorm": ("norm",),
+                   "add_rmsnorm": ("residual_norm",), "add_layernorm": ("residual_norm",)}
+
+
+def op_names(text: str) -> list[str]:
+    """The kernel ops named in ``--ops`` (theirs or the benchmarks' names), in order, once each;
+    KeyError naming the unknown ones and the known."""
+    names: list[str] = []
+    for name in text.split(","):
+        for op in BENCHMARK_NAMES.get(name, (name,)):
+            if op not in OPS:
+                raise KeyError(f"unknown op {name!r}; known: {', '.join([*OPS, *BENCHMARK_NAMES])}")
+            if op not in names:
+                names.append(op)
+    return names
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--ops", default=",".join(OPS), help="kernel ops, or the benchmarks' names (layernorm, ...)")
     parser.add_argument("--spills-only", action="store_true", help="list only the forms that spill")
     opts = parser.parse_args(argv)
+    try:
+        ops = op_names(opts.ops)
+    except KeyError as err:
+        parser.error(err.args[0])
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("run without TRITON_INTERPRET=1: the interpreter replaces the kernels with Python")
     print("| case | shape | kernel | registers | spill stores / loads (bytes a thread) | shared (bytes) | knobs |")
     print("|---|---|---|---|---|---|---|")
-    for label, shape, form in rows(opts.ops.split(",")):
+    for label, shape, form in rows(ops):
         try:
             compiled = offline.build(form)
             use = offline.usage(compiled)

@@ -819,3 +819,15 @@ def test_host_ab_compares_ours_over_torch_in_abba_pairs(monkeypatch, tmp_path):
     (row,) = rows
     assert row["pairs"] == 2 and abs(row["change"] - 1.1) < 1e-9
     assert abs(row["change_min"] - 1.1) < 1e-9 and abs(row["change_max"] - 1.1) < 1e-9
+
+
+def test_registers_takes_the_benchmarks_op_names():
+    """``benchmarks.registers --ops layernorm`` (python -m benchmarks's name) means the norm
+    kernel op; an unknown name is a usage error naming the known ones (a KeyError before)."""
+    from benchmarks import registers
+
+    assert registers.op_names("layernorm,softmax,norms") == ["norm", "softmax", "residual_norm"]
+    with pytest.raises(KeyError, match="unknown op 'layer_norm'.*known: norm"):
+        registers.op_names("layer_norm")
+    with pytest.raises(SystemExit):
+        registers.main(["--ops", "nope"])
