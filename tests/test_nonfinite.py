@@ -1,4 +1,4 @@
-"""NaN and +-inf in the inputs: each op against torch's own op (README, "NaN and Inf").
+"""NaN and +-inf in the inputs: each op against torch's own op (docs/NAN_INF.md).
 
 Every test puts NaN / inf / -inf into a few entries of random inputs and compares the
 kernels' forward and backward with torch's op on the same inputs, NaN for NaN and inf
