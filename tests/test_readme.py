@@ -1,4 +1,4 @@
-"""The README's Python snippets run as written (in this process: on the CPU through the
+"""The Python snippets of the README and docs/INTEGRATIONS.md run as written (in this process: on the CPU through the
 interpreter, as the rest of the suite). The tensor-parallel plan runs under torchrun in
 tests/test_tensor_parallel.py; the CUDA-graph snippet needs a GPU."""
 from __future__ import annotations
@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BLOCKS = [block for page in (README, ROOT / "docs" / "INTEGRATIONS.md")
+          for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)]
 
 
 def _label(block: str) -> str:
