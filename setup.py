@@ -22,12 +22,15 @@ setup(
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
     packages=find_packages(include=["triton_layers", "triton_layers.*"]),
-    python_requires=">=3.9",
+    # The floor is what is tested: torch 2.11 + Triton 3.6 on the GPU machines (H100, H200), torch
+    # 2.13 + Triton 3.9 in CI. Older ones are not: torch 2.6 could not import the package
+    # (infer_schema refused list[bool]), torch 2.7-2.8 failed 22-23 tests under the interpreter.
+    python_requires=">=3.10",
     # numpy: Triton's interpreter (TRITON_INTERPRET=1, how the kernels run on a CPU) imports
     # it, and neither torch nor triton requires it.
     # Triton has wheels for Linux only: elsewhere (macOS, Windows) the package installs
     # without it and CPU tensors take the pure-torch reference.
-    install_requires=["torch>=2.6", 'triton>=3.2; platform_system == "Linux"', "einops>=0.7", "packaging",
+    install_requires=["torch>=2.11", 'triton>=3.6; platform_system == "Linux"', "einops>=0.7", "packaging",
                       "numpy"],
     extras_require={
         # safetensors and transformers (with tokenizers, huggingface_hub: ~45 s of install on
