@@ -24,156 +24,63 @@ import torch
 class LayerNormLaunch:
     """LayerNorm (and RMSNorm) launch knobs."""
 
-    # The forward holds one value per element (x, then y), so it keeps rows of up to this
-    # many columns whole (32 fp32 values a thread at 32 warps) and reads x once; streaming
-    # them in chunks reads x twice, and the second read misses L2 when many long rows are
-    # in flight.
+    # docs/TUNING.md, "LayerNormLaunch.fwd_max_fused_cols"
     fwd_max_fused_cols: int = 32768
-    # The same with a fused residual add. Its tiles hold x and the residual at once, but
-    # keeping rows of 32768 whole still pays: measured on an H100 (bench_norms
-    # --sweep-row-limits), 2048x32768 ran at 97% of copy (bf16 and fp32) against 63-65%
-    # when chunked above 16384, where x and the residual are read twice.
+    # docs/TUNING.md, "LayerNormLaunch.fwd_residual_max_fused_cols"
     fwd_residual_max_fused_cols: int = 32768
-    # Rows over those limits, in one pass where a GPU runs it (fwd_residual_one_pass with a
-    # residual, fwd_one_pass without; see one_pass_forward): the programs holding a row's
-    # chunks (fwd_one_pass_block columns each) wait for each other's sums instead of one
-    # program reading the row twice (with a residual: reading x and the residual, then h), for
-    # rows of at most fwd_one_pass_max_chunks chunks. Programs per SM: as many as hold
-    # fwd_one_pass_sm_bytes of input chunks (4 of bf16 chunks of 4096, 2 of fp32), each
-    # publishing a row ahead of the one it waits for. Swept (tune_layernorm, GPU time; chunks of
-    # 4096 and 8192, 16-64 KB an SM, 32 or 64 chunks; 1024x131072 and 512x262144): on an H100
-    # this setting was within 1% of each case's best on geometric mean and ahead of the loop at
-    # 15 of 16 cases (level at the 16th): e.g. 1024x131072 RMSNorm bf16 251 us against 284,
-    # LayerNorm fp32 494 against 571, the fused add RMSNorm bf16 390 against 466 (92% of copy).
-    # On an H200 it won with the residual in bf16 (305 us against 332 for RMSNorm, 322 against
-    # 334 for LayerNorm) and fp32 LayerNorm (616 against 665), with fp32 RMSNorm once two rows
-    # ahead (642 against 666; one ahead: 718), and lost without a residual at every case
-    # (LayerNorm bf16 258 us against 214, RMSNorm fp32 458 against 412): its wait's latency is
-    # hidden only by more programs an SM than the registers allow there. Hence on with a
-    # residual; without one (fwd_one_pass None) on the GPUs named in fwd_one_pass_gpus alone
-    # (a substring of the device's name), where it was swept to win: True or False force it.
-    # Fewer programs lost on both (H100 bf16 RMSNorm 1024x131072: 382 us at 2 an SM, 679 at
-    # 1), and so did asking for more than the registers let an SM hold (the last programs then
-    # run in a second wave).
+    # docs/TUNING.md, "LayerNormLaunch.fwd_one_pass"
     fwd_one_pass: Optional[bool] = None
     fwd_one_pass_gpus: tuple[str, ...] = ("H100",)
     fwd_residual_one_pass: bool = True
     fwd_one_pass_block: int = 4096
     fwd_one_pass_max_chunks: int = 64
     fwd_one_pass_sm_bytes: int = 32768
-    # Rows a program publishes ahead of the one it waits for (1 or 2): 2 for RMSNorm of 4-byte
-    # inputs, whose wait 2 rows hide better (GPU time, 1024x131072 fp32, against 1 ahead: the
-    # fused add RMSNorm H100 798 us against 847, 90% of copy; H200 642 against 723, where the
-    # loop takes 666; plain RMSNorm H100 468 against 492), 1 elsewhere (2 lost: H200 fused add
-    # LayerNorm fp32 765 us against 621, fused add RMSNorm bf16 455 against 312).
+    # docs/TUNING.md, "LayerNormLaunch.fwd_one_pass_ahead"
     fwd_one_pass_ahead: int = 1
     fwd_one_pass_rms_fp32_ahead: int = 2
-    # The LayerNorm backward holds several values per element: whole rows up to this many
-    # columns; longer rows take the two column-split kernels (which read z and dy twice).
-    # Kept whole at 16,384 it spilled 66-76 registers a thread and ran at 44-53% of copy
-    # against the split path's 52-56% (H100, benchmarks/tune_norm_backward.py).
+    # docs/TUNING.md, "LayerNormLaunch.bwd_max_fused_cols"
     bwd_max_fused_cols: int = 8192
-    # The same when the backward also reads h's gradient and writes the residual's: at 8192
-    # an offline sm_90 build spills 100-200 bytes a thread (none at 4096). Spills that stay
-    # in L1 may cost less than the split path's second read of h and dy: to be timed.
+    # docs/TUNING.md, "LayerNormLaunch.bwd_residual_max_fused_cols"
     bwd_residual_max_fused_cols: int = 8192
-    # RMSNorm's backward (plain or with the residual) holds no mean and no bias gradient:
-    # rows of 16,384 stay whole. H100, 4096x16384, 16 warps, 1 stage: 74% of copy (bf16) and
-    # 83% (fp32) against 54-57% split; with the residual 78% and 84% against 60-63%. At
-    # 32,768 (32 warps) it spills over 100 registers and runs at 19-38%.
+    # docs/TUNING.md, "LayerNormLaunch.bwd_rms_max_fused_cols"
     bwd_rms_max_fused_cols: int = 16384
-    # Chunk width of the long-row paths. 8192 against 4096 (H100, bf16 RMSNorm, GPU time):
-    # forward 1024x131072 284 us against 303; the one-pass backward below 194 us against
-    # 221 at 2048x32768 and 376 against 705 at 1024x131072.
+    # docs/TUNING.md, "LayerNormLaunch.loop_block"
     loop_block: int = 8192
-    # Elements a program holds per tile when rows are short: several rows to a tile.
+    # docs/TUNING.md, "LayerNormLaunch.tile_elements"
     tile_elements: int = 2048
-    # Warps of a forward program; None: by the tile (ln_fwd_warps). Set by sweeps.
+    # docs/TUNING.md, "LayerNormLaunch.fwd_warps"
     fwd_warps: Optional[int] = None
-    # GPUs (substrings of the device's name) where 2-byte tiles of whole rows of 8,192
-    # without a residual take 4 warps instead of 16 (ln_fwd_warps). GPU time, bf16
-    # (tune_layernorm --dirs fwd, every tile_elements alike): H200 LayerNorm 8192x8192 73-74
-    # us against 78-79 (86% of copy against 81%), 4096x8192 41 against 43, RMSNorm 72 against
-    # 73-74; H100 1-2% slower (LayerNorm 97 against 95, RMSNorm 96 against 95), hence not
-    # there; the fused adds ran best at 16-32 on both.
+    # docs/TUNING.md, "LayerNormLaunch.fwd_4_warps_8192_gpus"
     fwd_4_warps_8192_gpus: tuple[str, ...] = ("H200",)
-    # Short-row backward: persistent programs per SM, and loop stages (tiles of x and dy
-    # prefetched while the current one is reduced). Swept on an H200 over {2, 4, 8, 16} x
-    # {1, 2, 3}: 2 x 3 was best or within 3% of it at 1024-8192 columns, and 1.2-2.2x
-    # faster than without prefetch at bf16 (e.g. 32768x1024: 77 us against 104 us). The
-    # stages are capped to what the device's shared memory holds (prefetch_stages).
+    # docs/TUNING.md, "LayerNormLaunch.bwd_programs_per_sm"
     bwd_programs_per_sm: int = 2
     bwd_stages: int = 3
-    # Tiles whose prefetched loads (z, dy and dh) bring fewer bytes than this get
-    # proportionally more programs per SM, so that an SM keeps as many bytes in flight
-    # (bwd_programs_per_sm_for). bf16 rows of 1,024 (2-row tiles, 8 KB of z and dy) at 4
-    # programs an SM against 2, GPU time: H200 RMSNorm 70 us against 78, LayerNorm 72 against
-    # 82; H100 level (90 against 90, 93 against 95), 65536x512 4-5% faster, 16384x2048 2-3%
-    # slower. Tiles of 16 KB and more (fp32 rows of 1,024, bf16 rows of 4,096, bf16 rows of
-    # 1,024 with the residual's gradient) ran best at 2: 6-13% slower at 3-4 (H200), and the
-    # fused residual's bf16 32768x1024 6% slower at 4 (H100). Tiles of LONG_ROW elements and
-    # more take bwd_long_row_programs_per_sm instead.
+    # docs/TUNING.md, "LayerNormLaunch.bwd_tile_bytes"
     bwd_tile_bytes: int = 16384
-    # Whole rows of more than LONG_ROW columns (RMSNorm's, up to bwd_rms_max_fused_cols):
-    # loop stages. A second stage was 7-15% slower at 16,384 (H100): its buffers take the
-    # shared memory, and the spilled registers' L1, that the row's one tile needs.
+    # docs/TUNING.md, "LayerNormLaunch.bwd_long_row_stages"
     bwd_long_row_stages: int = 1
-    # Most warps of a whole-row backward program. At 16,384 columns 32 warps were level with
-    # 16 (within 3%, either way by dtype; H100, tune_norm_backward.py).
+    # docs/TUNING.md, "LayerNormLaunch.bwd_max_warps"
     bwd_max_warps: int = 16
-    # Whole rows of more than LONG_ROW columns load the weight per tile instead of holding
-    # it (WEIGHT_PER_TILE of _norm_bwd_kernel): held, RMSNorm's kernel at 16,384 columns
-    # spilled 72-148 bytes a thread, per tile 0-8 in bf16 and 24-48 in fp32, with the fused
-    # add's dh (offline sm_90 build, Triton 3.6). GPU time, 4096x16384, against held: H100
-    # RMSNorm bf16 164 us against 180 (82% of copy), fp32 304 against 323,
-    # the fused add bf16 207 against 226, fp32 391 against 428; H200 127 against 144, 244
-    # against 242 (level), 158 against 179, 288 against 312 (tune_norm_backward --whole-rows).
+    # docs/TUNING.md, "LayerNormLaunch.bwd_long_row_weight_per_tile"
     bwd_long_row_weight_per_tile: bool = True
-    # Persistent programs an SM for tiles of at least LONG_ROW elements (whole rows of 8,192
-    # and more), whose 512 threads take over half an SM's registers: a second program does
-    # not fit beside the first, so more programs only run as a second wave (and write more
-    # partials). 1 against 2, GPU time, 8192x8192 bf16: LayerNorm H100 158 us against 164,
-    # H200 120 against 129; the fused add LayerNorm 202 against 210, 149 against 155;
-    # RMSNorm, fp32 and the fused add RMSNorm 1-3% faster.
+    # docs/TUNING.md, "LayerNormLaunch.bwd_long_row_programs_per_sm"
     bwd_long_row_programs_per_sm: int = 1
-    # Long-row backward (rows over the limits above), the column-split kernel. In one pass
-    # (split_one_pass: GPU only, see one_pass_split) its programs wait for each other's row
-    # sums instead of a first kernel reading z and dy for them (5 M*N element moves for 3).
-    # With each program publishing split_publish_ahead tiles' sums before it finishes them
-    # (a second read of them, from L2), one wait covers that many tiles. H100, RMSNorm, GPU
-    # time, against the two-kernel path's best: bf16 2048x32768 194 us (69% of copy)
-    # against 245 (55%), 1024x131072 376 us (71%) against 474 (57%); fp32 330 us (81%)
-    # against 470 (57%), 615 us (87%) against 912 (59%). Waiting on each tile while holding
-    # it (publish ahead 0) was 3-12% slower, publishing 8 ahead slower still.
+    # docs/TUNING.md, "LayerNormLaunch.split_one_pass"
     split_one_pass: bool = True
     split_publish_ahead: int = 2
-    # A tile holds about this many bytes of z (a power of 2 rows, 1 to 8): in one pass 2 rows
-    # of 8192 bf16 or 1 of fp32 were best; in two passes 1 row (LayerNorm bf16 4096x32768:
-    # 478 us against 554, H100; 365 against 475, H200; elsewhere within 2%). Programs a SM:
-    # 2 and 4 within 1-4%.
+    # docs/TUNING.md, "LayerNormLaunch.split_tile_bytes"
     split_tile_bytes: int = 32768
     split_two_pass_tile_bytes: int = 16384
     split_programs_per_sm: int = 2
-    # The one pass is for rows of at most this many chunks: at 512x262144 (32 chunks of
-    # 8,192) it ran at 27-35% of copy (bf16) against 51% in two passes (H100, LayerNorm).
+    # docs/TUNING.md, "LayerNormLaunch.split_one_pass_max_chunks"
     split_one_pass_max_chunks: int = 16
-    # LayerNorm (its backward also holds the mean and the bias sums) takes the one pass for
-    # inputs of at least this many bytes an element: fp32 4096x32768 83% against 57% (H100),
-    # 71% against 56% (H200); bf16 1024x131072 38% against 50% (H200), level on the H100.
+    # docs/TUNING.md, "LayerNormLaunch.split_one_pass_layer_norm_min_bytes"
     split_one_pass_layer_norm_min_bytes: int = 4
-    # ... and for rows of at most this many chunks whatever the dtype: a program then waits
-    # for one other. GPU time, bf16 LayerNorm 4096x16384 (2 chunks of 8,192): H100 209 us
-    # against 256 two-pass (64% of copy against 52%), H200 182 against 200; 2048x16384 on the
-    # H200 108 against 117; the fused add + LayerNorm H100 286 against 303, H200 level (234).
-    # At 4 chunks (4096x32768) two passes stayed best on the H200 (374 us against 374-443).
+    # docs/TUNING.md, "LayerNormLaunch.split_one_pass_layer_norm_max_chunks"
     split_one_pass_layer_norm_max_chunks: int = 2
-    # One pass: polls of a tile's counter before a program computes the missing chunk sums
-    # itself (the same code, more reads); 0 waits until every chunk arrived (what the GPU
-    # tables measured). Over 0, the Triton interpreter can run the one pass too (tests).
+    # docs/TUNING.md, "LayerNormLaunch.split_wait_polls"
     split_wait_polls: int = 0
-    # The parameters' partials (a row per backward program) are summed by narrow column
-    # blocks, so that an SM holds about this many programs, each a tile of about
-    # partials_tile_elements partials a load (partials_tile).
+    # docs/TUNING.md, "LayerNormLaunch.partials_programs_per_sm"
     partials_programs_per_sm: int = 4
     partials_tile_elements: int = 2048
 
@@ -182,89 +89,45 @@ class LayerNormLaunch:
 class SoftmaxLaunch:
     """Softmax launch knobs."""
 
-    # Rows of up to this many columns are held in registers whole (one read of the row;
-    # 32 fp32 values a thread at 32 warps); longer rows are streamed in loop_block chunks.
+    # docs/TUNING.md, "SoftmaxLaunch.max_fused_cols"
     max_fused_cols: int = 32768
     loop_block: int = 4096
-    # Short rows are packed into (rows x block) tiles of about this many elements, so that
-    # each program still moves enough bytes when rows are short (N = 1024 and below).
+    # docs/TUNING.md, "SoftmaxLaunch.tile_elements"
     tile_elements: int = 4096
-    # Causal rows read a prefix and write whole: smaller tiles, more programs in flight
-    # (bf16, H100, tune_softmax.py, 32 elements a thread: forward at 256x1024x1024 284 us with
-    # 1024 against 298 with 2048 and 384 with 4096; at 64x2048x2048 281 us against 281 and 299).
+    # docs/TUNING.md, "SoftmaxLaunch.causal_tile_elements"
     causal_tile_elements: int = 1024
     max_tile_rows: int = 64
-    # Elements a thread holds (num_warps = tile / (32 * this), at most 32 warps).
+    # docs/TUNING.md, "SoftmaxLaunch.elems_per_thread"
     elems_per_thread: int = 32
-    # Causal rows held whole: 2 (or 4) lets a tile whose rows all see at most half (a
-    # quarter) of the columns compute on that part only, and write zeros past it; 1 computes
-    # every tile over its whole rows. H100, bf16, GPU time (tune_softmax.py): at N = 32,768
-    # 2 took the forward from 1,424 to 1,361 us and the backward from 1,676-1,944 to 1,562;
-    # at N = 1,024 and 2,048 every setting within 1%.
+    # docs/TUNING.md, "SoftmaxLaunch.causal_prefix_splits"
     causal_prefix_splits: int = 2
-    # Causal rows held whole in blocks of at least this many columns: the forward in two
-    # launches, the rows that see at most half the block (their prefix) and the others, each
-    # with warps for its width at causal_class_thread_bytes a thread (softmax_causal_classes).
-    # GPU time, forward, 1x32768x32768 (H100 / H200): bf16 1,205 / 1,075 us against 1,364 /
-    # 1,205 in one launch (causal over plain 0.83 against 0.94); fp32 2,186 / 1,643 against
-    # 2,197 / 1,766 (16 elements a thread; 32: 1,729 on the H200). At 16,384 columns bf16 gained
-    # too (H100 289 us against 298, H200 240 against 266) but fp32 did not (558 against 553,
-    # H200 412 against 406), and at 8,192 it lost (H200 bf16 64-66 us against 61): hence only
-    # from 32,768. Three classes (a quarter, a half, the rest) were level with two. The backward
-    # keeps its one launch with prefix splits: two classes lost at 32,768 (H100 bf16 1,638 us
-    # against 1,562, H200 1,333 against 1,219).
+    # docs/TUNING.md, "SoftmaxLaunch.causal_class_min_cols"
     causal_class_min_cols: int = 32768
     causal_class_thread_bytes: int = 64
-    # The backward of rows held whole in blocks of at least this many columns reads y and dy
-    # twice: once for the row sums (asking L2 to keep them), again for dx, instead of holding
-    # both through the reduction (64 fp32 values a thread at 32 warps: every register, and
-    # spills). Torch.compile's kernel does the same. GPU time, H100, 32768x32768 (a prototype
-    # of the kernel, 32 warps): fp32 4,374 us (98% of copy) against 4,979 (86%), bf16 2,084
-    # against 2,160; at 16,384 columns, where nothing spills, the second read lost (fp32 1,092
-    # us against 1,055).
+    # docs/TUNING.md, "SoftmaxLaunch.bwd_reload_min_cols"
     bwd_reload_min_cols: int = 32768
 
 
 @dataclass(frozen=True)
 class WeightedSumLaunch:
-    """Weighted-sum launch knobs: 2-D tiles of a (rows x columns) matrix.
+    """Weighted-sum launch knobs: 2-D tiles of a (rows x columns) matrix (docs/TUNING.md)."""
 
-    Bytes of the input per tile, the widest column block while a tile holds several rows,
-    elements per thread (16-byte vector accesses need rows that start 16-element aligned;
-    scalar accesses need an address register each, so fewer), programs per SM and the
-    loops' pipelining stages. Chosen with benchmarks/tune_weighted_sum.py (H100, GPU time,
-    2026-11-23): two stages turn the loads into asynchronous copies through shared memory,
-    which frees the registers that held them; more programs fit an SM and more bytes are in
-    flight. bf16 forward at 262144x1024 (one 4x1024 tile a program, no loop to speak of):
-    71% of copy -> 98%; every backward +2-10 points (fp32 83-88% -> 92-94%).
-    """
-
+    # docs/TUNING.md, "WeightedSumLaunch.tile_bytes"
     tile_bytes: int = 8192
     tile_max_cols: int = 2048
     elems_per_thread: int = 32
     unaligned_elems_per_thread: int = 8
     fwd_programs_per_sm: int = 8
     bwd_programs_per_sm: int = 4
-    # Software-pipelining stages of the forward's column loop and the backward's row loop
-    # (None: Triton's default for the loop, which pipelines nothing here).
+    # docs/TUNING.md, "WeightedSumLaunch.fwd_stages"
     fwd_stages: Optional[int] = 2
     bwd_stages: Optional[int] = 2
-    # The forward of inputs of 4 bytes an element keeps its own tile and loop: the 4,096
-    # elements and register loads it reached the copy roof with (H100 sweep: 98-102% at
-    # every shape with 2,048 rows or more). With the bf16 forward's settings (2,048 fp32
-    # elements, 2 warps a program) it fell to 77-83% at 2048x131072 (H100, H200), and
-    # pipelined it lost 3-8% on the H200.
+    # docs/TUNING.md, "WeightedSumLaunch.fwd_tile_bytes_4byte"
     fwd_tile_bytes_4byte: int = 16384
     fwd_stages_4byte: Optional[int] = None
-    # Rows per program of the kernel adding the forward's column-range partial sums.
+    # docs/TUNING.md, "WeightedSumLaunch.reduce_block"
     reduce_block: int = 1024
-    # Backwards of inputs of at least this many bytes asking for dx and dw take two passes,
-    # one writing dx (and db) and one reading x for dw (bwd_dw_stages stages), as Inductor
-    # does: a stream of writes alone and a stream of reads alone each run nearer the roof
-    # than the fused pass that mixes them. H100, GPU time, the benchmark's four shapes:
-    # bf16 383-372 us (94-97% of copy) against 403-388 fused (89-92%), fp32 733-709 (97-101%)
-    # against 775-763 (92-94%); few long rows (32x262144) 20% slower in two, and under this
-    # size the second launch's host time is not worth it.
+    # docs/TUNING.md, "WeightedSumLaunch.bwd_two_pass_min_bytes"
     bwd_two_pass_min_bytes: int = 64 << 20
     bwd_dw_stages: Optional[int] = 3
 
@@ -274,24 +137,14 @@ class CoorDescentLaunch:
     """coor_descent launch knobs: the op is bound by its chain of n_iters row reductions,
     not by bytes. Chosen with benchmarks/tune_coor_descent.py (H100, GPU time, 2026-11-25)."""
 
-    # Rows up to this many columns are held in registers whole; longer rows are streamed,
-    # every iteration reading the row again. The forward at 16x32768 held whole: 39 us against
-    # 51-79 us at 8,192.
+    # docs/TUNING.md, "CoorDescentLaunch.max_fused_cols"
     max_fused_cols: int = 32768
     loop_block: int = 4096
-    # Elements a thread holds (num_warps = block / (32 * this), see warps_for) in the forward
-    # (one program a row, at most fwd_max_warps) and the backward (one program a chunk).
-    # Each iteration's cost grows with them: at 256x1024 the forward took 14 us at 8 a
-    # thread, 16 at 16, 23 at 32 with the exps in base e; in base 2 (the kernels' form)
-    # 12 us at 8, 13-15 at 4, 16 and 32.
+    # docs/TUNING.md, "CoorDescentLaunch.fwd_elems_per_thread"
     fwd_elems_per_thread: int = 8
     fwd_max_warps: int = 16
     bwd_elems_per_thread: int = 8
-    # The backward splits each row into chunks of at least split_min_block (at most
-    # loop_block) columns, aiming at this many programs per SM, so that a few long rows
-    # still fill the GPU. A row of one chunk takes one launch, several take two: at one
-    # program an SM, 256x1024 is one launch (forward + backward 21 us against 25-27 us in two
-    # chunks); other shapes within 2 us of their best (1-8 programs an SM).
+    # docs/TUNING.md, "CoorDescentLaunch.split_min_block"
     split_min_block: int = 256
     split_programs_per_sm: int = 1
 
@@ -300,6 +153,7 @@ class CoorDescentLaunch:
 class LaunchConfig:
     """Every op's launch knobs. Derive variants with ``dataclasses.replace``."""
 
+    # docs/TUNING.md, "LaunchConfig.layer_norm"
     layer_norm: LayerNormLaunch = LayerNormLaunch()
     softmax: SoftmaxLaunch = SoftmaxLaunch()
     weighted_sum: WeightedSumLaunch = WeightedSumLaunch()
