@@ -411,7 +411,8 @@ coor_descent = _doors.build(_doors.OpDescription(
     plan_backward=_plan_backward,
     run_backward=_run_backward,
     differentiable=("s", "k"),
-    row_strided=("s", "k"),
+    # (k, one value a row, is read by one stride when 1-D; any other layout is copied first)
+    row_strided=("s",),
     backward_graph=_backward_graph,
     # Rows shard along every dim of s but the last; k (one value a row) and the statistics
     # (*rows, 2, n_iters) along the same dims; the eps schedule is replicated.
