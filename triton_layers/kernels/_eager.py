@@ -12,9 +12,9 @@ An eager call of a functional op (``functional.layer_norm``, ...) goes through i
    the tensors as given is planned (``Op.plan``), stored and called; one on reshaped or
    copied tensors runs unplanned (its key would not describe them).
 
-The invariant (docs/ARCHITECTURE.md, "A plan never launches on tensors it was not made
-for"): a plan is used only for tensors whose :func:`signature` equals the one it was made
-for. Forward plans are keyed here; backward plans by ``_doors.OpPlan.backward_plan`` on the
+The invariant (docs/ARCHITECTURE.md, "The invariant: a plan never launches on tensors it
+was not made for"): a plan is used only for tensors whose :func:`signature` equals the one
+it was made for. Forward plans are keyed here; backward plans by ``_doors.OpPlan.backward_plan`` on the
 output gradients and the saved tensors as autograd hands them back (saved-tensor hooks may
 return a copy in another layout), through :func:`backward_key`. ``TRITON_LAYERS_CHECK_PLANS=1``
 (or :func:`checking_plans`) re-plans every planned call, forward and backward, and raises
