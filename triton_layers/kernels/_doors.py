@@ -263,15 +263,15 @@ class Op:
 
     # -- compiled door -------------------------------------------------------------------
     def _compiled_door(self):
-        desc = self
+        op = self
         d = self.desc
         n_out = self._n_out
 
         def forward_body(*args):
             # (the tensors as the plans read them: a DTensor's local shard, say, may come in
             # any layout; traced calls from functional are already so, and pass through)
-            args = desc._readable(args, desc._input_strided)
-            return _one_or_tuple(desc.forward(_traced_launch(args), *args))
+            args = op._readable(args, op._input_strided)
+            return _one_or_tuple(op.forward(_traced_launch(args), *args))
 
         forward_body.__signature__ = _signature(d.inputs, _tensor_tuple(len(self._result_names)))
         forward_op = triton_op(f"triton_layers::{d.name}_fwd", mutates_args=())(forward_body)
@@ -281,10 +281,10 @@ class Op:
 
         def backward_body(*args):
             grads = args[:n_out]
-            first_value = n_out + desc._n_saved_tensors
-            saved = (*desc._as_saved(args[n_out:first_value]), *args[first_value:-1])
+            first_value = n_out + op._n_saved_tensors
+            saved = (*op._as_saved(args[n_out:first_value]), *args[first_value:-1])
             needs = dict(zip(d.differentiable, args[-1]))
-            out = desc.backward(_traced_launch(args), grads, needs, *saved)
+            out = op.backward(_traced_launch(args), grads, needs, *saved)
             # A custom op returns tensors only: an empty one stands for "no gradient", and
             # for the second of a shared pair (backward() below hands it the first's).
             shared = {a for a, b in d.shared_grads if needs[a] and needs[b] and out[a] is out[b]}
@@ -295,20 +295,19 @@ class Op:
         backward_op = triton_op(f"triton_layers::{d.name}_bwd", mutates_args=())(backward_body)
 
         def setup_context(ctx, inputs, output):
-            desc._stash(ctx, inputs, (output,) if isinstance(output, Tensor) else tuple(output))
+            op._stash(ctx, inputs, (output,) if isinstance(output, Tensor) else tuple(output))
 
         def backward(ctx, *grads):
-            saved = desc._saved(ctx)
-            if torch.is_grad_enabled() and _builds_graph(grads, saved[:desc._n_saved_tensors]):
-                return desc._grads_in_order(desc.backward_graph(grads[:n_out], ctx.needs, saved), ctx.needs,
-                                            ctx.dtypes)
+            saved = op._saved(ctx)
+            if torch.is_grad_enabled() and _builds_graph(grads, saved[:op._n_saved_tensors]):
+                return op._grads_in_order(op.backward_graph(grads[:n_out], ctx.needs, saved), ctx.needs, ctx.dtypes)
             needs_list = [ctx.needs[n] for n in d.differentiable]
             out = backward_op(*grads[:n_out], *saved, needs_list)
             out = (out,) if isinstance(out, Tensor) else out
             grads_by_name = {n: g for n, g, need in zip(d.differentiable, out, needs_list) if need}
-            for a, b in desc._shared(ctx):
+            for a, b in op._shared(ctx):
                 grads_by_name[a] = grads_by_name[b]
-            return desc._grads_in_order(grads_by_name, ctx.needs, ctx.dtypes)
+            return op._grads_in_order(grads_by_name, ctx.needs, ctx.dtypes)
 
         forward_op.register_autograd(backward, setup_context=setup_context)
         return forward_op, backward_op

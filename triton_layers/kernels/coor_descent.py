@@ -365,12 +365,12 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Ten
     dy = grads[0].contiguous() if plan.copy_dy else grads[0]
     ds = _launch.new_output(s)
     dk = s.new_empty(k.shape, dtype=torch.float32) if needs["k"] else None  # (one a row, as k)
-    flags = _doors.mask_bytes(mask, launch)
+    mask_u8 = _doors.mask_bytes(mask, launch)
     partial = None
     if plan.partials is not None:
         partial = s.new_empty(plan.partial_shape, dtype=torch.float32)
-        plan.partials(launch, s, flags, dy, stats, eps_schedule, partial)
-    plan.grads(launch, s, flags, dy, k, stats, eps_schedule, partial, ds, dk)
+        plan.partials(launch, s, mask_u8, dy, stats, eps_schedule, partial)
+    plan.grads(launch, s, mask_u8, dy, k, stats, eps_schedule, partial, ds, dk)
     return {"s": ds, "k": dk}
 
 

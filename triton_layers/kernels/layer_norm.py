@@ -472,7 +472,7 @@ def _plan_forward(
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
     strides = (_launch.row_stride(x), 0 if residual is None else _launch.row_stride(residual),
                0 if residual is None else n_cols, n_cols)
-    flags = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
+    switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                  HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight)
     # (k, *x.shape[:-1]): the rows as x has them, so that a shard of x along a row dim is the
     # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
@@ -486,14 +486,14 @@ def _plan_forward(
         kernel = _doors.KernelCall(
             _norm_fwd_split_kernel, (groups * n_chunks,),
             (*strides, n_rows, n_cols, eps, n_chunks, _launch.cdiv(n_rows, groups)),
-            dict(flags, BLOCK_N=block, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
+            dict(switches, BLOCK_N=block, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
                  AHEAD=cfg.fwd_one_pass_rms_fp32_ahead if rms and x.element_size() == 4 else cfg.fwd_one_pass_ahead,
                  num_warps=_launch.ln_fwd_warps(block, x.element_size(), cfg)),
             _launch.device_index(x))
         return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
     kernel = _doors.KernelCall(
         _norm_fwd_kernel, (_launch.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps),
-        dict(flags, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
+        dict(switches, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
              num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size(), cfg,
                                             single_pass and residual is None, x.device)),
         _launch.device_index(x))
@@ -501,7 +501,7 @@ def _plan_forward(
 
 
 def _run_forward(launch, plan: _ForwardPlan, x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor],
-                 bias: Optional[Tensor], *flags) -> tuple[Tensor, ...]:
+                 bias: Optional[Tensor], *_) -> tuple[Tensor, ...]:
     """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top).
     y and h have x's shape; the kernel sees them as matrices (it reads pointers and row strides)."""
     y = _launch.new_output(x, plan.out_dtype)
@@ -549,7 +549,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
     else:
         max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
     block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
-    flags = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
+    switches = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                  CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
     # dx, dr: new and contiguous (row stride n_cols), in the inputs' shape.
@@ -575,7 +575,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
             dict(BLOCK_M=block_m, BLOCK_N=block_n,
                  NUM_STAGES=_launch.prefetch_stages(stages, stage_bytes, z.device),
                  WEIGHT_PER_TILE=weight_per_tile,
-                 num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **flags),
+                 num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **switches),
             device),)
     else:
         # Rows longer than a block: two streaming launches, so that every SM has many
@@ -597,7 +597,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
             _norm_bwd_split_kernel, (n_chunks, groups), (*strides, n_rows, n_cols, n_chunks, _launch.cdiv(n_rows, groups)),
             dict(BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
                  ONE_PASS=one_pass, PUBLISH_AHEAD=cfg.split_publish_ahead, MAX_POLLS=cfg.split_wait_polls,
-                 num_warps=_launch.num_warps(split_m * block_n), **flags),
+                 num_warps=_launch.num_warps(split_m * block_n), **switches),
             device))
     return _BackwardPlan(kernels, copy_dy, copy_dh, (x_dtype if need_x else r_dtype) if compute_dx else None,
                          r_dtype if store_dr else None, (n_partials, writers * n_cols),
@@ -616,7 +616,7 @@ def _partials_sum(n_partials: int, writers: int, z: Tensor) -> Optional[_doors.K
 
 
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],
-                  stats: Tensor, *flags) -> dict:
+                  stats: Tensor, *_) -> dict:
     """Gradients of x (and residual), weight and bias, those in ``needs``; the parameters'
     in fp32. ``z`` is the normalized input: x, or h with a residual. One kernel pass writes
     dz once, as dx (and as dresidual when that has another dtype; else dresidual is the
@@ -744,7 +744,7 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         outputs=("y",),
         residuals=("stats",),
         plan_forward=lambda x, *args: _plan_forward(x, None, *args, None),
-        run_forward=lambda launch, plan, x, weight, bias, *flags: _run_forward(launch, plan, x, None, weight, bias),
+        run_forward=lambda launch, plan, x, weight, bias, *_: _run_forward(launch, plan, x, None, weight, bias),
         saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS),
         save=lambda inputs, results, needs: (
             inputs.x, inputs.weight, results.stats, *_saved_flags(inputs)),
