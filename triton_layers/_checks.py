@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ._tracing import tracing
+from .kernels._eager import subclass_of  # (no Triton there: importable without it)
 
 # Whether a torch.func transform (vmap, grad, ...) is running.
 functorch_active = torch._C._are_functorch_transforms_active
@@ -121,15 +122,6 @@ def check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {_given(value)}")
     return value
-
-
-def subclass_of(tensors: Sequence[Optional[Tensor]]) -> Optional[type]:
-    """The class of the first of ``tensors`` that is a tensor subclass other than a Parameter
-    (DTensor, FakeTensor, a wrapper), or None."""
-    for t in tensors:
-        if t is not None and type(t) is not Tensor and type(t) is not torch.nn.Parameter and isinstance(t, Tensor):
-            return type(t)
-    return None
 
 
 def is_dtensor(kind: type) -> bool:

@@ -317,7 +317,7 @@ class Op:
         """The op on ``args`` (the description's inputs, in order; the first is a tensor).
         Traced calls and tensor subclasses take the custom op (the subclass's dispatch decides
         what runs: a DTensor its sharding rule, a FakeTensor no launch)."""
-        if tracing() or _subclass(args) is not None:
+        if tracing() or _eager.subclass_of(args) is not None:
             results = self.forward_op(*args)
             results = (results,) if isinstance(results, Tensor) else results
             return results[0] if self._n_out == 1 else tuple(results[: self._n_out])
@@ -330,7 +330,7 @@ class Op:
         alignments, ``requires_grad`` flags and non-tensor values, under the same grad mode
         and launch config. (Its one caller keys and keeps it: ``_eager.EagerOp``.)"""
         d = self.desc
-        kind = _subclass(args)
+        kind = _eager.subclass_of(args)
         if kind is not None:  # (the safety net: functional routes subclasses elsewhere)
             raise TypeError(f"triton_layers.{d.name}: cannot launch a kernel on a {kind.__name__}; "
                             f"only plain tensors and Parameters reach the eager door")
@@ -402,14 +402,6 @@ def _no_launch(kernel):
 class _NoGrid:
     def __getitem__(self, grid):
         return lambda *args, **kwargs: None
-
-
-def _subclass(args: tuple) -> Optional[type]:
-    """The class of the first tensor in ``args`` that is not a plain tensor or Parameter."""
-    for a in args:
-        if isinstance(a, Tensor) and type(a) not in _eager.PLAIN_TENSORS:
-            return type(a)
-    return None
 
 
 def _rows_with_stride(t: Tensor) -> bool:

@@ -36,12 +36,22 @@ from . import _launch
 from ._fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
-           "signature", "backward_key", "call_key", "PLAIN_TENSORS"]
+           "signature", "backward_key", "call_key", "PLAIN_TENSORS", "subclass_of"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
 # Any other subclass (DTensor, FakeTensor, FunctionalTensor, a wrapper) has no plain data
 # pointer to launch on, or one that does not mean what the class means.
 PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
+
+def subclass_of(values) -> Optional[type]:
+    """The class of the first of ``values`` that is a tensor but not of :data:`PLAIN_TENSORS`
+    (DTensor, FakeTensor, a wrapper), or None. (The one test of plainness: the checks' path
+    choice and the doors' safety net ask it; :func:`signature` inlines it on the hot path.)"""
+    for v in values:
+        if isinstance(v, Tensor) and type(v) not in PLAIN_TENSORS:
+            return type(v)
+    return None
+
 
 # Whether a torch.func transform (vmap, grad, ...) is running: no plans there (the reference runs).
 _functorch_active = torch._C._are_functorch_transforms_active

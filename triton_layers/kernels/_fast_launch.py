@@ -166,7 +166,7 @@ class _Runtime:
         self._compilation_knobs = knobs.compilation
 
     def stepped_aside(self, pre_run_hooks) -> bool:
-        """Whether ``kernel`` must launch through Triton's own ``JITFunction.run`` now: while
+        """Whether a kernel must launch through Triton's own ``JITFunction.run`` now: while
         launch hooks are set (profilers such as proton), while Triton compiles another variant
         of every kernel (``knobs.runtime.debug``, ``knobs.compilation.instrumentation_mode``,
         a stages-inspection hook), or while the kernel has pre-run hooks. A compiled kernel we
