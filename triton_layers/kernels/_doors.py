@@ -37,7 +37,8 @@ from .._tracing import tracing
 from . import _eager
 from ._fast_launch import KernelCall, current_device, direct
 
-__all__ = ["OpDescription", "Op", "OpPlan", "KernelCall", "build", "direct", "traced", "mask_bytes"]
+__all__ = ["OpDescription", "Op", "OpPlan", "KernelCall", "build", "direct", "traced", "mask_bytes",
+           "recomputed_grads"]
 
 
 def traced(launch: Callable) -> bool:
@@ -402,6 +403,18 @@ def _no_launch(kernel):
 class _NoGrid:
     def __getitem__(self, grid):
         return lambda *args, **kwargs: None
+
+
+def recomputed_grads(compute: Callable[[], Tensor], inputs: dict, grad: Tensor) -> dict:
+    """``{name: gradient}`` of ``compute()`` (recomputed now, under grad mode) for each of
+    ``inputs`` (``name -> tensor``, each carrying its autograd history), weighted by ``grad``, as
+    a graph autograd can differentiate again: what the descriptions' ``backward_graph`` build on.
+    An input the output does not depend on gets zeros."""
+    if not inputs:
+        return {}
+    with torch.enable_grad():
+        found = torch.autograd.grad(compute(), list(inputs.values()), grad, create_graph=True, allow_unused=True)
+    return {n: torch.zeros_like(t) if g is None else g for (n, t), g in zip(inputs.items(), found)}
 
 
 def _rows_with_stride(t: Tensor) -> bool:

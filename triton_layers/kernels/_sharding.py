@@ -81,11 +81,8 @@ def rule_for(desc, backward: bool):
             for n in outs:
                 if backward and (not needs[n] or n in shared):
                     out.append(Replicate())  # an empty placeholder
-                elif n in rows:
-                    # (an output's row dims are the main input's: its offset and trailing
-                    # dims say where they are)
-                    offset, trailing = rows[n]
-                    out.append(Replicate() if d is None else Shard(d + offset))
+                elif n in rows:  # (an output holds all the main input's row dims, from its offset)
+                    out.append(Replicate() if d is None else Shard(d + rows[n][0]))
                 elif backward:  # a replicated input's gradient: each rank's rows' part of the sum
                     out.append(Replicate() if d is None else Partial())
                 else:  # an output that is no rows' (coor_descent's eps schedule): the same on every rank

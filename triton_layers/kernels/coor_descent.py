@@ -380,17 +380,10 @@ def _backward_graph(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor]
     """The backward in differentiable torch ops (``create_graph=True``): the reference's
     gradients of the unrolled iterations, recomputed from the saved s (and k), which carry
     their autograd history."""
-    targets = [t for t, need in ((s, needs["s"]), (k, needs["k"])) if need]
-    with torch.enable_grad():
-        y = reference.coor_descent(s, n_iters, k_value if k is None else k.reshape(s.shape[:-1]), eps, eps_init,
-                                   eps_decay, mask)
-        found = iter(torch.autograd.grad(y, targets, grads[0], create_graph=True, allow_unused=True))
-    out = {}
-    for name, t in (("s", s), ("k", k)):
-        if needs[name]:
-            g = next(found)
-            out[name] = torch.zeros_like(t) if g is None else g
-    return out
+    wanted = {n: t for n, t in (("s", s), ("k", k)) if needs[n]}
+    return _doors.recomputed_grads(
+        lambda: reference.coor_descent(s, n_iters, k_value if k is None else k.reshape(s.shape[:-1]), eps, eps_init,
+                                       eps_decay, mask), wanted, grads[0])
 
 
 coor_descent = _doors.build(_doors.OpDescription(

@@ -672,23 +672,15 @@ def _backward_graph(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tenso
     recomputed statistics are differentiable in z."""
     dy, dh = grads[0], grads[1] if len(grads) > 1 else None
     need_z = needs["x"] or needs.get("residual", False)
-    dz = dw = None
-    if dy is not None:
-        targets = [t for t, need in ((z, need_z), (weight, needs["weight"])) if need]
-        with torch.enable_grad():
-            y = reference.norm(z, weight, None, eps, rms=rms, stable=stable, unit_offset=unit_offset,
-                               cast_before_weight=cast_before_weight, out_dtype=dy.dtype)
-            found = iter(torch.autograd.grad(y, targets, dy, create_graph=True, allow_unused=True)
-                         if targets else ())
-        dz = next(found) if need_z else None
-        dw = next(found) if needs["weight"] else None
+    wanted = {n: t for n, t, need in (("z", z, need_z), ("weight", weight, needs["weight"])) if need}
+    found = {n: torch.zeros_like(t) for n, t in wanted.items()} if dy is None else _doors.recomputed_grads(
+        lambda: reference.norm(z, weight, None, eps, rms=rms, stable=stable, unit_offset=unit_offset,
+                               cast_before_weight=cast_before_weight, out_dtype=dy.dtype), wanted, dy)
     out = {}
     if need_z:
-        dz = torch.zeros_like(z) if dz is None else dz
-        dz = dz if dh is None else dz + dh
-        out["x"] = out["residual"] = dz
+        out["x"] = out["residual"] = found["z"] if dh is None else found["z"] + dh
     if needs["weight"]:
-        out["weight"] = torch.zeros_like(weight) if dw is None else dw
+        out["weight"] = found["weight"]
     if needs["bias"]:
         n_cols = z.shape[-1]
         out["bias"] = (z.new_zeros(n_cols, dtype=torch.float32) if dy is None
