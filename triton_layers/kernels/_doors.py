@@ -386,14 +386,31 @@ _new_tuple = tuple.__new__
 
 
 def _traced_launch(args: tuple) -> Callable:
-    """How the compiled door's bodies launch: ``wrap_triton``; but on tensors without data off a
-    GPU (meta tensors, CPU fakes: DTensor's sharding propagation, FakeTensorMode), a launch that
-    does nothing, since the Triton interpreter (the only way our kernels run on a CPU) would
-    read their data. (On a GPU, ``wrap_triton`` itself launches nothing for fakes.)"""
+    """How the compiled door's bodies launch.
+
+    - Real plain tensors and nothing tracing (no dispatch mode: a DTensor's local shards, a call
+      of the custom op outside torch.compile): the eager door's own launcher, ``direct`` (the
+      kernel's compiled launcher on a GPU, the interpreter on the CPU). ``wrap_triton`` would
+      launch there too, but through Triton's per-call binding and a higher-order op: tens of
+      microseconds a kernel, paid on every norm of a tensor-parallel model.
+    - Tensors without data off a GPU (meta tensors, CPU fakes: DTensor's sharding propagation,
+      FakeTensorMode): a launch that does nothing, since the Triton interpreter (the only way
+      our kernels run on a CPU) would read their data.
+    - Anything else (CUDA fakes under torch.compile, functional tensors, a dispatch mode that
+      records: make_fx, CommDebugMode): ``wrap_triton``, which traces the kernel (and on a
+      GPU launches nothing for fakes)."""
+    plain = True
     for a in args:
-        if isinstance(a, Tensor) and not a.is_cuda and (a.is_meta or isinstance(a, _FakeTensor)):
-            return _no_launch
+        if isinstance(a, Tensor):
+            if not a.is_cuda and (a.is_meta or isinstance(a, _FakeTensor)):
+                return _no_launch
+            plain = plain and type(a) in _eager.PLAIN_TENSORS
+    if plain and not _dispatch_modes():
+        return direct
     return wrap_triton
+
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 def _no_launch(kernel):
