@@ -372,16 +372,13 @@ def _fsdp_tp_cases(mesh, device):
         _close(p, params[name], f"FSDP2 x TP param {name} after AdamW")
 
 
-def _all_cases(mesh, device):
-    _block_cases(mesh, device)
-    _residual_style_cases(mesh, device)
-    _norm_cases(mesh, device)
-    _softmax_cases(mesh, device)
-    _row_op_cases(mesh, device)
+TWO_RANK_CASES = {"block": _block_cases, "residual_style": _residual_style_cases, "norms": _norm_cases,
+                  "softmax": _softmax_cases, "row_ops": _row_op_cases}
 
 
-def test_every_op_on_dtensors_two_ranks():
-    _spawn(2, _all_cases)
+@pytest.mark.parametrize("cases", list(TWO_RANK_CASES))
+def test_every_op_on_dtensors_two_ranks(cases):
+    _spawn(2, TWO_RANK_CASES[cases])
 
 
 def test_norms_on_dtensors_four_ranks():
@@ -411,3 +408,25 @@ def test_the_readme_plan_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(script)], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.stdout.count("PLAN-DONE") == 2, (proc.stdout + proc.stderr)[-4000:]
+
+
+def test_the_tp_step_benchmark_dry_runs(tmp_path):
+    """benchmarks/bench_tp_step.py --quick on 2 CPU ranks: both impls step, and under one plan
+    they run the same collectives, move the same bytes and start from the same loss."""
+    import csv
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "-m", "benchmarks.bench_tp_step", "--quick", "--out", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    with open(tmp_path / "tp_step.csv") as f:
+        torch_row, ours = list(csv.DictReader(f))
+    assert (torch_row["impl"], ours["impl"]) == ("torch", "triton_layers")
+    assert float(ours["step_ms"]) > 0 and float(torch_row["step_ms"]) > 0, proc.stderr[-4000:]
+    assert float(ours["step_ms"]) > 0 and "all_gather_into_tensor" in ours["comm_counts"]
+    assert ours["comm_counts"] == torch_row["comm_counts"]
+    assert float(ours["comm_bytes"]) == float(torch_row["comm_bytes"]) > 0
+    assert abs(float(ours["loss"]) - float(torch_row["loss"])) <= 1e-4 * abs(float(torch_row["loss"]))
