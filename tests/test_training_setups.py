@@ -220,8 +220,8 @@ def test_the_cached_launch_steps_aside_for_tritons_switches(monkeypatch):
 
     from triton_layers.kernels._fast_launch import _Runtime
 
-    runtime = _Runtime.__new__(_Runtime)
-    runtime._runtime_knobs, runtime._compilation_knobs = knobs.runtime, knobs.compilation
+    runtime = _Runtime.__new__(_Runtime)  # (without a GPU driver's stream)
+    runtime.read_knobs(knobs)
 
     hooks: list = []  # a kernel's pre_run_hooks (Triton appends to the list in place)
     assert not runtime.stepped_aside(hooks)

@@ -162,8 +162,19 @@ class _Runtime:
         from triton.runtime.driver import driver
 
         self.stream = driver.active.get_current_stream
+        self.read_knobs(knobs)
+
+    def read_knobs(self, knobs) -> None:
+        """Keep Triton's ``knobs`` and the environment's debug and instrumentation switches as
+        they are now. Triton 3.4-3.6 read those two from the environment on every access (a
+        descriptor: about a microsecond a read, two reads a launch); 3.7 and later read them once,
+        at import. :meth:`stepped_aside` reads an assignment (``knobs.runtime.debug = True``,
+        which lands in the knobs object's own ``__dict__`` under every version) over these
+        values: the environment is read once, as the newer Triton does."""
         self._runtime_knobs = knobs.runtime
         self._compilation_knobs = knobs.compilation
+        self._debug = bool(knobs.runtime.debug)
+        self._instrumentation = getattr(knobs.compilation, "instrumentation_mode", "") or ""
 
     def stepped_aside(self, pre_run_hooks) -> bool:
         """Whether a kernel must launch through Triton's own ``JITFunction.run`` now: while
@@ -174,15 +185,17 @@ class _Runtime:
         they ask for (and calls the hooks), and ours resumes once they are off. ``pre_run_hooks``:
         the kernel's list of them (Triton appends to it in place), or ().
 
-        (On every eager launch: plain attribute reads, no generator; knobs that Triton reads
-        from the environment on each access, such as 3.9's ``fpsan_homomorphic_casts``, are
-        not read here: set them before the first launch.)"""
+        (On every eager launch: plain attribute and dict reads, no generator, no environment
+        read (see :meth:`read_knobs`); knobs that Triton reads from the environment on each
+        access, such as 3.9's ``fpsan_homomorphic_casts``, are not read here: set them before
+        the first launch.)"""
         k = self._runtime_knobs
         enter, leave = k.launch_enter_hook, k.launch_exit_hook
-        return bool(pre_run_hooks or k.debug or (enter is not None and getattr(enter, "calls", True))
+        return bool(pre_run_hooks or k.__dict__.get("debug", self._debug)
+                    or (enter is not None and getattr(enter, "calls", True))
                     or (leave is not None and getattr(leave, "calls", True))
                     or getattr(k, "add_stages_inspection_hook", None) is not None
-                    or getattr(self._compilation_knobs, "instrumentation_mode", ""))
+                    or self._compilation_knobs.__dict__.get("instrumentation_mode", self._instrumentation))
 
 
 _RUNTIME: list = []
