@@ -125,19 +125,23 @@ def _norm(
     stable: bool = False,
     unit_offset: bool = False,
     cast_before_weight: bool = False,
+    autocast: bool = True,
 ) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """LayerNorm or RMSNorm (``rms``), with or without the residual: through their eager door.
 
     ``cast_before_weight`` (Llama's numerics, used by the modules ``convert`` makes): the
     normalized value is rounded to the input's dtype before the product with the weight,
     and ``y``'s default dtype is that of the product, as torch types ``weight * x``.
+    ``autocast=False``: ``y``'s default dtype is the one it has without autocast, also under
+    autocast (a Hugging Face norm's, which casts by its own code).
     """
     return _NORM.call((x, weight, bias, residual), (
-        eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable, unit_offset, cast_before_weight))
+        eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable, unit_offset, cast_before_weight,
+        autocast))
 
 
 def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable,
-                unit_offset, cast_before_weight):
+                unit_offset, cast_before_weight, autocast):
     """A norm call not planned yet: the checks, the path, the reshapes (see :class:`EagerOp`)."""
     check_tensor(x, "x")
     if weight is not None:
@@ -167,7 +171,7 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
     device_type = "cuda" if x.is_cuda else x.device.type
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype, "out_dtype")
-    elif (device_type == "cuda" or device_type == "cpu") and torch.is_autocast_enabled(device_type):
+    elif autocast and (device_type == "cuda" or device_type == "cpu") and torch.is_autocast_enabled(device_type):
         # What the next matmul reads under autocast: written directly, no cast kernel.
         out_dtype = torch.get_autocast_dtype(device_type)
     elif cast_before_weight and weight is not None:

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as F
+from ._autocast import autocast_dtype
 from ._compiled import use_triton_for
 from ._config import check_flag, check_normalized_shape, check_number, check_use_triton
 
@@ -37,6 +38,7 @@ class TritonLayerNorm(nn.Module):
     """
 
     torch_ops_when_compiled: bool = False
+    output_under_autocast: str = "autocast"  # (layers/_autocast.py: "autocast", "torch" or "unchanged")
 
     def __init__(
         self,
@@ -76,10 +78,9 @@ class TritonLayerNorm(nn.Module):
         """Normalize ``x`` (any leading dims): ``y`` of x's shape and dtype (autocast's dtype
         under autocast). With a ``residual``: ``(y, h)``, ``h = x + residual`` in the residual's
         dtype and ``y`` its normalization, in one pass (``functional.layer_norm``)."""
-        return F.layer_norm(
-            x, self.weight, self.bias, self.eps, self.stable, use_triton_for(self, residual), self.normalized_shape,
-            residual=residual,
-        )
+        out_dtype, autocast = autocast_dtype(self.output_under_autocast, x, False)
+        return F._norm(x, self.weight, self.bias, self.eps, residual, out_dtype, None, use_triton_for(self, residual),
+                       self.normalized_shape, rms=False, stable=self.stable, autocast=autocast)
 
     def extra_repr(self) -> str:
         return (

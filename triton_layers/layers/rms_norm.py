@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as F
+from ._autocast import autocast_dtype
 from ._compiled import use_triton_for
 from ._config import check_flag, check_normalized_shape, check_number, check_use_triton
 
@@ -43,6 +44,7 @@ class TritonRMSNorm(nn.Module):
 
     cast_before_weight: bool = False
     torch_ops_when_compiled: bool = False
+    output_under_autocast: str = "autocast"  # (layers/_autocast.py: "autocast", "torch" or "unchanged")
 
     def __init__(
         self,
@@ -87,10 +89,11 @@ class TritonRMSNorm(nn.Module):
         """Normalize ``x`` (any leading dims): ``y`` of x's shape and dtype (autocast's dtype
         under autocast). With a ``residual``: ``(y, h)``, ``h = x + residual`` in the
         residual's dtype and ``y`` its normalization, in one pass."""
+        out_dtype, autocast = autocast_dtype(self.output_under_autocast, x, True)
         return F._norm(
-            x, self.weight, None, F.RMS_NORM_DEFAULT_EPS if self.eps is None else self.eps, residual, None, None,
+            x, self.weight, None, F.RMS_NORM_DEFAULT_EPS if self.eps is None else self.eps, residual, out_dtype, None,
             use_triton_for(self, residual), self.normalized_shape, rms=True, unit_offset=self.unit_offset,
-            cast_before_weight=self.cast_before_weight,
+            cast_before_weight=self.cast_before_weight, autocast=autocast,
         )
 
     def extra_repr(self) -> str:
@@ -118,16 +121,17 @@ class TritonRMSNorm(nn.Module):
 
     @classmethod
     def from_hf(cls, norm: nn.Module, *, family: str, **kwargs: Any) -> "TritonRMSNorm":
-        """A TritonRMSNorm computing what a Hugging Face RMSNorm does, with a copy of its weight.
+        """A TritonRMSNorm computing what a Hugging Face RMSNorm of ``family`` does (``"llama"``,
+        ``"olmo2"`` or ``"gemma"``: ``triton_layers/_families.py`` has their formulas), with a
+        copy of its weight and its epsilon (``variance_epsilon``, ``eps`` or ``epsilon``)."""
+        from .._families import LAYER_FLAGS, eps_of
 
-        ``family="llama"`` (LlamaRMSNorm, MistralRMSNorm, Qwen2RMSNorm: eps in
-        ``variance_epsilon``, ``weight * norm(x).to(x.dtype)``) or ``"gemma"`` (GemmaRMSNorm:
-        eps in ``eps``, ``(norm(x) * (1 + weight)).to(x.dtype)``, all in fp32).
-        """
-        if family == "llama":
-            module = cls._like(norm.weight, tuple(norm.weight.shape), norm.variance_epsilon, **kwargs)
-            module.cast_before_weight = True
-            return module
-        if family == "gemma":
-            return cls._like(norm.weight, tuple(norm.weight.shape), norm.eps, unit_offset=True, **kwargs)
-        raise ValueError(f"family must be 'llama' or 'gemma', got {family!r}")
+        if family not in LAYER_FLAGS:
+            raise ValueError(f"family must be one of {', '.join(map(repr, LAYER_FLAGS))}, got {family!r}")
+        eps = eps_of(norm)
+        if eps is None:
+            raise ValueError(f"{type(norm).__name__} has no epsilon under the names variance_epsilon, eps, epsilon")
+        cast_before_weight, unit_offset = LAYER_FLAGS[family]
+        module = cls._like(norm.weight, tuple(norm.weight.shape), eps, unit_offset=unit_offset, **kwargs)
+        module.cast_before_weight = cast_before_weight
+        return module
