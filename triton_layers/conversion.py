@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -10,36 +9,27 @@ from typing import Any, Optional
 
 from torch import nn
 
+from ._families import FAMILIES, family_of
 from .layers import TritonLayerNorm, TritonRMSNorm
 
 logger = logging.getLogger("triton_layers")
 
-# Hugging Face RMSNorm classes whose numerics we reproduce: (module, class name) -> family
-# ("llama": weight * norm(x).to(x.dtype); "gemma": (norm(x) * (1 + weight)).to(x.dtype)).
-HF_RMS_NORMS = {
-    ("transformers.models.llama.modeling_llama", "LlamaRMSNorm"): "llama",
-    ("transformers.models.mistral.modeling_mistral", "MistralRMSNorm"): "llama",
-    ("transformers.models.qwen2.modeling_qwen2", "Qwen2RMSNorm"): "llama",
-    ("transformers.models.gemma.modeling_gemma", "GemmaRMSNorm"): "gemma",
-}
-
-
 # Norm classes registered by users (register_norm): class -> family.
 _REGISTERED: dict[type, str] = {}
-FAMILIES = ("llama", "gemma")
 
 
 def register_norm(cls: Optional[type] = None, family: Optional[str] = None):
-    """Teach :func:`convert` a norm class of yours (or of a library it does not know) that
-    computes as a known family does, so that it is replaced too:
+    """Teach :func:`convert` a norm class of yours that computes as a known family does but
+    that convert cannot recognize by running it (it needs other arguments, say), so that it
+    is replaced too. ``family`` (``triton_layers/_families.py`` has the formulas):
 
-    - ``"llama"``: ``weight * (x / sqrt(mean(x^2) + eps)).to(x.dtype)`` in fp32, the eps in
-      ``variance_epsilon`` (``LlamaRMSNorm``'s numerics);
-    - ``"gemma"``: ``(x / sqrt(mean(x^2) + eps) * (1 + weight)).to(x.dtype)`` in fp32, the eps
-      in ``eps`` (``GemmaRMSNorm``'s).
+    - ``"llama"``: ``weight * norm(x.float()).to(x.dtype)`` (``LlamaRMSNorm``'s numerics);
+    - ``"olmo2"``: ``(weight * norm(x.float())).to(x.dtype)`` (``Olmo2RMSNorm``'s);
+    - ``"gemma"``: ``(norm(x.float()) * (1 + weight.float())).to(x.dtype)`` (``GemmaRMSNorm``'s).
 
-    The module must hold its scale as ``weight``. Only that exact class is matched (a subclass
-    may compute otherwise). Returns ``cls``, so it can decorate a class definition::
+    The module must hold its scale as ``weight`` and its epsilon as ``variance_epsilon``,
+    ``eps`` or ``epsilon``. Only that exact class is matched. Returns ``cls``, so it can
+    decorate a class definition::
 
         @triton_layers.register_norm(family="llama")   # or register_norm(MyRMSNorm, "llama")
         class MyRMSNorm(nn.Module): ...
@@ -56,39 +46,48 @@ def register_norm(cls: Optional[type] = None, family: Optional[str] = None):
 
 @dataclass
 class ConversionSummary:
-    """What :func:`convert` did: modules replaced and norm-like modules left alone, counted
-    by class name."""
+    """What :func:`convert` did (or, with ``dry_run=True``, would do): modules replaced, by
+    class name; the family of numerics each replaced class computes (``"layer_norm"`` and
+    ``"rms_norm"`` for torch's own); and norm-like modules left alone, by class name."""
 
     replaced: Counter = field(default_factory=Counter)
+    families: dict = field(default_factory=dict)
     left_alone: Counter = field(default_factory=Counter)
 
     def __str__(self) -> str:
-        def counts(c: Counter) -> str:
-            return ", ".join(f"{n} {name}" for name, n in sorted(c.items())) or "nothing"
+        def counts(c: Counter, with_family: bool) -> str:
+            return ", ".join(f"{n} {name}" + (f" ({self.families[name]})" if with_family else "")
+                             for name, n in sorted(c.items())) or "nothing"
 
-        text = f"replaced {counts(self.replaced)}"
-        return text + (f"; left alone (unknown norms): {counts(self.left_alone)}" if self.left_alone else "")
-
-
-def _hf_classes() -> dict[type, str]:
-    """The known Hugging Face classes that are loaded, class -> family. A model holding one
-    has imported its module, so nothing is imported here (transformers stays optional)."""
-    out = {}
-    for (module_name, name), family in HF_RMS_NORMS.items():
-        cls = getattr(sys.modules.get(module_name), name, None)
-        if isinstance(cls, type):
-            out[cls] = family
-    out.update(_REGISTERED)
-    return out
+        text = f"replaced {counts(self.replaced, True)}"
+        return text + (f"; left alone (unknown norms): {counts(self.left_alone, False)}" if self.left_alone else "")
 
 
-def _replacement(module: nn.Module, hf: dict[type, str], kwargs: dict) -> Optional[nn.Module]:
+def _family(module: nn.Module) -> Optional[str]:
     if isinstance(module, nn.LayerNorm):
-        return TritonLayerNorm.from_torch(module, **kwargs)
+        return "layer_norm"
     if isinstance(module, nn.RMSNorm):
-        return TritonRMSNorm.from_torch(module, **kwargs)
-    family = hf.get(type(module))  # the exact class: a subclass may compute otherwise
-    return None if family is None else TritonRMSNorm.from_hf(module, family=family, **kwargs)
+        return "rms_norm"
+    if type(module) in _REGISTERED:
+        return _REGISTERED[type(module)]
+    if isinstance(module, (TritonLayerNorm, TritonRMSNorm)) or "Norm" not in type(module).__name__:
+        return None  # (only norm-like classes are run on the probes)
+    return family_of(module)
+
+
+def _replacement(module: nn.Module, family: str, fast_autocast: bool, kwargs: dict) -> nn.Module:
+    if family == "layer_norm":
+        new = TritonLayerNorm.from_torch(module, **kwargs)
+    elif family == "rms_norm":
+        new = TritonRMSNorm.from_torch(module, **kwargs)
+    else:
+        new = TritonRMSNorm.from_hf(module, family=family, **kwargs)
+    new.torch_ops_when_compiled = True  # the model's own ops surround it (layers/_compiled.py)
+    # What the module wrote under autocast (torch's norms: float32 on CUDA; Hugging Face's:
+    # their own dtypes), unless asked for autocast's (layers/_autocast.py).
+    new.output_under_autocast = "autocast" if fast_autocast else (
+        "torch" if family in ("layer_norm", "rms_norm") else "unchanged")
+    return new
 
 
 def _unknown_norm(module: nn.Module) -> bool:
@@ -96,35 +95,50 @@ def _unknown_norm(module: nn.Module) -> bool:
     return ("LayerNorm" in name or "RMSNorm" in name) and not isinstance(module, (TritonLayerNorm, TritonRMSNorm))
 
 
-def convert(model: nn.Module, *, return_summary: bool = False, **layer_kwargs: Any):
+def convert(model: nn.Module, *, return_summary: bool = False, dry_run: bool = False, fast_autocast: bool = False,
+            **layer_kwargs: Any):
     """Replace the norms inside ``model`` (in place) by triton_layers modules computing the same:
 
     - ``nn.LayerNorm`` -> :class:`TritonLayerNorm`; ``nn.RMSNorm`` -> :class:`TritonRMSNorm`;
-    - Hugging Face's ``LlamaRMSNorm``, ``MistralRMSNorm``, ``Qwen2RMSNorm`` and
-      ``GemmaRMSNorm``, and the classes given to :func:`register_norm` -> :class:`TritonRMSNorm`
-      with that family's numerics (:meth:`TritonRMSNorm.from_hf`).
+    - every RMSNorm class that computes one of the families of ``triton_layers/_families.py``
+      (Llama's, Olmo2's, Gemma's numerics: nearly all of transformers' RMSNorms, Qwen3,
+      Gemma2/3, Phi3, Olmo2, Llama4, Mixtral and DeepSeek-V3 among them), found by running
+      a copy of each on fixed probes and comparing bits with the family's formula, and the
+      classes given to :func:`register_norm` -> :class:`TritonRMSNorm` with that family's
+      numerics (:meth:`TritonRMSNorm.from_hf`).
 
     Parameters are copied under the same names, so outputs match before and after and the
     state_dict still loads into the unconverted model. ``layer_kwargs`` (e.g. ``use_triton``)
-    go to each new layer. Under torch.compile the new layers run a call without a residual
-    as torch ops (``torch_ops_when_compiled``), so that Inductor fuses them with the model's
-    own residual adds and casts around them, which an opaque kernel would stop; eager calls
-    run the kernels. ``use_triton=True`` keeps the kernels when compiled too. Other modules
-    are left alone, norms we do not know included (a warning names their classes). A module
-    passed as ``model`` is returned converted; a module shared by several parents stays
-    shared. One log line (logger ``triton_layers``, level INFO) says what was replaced;
-    ``return_summary=True`` returns ``(model, ConversionSummary)`` instead of the model.
+    go to each new layer.
+
+    Dtypes under autocast are the replaced module's by default: torch's norms write float32
+    under CUDA autocast, Hugging Face's RMSNorms their own dtype. ``fast_autocast=True``
+    writes autocast's dtype instead (bf16, say: one less cast for the next matmul): exact
+    in a pre-norm decoder, whose norm outputs go straight into a matmul (Llama, Qwen,
+    Mistral), but in a post-norm model (BERT; Gemma2/3's post-norms) the norm's output is
+    added into the residual stream, which it would move to bf16.
+
+    Under torch.compile the new layers run a call without a residual as torch ops
+    (``torch_ops_when_compiled``), so that Inductor fuses them with the model's own residual
+    adds and casts around them, which an opaque kernel would stop; eager calls run the
+    kernels. ``use_triton=True`` keeps the kernels when compiled too. Other modules are left
+    alone, norms we do not know included (a warning names their classes). A module passed as
+    ``model`` is returned converted; a module shared by several parents stays shared. One log
+    line (logger ``triton_layers``, level INFO) says what was replaced, per class and family;
+    ``return_summary=True`` returns ``(model, ConversionSummary)`` instead of the model;
+    ``dry_run=True`` changes nothing and returns the summary of what it would do.
     """
-    hf = _hf_classes()
     summary = ConversionSummary()
-    done: dict[int, nn.Module] = {}
+    done: dict[int, Optional[nn.Module]] = {}
 
     def swap(module: nn.Module) -> Optional[nn.Module]:
         if id(module) not in done:
-            new = _replacement(module, hf, layer_kwargs)
-            if new is not None:
-                new.torch_ops_when_compiled = True  # the model's own ops surround it (layers/_compiled.py)
+            family = _family(module)
+            new = None
+            if family is not None:
+                new = module if dry_run else _replacement(module, family, fast_autocast, layer_kwargs)
                 summary.replaced[type(module).__name__] += 1
+                summary.families[type(module).__name__] = family
             done[id(module)] = new
         return done[id(module)]
 
@@ -135,7 +149,8 @@ def convert(model: nn.Module, *, return_summary: bool = False, **layer_kwargs: A
                 continue
             new = swap(child)
             if new is not None:
-                setattr(parent, name, new)
+                if not dry_run:
+                    setattr(parent, name, new)
             elif id(child) not in walked:
                 walked.add(id(child))
                 if _unknown_norm(child):
@@ -147,6 +162,8 @@ def convert(model: nn.Module, *, return_summary: bool = False, **layer_kwargs: A
     if root is None:
         walk(model)
         root = model
+    if dry_run:
+        return summary
     logger.info("triton_layers.convert: %s", summary)
     if summary.left_alone:
         warnings.warn(f"triton_layers.convert left norms it does not know alone: "
