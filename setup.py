@@ -34,13 +34,15 @@ setup(
                       "numpy"],
     extras_require={
         # safetensors and transformers (with tokenizers, huggingface_hub: ~45 s of install on
-        # CI's 2 cores) for tests/test_integrations.py, which skips their tests without them.
+        # CI's 2 cores) for tests/test_integrations.py, which skips their tests without them;
+        # accelerate for transformers' Trainer (examples/train_hf_trainer.py and its test).
         # pytest-xdist: the README's test command runs the suite on every core (-n auto): 4-5
         # minutes on CI's 2 cores against 7-8 one test at a time.
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "colt5-attention>=0.11", "safetensors>=0.4",
-                 "transformers>=4.40"],
+                 "transformers>=4.40", "accelerate>=1.1"],
         # matplotlib and tqdm: the plots and progress bar of python -m benchmarks; transformers:
         # the Llama of its llama_step.
-        "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11", "matplotlib", "tqdm", "transformers>=4.56"],
+        "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11", "matplotlib", "tqdm", "transformers>=4.56",
+                  "accelerate>=1.1"],
     },
 )
