@@ -35,11 +35,14 @@ setup(
     extras_require={
         # safetensors and transformers (with tokenizers, huggingface_hub: ~45 s of install on
         # CI's 2 cores) for tests/test_integrations.py, which skips their tests without them;
-        # accelerate for transformers' Trainer (examples/train_hf_trainer.py and its test).
+        # accelerate for transformers' Trainer (examples/train_hf_trainer.py and its test);
+        # kernels for triton_layers.hub (tests/test_hub_layer.py).
         # pytest-xdist: the README's test command runs the suite on every core (-n auto): 4-5
         # minutes on CI's 2 cores against 7-8 one test at a time.
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "colt5-attention>=0.11", "safetensors>=0.4",
-                 "transformers>=4.40", "accelerate>=1.1"],
+                 "transformers>=4.40", "accelerate>=1.1", "kernels>=0.10"],
+        # transformers' kernel hook: triton_layers.hub.RMSNorm as a layer of the kernels package.
+        "hub": ["kernels>=0.10"],
         # matplotlib and tqdm: the plots and progress bar of python -m benchmarks; transformers:
         # the Llama of its llama_step.
         "bench": ["liger-kernel>=0.5", "colt5-attention>=0.11", "matplotlib", "tqdm", "transformers>=4.56",

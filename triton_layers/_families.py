@@ -89,6 +89,7 @@ def family_of(module: nn.Module) -> Optional[str]:
     x = 3.0 * torch.randn(_PROBE_ROWS, hidden, generator=g)
     try:
         probe = copy.deepcopy(module)
+        probe.__dict__.pop("forward", None)  # (the class's own forward, not one a kernel hook put on the instance)
         candidates = set(FAMILIES)
         with torch.no_grad(), torch.autocast("cpu", enabled=False):
             for w_dtype, x_dtype in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32),

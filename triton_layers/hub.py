@@ -1,0 +1,87 @@
+"""Our RMSNorm as a layer for the ``kernels`` package: transformers' own kernel hook.
+
+transformers 5 marks its RMSNorm classes ``@use_kernel_forward_from_hub("RMSNorm")``;
+``kernels.kernelize(model, mode=..., device=...)`` then replaces the ``forward`` of each such
+module by the layer a mapping names for ``"RMSNorm"``. :class:`RMSNorm` is such a layer (the
+``kernels`` rules: no ``__init__``, no members of its own but ``can_torch_compile`` and
+``has_backward``; its state, ``weight`` and the epsilon, read from the module it runs in),
+computing each module's own family of numerics (``triton_layers/_families.py``, told once per
+class by running the class's own forward on probes) through our kernels, in the dtype the
+module writes (autocast leaves it alone, as it leaves the module's code). It trains
+(``has_backward``) and compiles (``can_torch_compile``: our custom op under torch.compile). A
+class computing no family we know keeps its own forward.
+
+    import kernels
+    import triton_layers.hub
+
+    with kernels.use_kernel_mapping(triton_layers.hub.kernel_mapping()):
+        model = kernels.kernelize(model, mode=kernels.Mode.TRAINING | kernels.Mode.TORCH_COMPILE)
+
+``kernels`` is an optional dependency (``pip install triton_layers[hub]``); this module
+imports it only in :func:`kernel_mapping`.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import Tensor, nn
+
+from . import functional as F
+from ._families import LAYER_FLAGS, eps_of, family_of
+
+__all__ = ["RMSNorm", "Repository", "kernel_mapping"]
+
+# The family each host class computes (None: not one of ours), told once per class.
+_FAMILY_OF_CLASS: dict[type, Optional[str]] = {}
+
+
+def _family(module: nn.Module) -> Optional[str]:
+    cls = type(module)
+    if cls not in _FAMILY_OF_CLASS:
+        _FAMILY_OF_CLASS[cls] = family_of(module)
+    return _FAMILY_OF_CLASS[cls]
+
+
+def rms_norm_forward(module: nn.Module, hidden_states: Tensor) -> Tensor:
+    """What :class:`RMSNorm` computes in ``module``: the module's family through our kernels,
+    or the module's own forward where it computes no family of ours."""
+    family = _family(module)
+    if family is None:
+        return type(module).forward(module, hidden_states)
+    cast_before_weight, unit_offset = LAYER_FLAGS[family]
+    return F._norm(hidden_states, module.weight, None, eps_of(module), None, None, None, None, None, rms=True,
+                   unit_offset=unit_offset, cast_before_weight=cast_before_weight, autocast=False)
+
+
+class RMSNorm(nn.Module):
+    """The ``kernels`` layer for transformers' ``"RMSNorm"`` (see the module docstring)."""
+
+    can_torch_compile = True
+    has_backward = True
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        return rms_norm_forward(self, hidden_states)
+
+
+class Repository:
+    """A ``kernels`` repository holding :class:`RMSNorm` (no download: the layer is ours)."""
+
+    def load(self) -> type:
+        return RMSNorm
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Repository)
+
+    def __hash__(self) -> int:
+        return hash(Repository)
+
+    def __repr__(self) -> str:
+        return "triton_layers.hub.Repository()"
+
+
+def kernel_mapping(devices: tuple = ("cuda", "cpu")) -> dict:
+    """The mapping for ``kernels.use_kernel_mapping``/``register_kernel_mapping``: ``"RMSNorm"``
+    to :class:`RMSNorm` on ``devices``, for every mode (training, inference, torch.compile)."""
+    import kernels  # noqa: F401  (the optional dependency this mapping is for)
+
+    return {"RMSNorm": {device: Repository() for device in devices}}
