@@ -61,8 +61,11 @@ def _analyse() -> dict:
             args = [_t(M, N), r, h, _t(M, N), _t(N), _t(N), _t(2, M), N, N, N, N, M, N, 1e-5]
             flags = dict(IS_RMS=False, HAS_RESIDUAL=residual, HAS_WEIGHT=True, HAS_BIAS=True, STABLE=False,
                          UNIT_OFFSET=False, CAST_BEFORE_WEIGHT=False, BLOCK_M=8 if single else 1,
-                         BLOCK_N=256 if single else 64, SINGLE_PASS=single)
+                         BLOCK_N=256 if single else 64, SINGLE_PASS=single, STORE_STATS=True)
             out[f"fwd residual={residual} single_pass={single}"] = written(LN._norm_fwd_kernel, args, flags)
+            # a call no gradient will flow from writes no statistics
+            out[f"fwd no stats residual={residual} single_pass={single}"] = written(
+                LN._norm_fwd_kernel, args, dict(flags, STORE_STATS=False))
     for residual in (False, True):
         for ahead in (1, 2):  # (rows published ahead)
             r, h = (_t(M, N), _t(M, N)) if residual else (None, None)
@@ -71,7 +74,8 @@ def _analyse() -> dict:
             out[f"fwd one-pass split residual={residual} ahead={ahead}"] = written(
                 LN._norm_fwd_split_kernel, args, dict(
                     IS_RMS=False, HAS_RESIDUAL=residual, HAS_WEIGHT=True, HAS_BIAS=True, UNIT_OFFSET=False,
-                    CAST_BEFORE_WEIGHT=False, BLOCK_N=128, CHUNKS_POW2=2, MAX_POLLS=0, AHEAD=ahead))
+                    CAST_BEFORE_WEIGHT=False, BLOCK_N=128, CHUNKS_POW2=2, MAX_POLLS=0, AHEAD=ahead,
+                    STORE_STATS=True))
     args = [_t(M, N), _t(M, N), _t(M, N), _t(N), _t(2, M), _t(M, N), _t(M, N), _t(2, 4, N), N, N, N, N, N, M, N, 1]
     for per_tile in (False, True):  # (the weight held, or loaded per tile: rows over LONG_ROW)
         out[f"bwd weight_per_tile={per_tile}"] = written(LN._norm_bwd_kernel, args, dict(
@@ -115,6 +119,8 @@ def _backward_prefetch() -> dict:
 
 EXPECTED = {
     **{f"fwd residual={r} single_pass={s}": sorted({"Y", "Stats"} | ({"H"} if r else set()))
+       for r in (False, True) for s in (True, False)},
+    **{f"fwd no stats residual={r} single_pass={s}": sorted({"Y"} | ({"H"} if r else set()))
        for r in (False, True) for s in (True, False)},
     # the one-pass forward also publishes its row sums and counts arrivals
     **{f"fwd one-pass split residual={r} ahead={a}":

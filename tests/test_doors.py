@@ -512,3 +512,29 @@ def test_uses_kernels_says_which_path_runs(device, monkeypatch):
             triton_layers.uses_kernels(fake, True)
     with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         triton_layers.uses_kernels([1.0])
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.startswith(("norm", "residual_norm"))])
+@pytest.mark.parametrize("context", ["no_grad", "inference_mode", "no input needs a gradient"])
+def test_norms_write_no_statistics_where_no_gradient_flows(case, context, device):
+    """Serving: a norm call no gradient will flow from plans a forward that allocates and
+    writes no statistics (the kernel's STORE_STATS off), with the same outputs as a call that
+    keeps them; a call that may need its backward keeps them."""
+    import contextlib
+
+    op = getattr(kernel_ops, case.split("-")[0])
+    args = CASES[case](device)
+    plain = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+    trained = tuple(a.detach().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                    for a in args)
+    keeping = op.plan(*trained)
+    assert keeping.autograd and keeping.forward.stats_shape is not None
+    assert keeping.forward.kernel.constexprs["STORE_STATS"] is True
+    with {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(context, contextlib.nullcontext)():
+        serving = op.plan(*(trained if context != "no input needs a gradient" else plain))
+        assert not serving.autograd and serving.forward.stats_shape is None
+        assert serving.forward.kernel.constexprs["STORE_STATS"] is False
+        got = op.call_planned(serving, *plain)
+    want = op.call_planned(keeping, *trained)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert torch.equal(g, w.detach())

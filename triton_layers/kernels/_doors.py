@@ -85,6 +85,10 @@ class OpDescription:
       ``{name: (offset, trailing)}``; when the ``shared_grads`` pairs are one tensor, from the
       backward's arguments by name (default: whenever both are asked); the row dims that may
       not be sharded, from the forward's or backward's arguments. None: no rule.
+    - ``plan_forward_no_grad(*inputs)``: the forward's plan for a call no gradient will flow
+      from (``torch.no_grad``, inference mode, inputs that need none), which may skip what only
+      the backward reads (the norms' statistics: its ``run_forward`` then returns None in
+      their place). None: ``plan_forward``'s.
     - ``backward_graph(grads, needs, *saved)``: the backward in differentiable torch ops
       (``{argument name: gradient}`` as ``run_backward``), run where autograd must build the
       backward's own graph (``create_graph=True`` with a tensor that requires a gradient:
@@ -108,6 +112,7 @@ class OpDescription:
     row_strided: tuple[str, ...] = ()
     backward_graph: Optional[Callable[..., dict]] = None
     row_sharded: Optional[dict] = None
+    plan_forward_no_grad: Optional[Callable[..., Any]] = None
     shared_when: Optional[Callable[[dict], bool]] = None
     unshardable_rows: Optional[Callable[[dict, int], tuple]] = None
 
@@ -340,7 +345,8 @@ class Op:
         needs = {n: autograd and a is not None and a.requires_grad for n, a in zip(d.differentiable, grad_args)}
         dtypes = tuple(None if a is None else a.dtype for a in grad_args)
         x = args[0]
-        return OpPlan(d.plan_forward(*args), d.run_forward, d.plan_backward, d.run_backward, needs, dtypes,
+        plan_forward = d.plan_forward if autograd or d.plan_forward_no_grad is None else d.plan_forward_no_grad
+        return OpPlan(plan_forward(*args), d.run_forward, d.plan_backward, d.run_backward, needs, dtypes,
                       autograd, x.get_device() if x.is_cuda else None)
 
     def record_launches(self, *args) -> list[tuple]:

@@ -23,6 +23,7 @@ small shapes the host, not the GPU, sets the pace.)
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import NamedTuple, Optional
 
@@ -46,7 +47,7 @@ def _norm_fwd_kernel(
     stride_x_row, stride_r_row, stride_h_row, stride_y_row, M, N, eps,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, STORE_STATS: tl.constexpr,
 ):
     # One program normalizes BLOCK_M rows: short rows still give each program enough bytes.
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
@@ -115,11 +116,12 @@ def _norm_fwd_kernel(
             y = affine(zhat, Z, W, B, start + cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
                         CAST_BEFORE_WEIGHT)
             tl.store(y_rows + start + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-    if STABLE:
-        tl.store(InvScale + rows, inv_scale, mask=row_mask)
-    if not IS_RMS:
-        tl.store(Mean + rows, mean, mask=row_mask)
-    tl.store(Rstd + rows, rstd, mask=row_mask)
+    if STORE_STATS:  # (False where no backward will read them: Stats is then a placeholder)
+        if STABLE:
+            tl.store(InvScale + rows, inv_scale, mask=row_mask)
+        if not IS_RMS:
+            tl.store(Mean + rows, mean, mask=row_mask)
+        tl.store(Rstd + rows, rstd, mask=row_mask)
 
 
 @triton.jit
@@ -129,6 +131,7 @@ def _norm_fwd_split_kernel(
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr,
     BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr, MAX_POLLS: tl.constexpr, AHEAD: tl.constexpr,
+    STORE_STATS: tl.constexpr,
 ):
     # Rows longer than a block, in one pass: _norm_fwd_kernel's loop reads each row twice
     # (statistics, then y), and with many long rows in flight the second read misses L2
@@ -192,7 +195,7 @@ def _norm_fwd_split_kernel(
         w, b = load_affine(W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
         y = scale_shift((z.to(tl.float32) - mean) * rstd, Z, w, b, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
         tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-        if chunk == 0:
+        if STORE_STATS and chunk == 0:
             if not IS_RMS:
                 tl.store(Mean + row, mean)
             tl.store(Rstd + row, rstd)
@@ -454,17 +457,19 @@ class _ForwardPlan(NamedTuple):
     kernel: _doors.KernelCall
     out_dtype: torch.dtype
     residual_dtype: Optional[torch.dtype]
-    stats_shape: tuple[int, ...]
+    stats_shape: Optional[tuple[int, ...]]  # None: no statistics (no backward will read them)
     sums_shape: Optional[tuple[int, int, int]]  # the one-pass split's per-chunk row sums (else None)
 
 
 def _plan_forward(
     x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
     rms: bool, stable: bool, unit_offset: bool, cast_before_weight: bool, out_dtype: torch.dtype,
-    residual_dtype: Optional[torch.dtype],
+    residual_dtype: Optional[torch.dtype], store_stats: bool = True,
 ) -> _ForwardPlan:
     """The forward's launch for inputs of these shapes, strides and dtypes. ``x`` and
-    ``residual`` are rows as they are (:func:`_launch.rows_as_is`); y and h are new, contiguous."""
+    ``residual`` are rows as they are (:func:`_launch.rows_as_is`); y and h are new, contiguous.
+    ``store_stats=False`` (a call no gradient will flow from): no statistics are written or
+    allocated."""
     cfg = _launch.current().layer_norm
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
@@ -473,10 +478,11 @@ def _plan_forward(
     strides = (_launch.row_stride(x), 0 if residual is None else _launch.row_stride(residual),
                0 if residual is None else n_cols, n_cols)
     switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
-                 HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight)
+                    HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
+                    STORE_STATS=store_stats)
     # (k, *x.shape[:-1]): the rows as x has them, so that a shard of x along a row dim is the
     # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
-    stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1])
+    stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1]) if store_stats else None
     n_chunks = _launch.cdiv(n_cols, cfg.fwd_one_pass_block)
     if not single_pass and not stable and _launch.one_pass_forward(n_chunks, residual is not None, cfg, x.device):
         # (one row at a time: no BLOCK_M)
@@ -505,14 +511,15 @@ def _run_forward(launch, plan: _ForwardPlan, x: Tensor, residual: Optional[Tenso
     """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top).
     y and h have x's shape; the kernel sees them as matrices (it reads pointers and row strides)."""
     y = _launch.new_output(x, plan.out_dtype)
-    stats = x.new_empty(plan.stats_shape, dtype=torch.float32)
+    stats = None if plan.stats_shape is None else x.new_empty(plan.stats_shape, dtype=torch.float32)
     h = None if residual is None else _launch.new_output(x, plan.residual_dtype)
+    stats_arg = y if stats is None else stats  # (a placeholder pointer where none are written)
     if plan.sums_shape is None:
-        plan.kernel(launch, x, residual, h, y, weight, bias, stats)
+        plan.kernel(launch, x, residual, h, y, weight, bias, stats_arg)
     else:  # one pass: the chunks' row sums, a ticket counter and one arrival counter per row
         sums = x.new_empty(plan.sums_shape, dtype=torch.float32)
         arrivals = x.new_zeros(1 + plan.sums_shape[0], dtype=torch.int32)
-        plan.kernel(launch, x, residual, h, y, weight, bias, stats, sums, arrivals)
+        plan.kernel(launch, x, residual, h, y, weight, bias, stats_arg, sums, arrivals)
     return (y, stats) if h is None else (y, h, stats)
 
 
@@ -713,6 +720,7 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
             outputs=("y", "h"),
             residuals=("stats",),
             plan_forward=_plan_forward,
+            plan_forward_no_grad=functools.partial(_plan_forward, store_stats=False),
             run_forward=_run_forward,
             # The backward reads h (the normalized input) instead of x and the residual.
             saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS,
@@ -736,6 +744,7 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
         outputs=("y",),
         residuals=("stats",),
         plan_forward=lambda x, *args: _plan_forward(x, None, *args, None),
+        plan_forward_no_grad=lambda x, *args: _plan_forward(x, None, *args, None, store_stats=False),
         run_forward=lambda launch, plan, x, weight, bias, *_: _run_forward(launch, plan, x, None, weight, bias),
         saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS),
         save=lambda inputs, results, needs: (
