@@ -831,3 +831,20 @@ def test_registers_takes_the_benchmarks_op_names():
         registers.op_names("layer_norm")
     with pytest.raises(SystemExit):
         registers.main(["--ops", "nope"])
+
+
+def test_decode_bench_dry_run(tmp_path, monkeypatch):
+    """benchmarks/bench_decode.py at tiny shapes on the CPU: ours and the peers, forward only,
+    every case with its GPU-time column."""
+    from benchmarks import bench_decode
+
+    _dry_run(monkeypatch)
+    monkeypatch.setattr(bench_decode, "QUICK_SHAPES", [(3, 40), (4, 16)])
+    monkeypatch.setattr(bench_decode, "HIDDEN_SHAPES", [(3, 40)])
+    bench_decode.main(["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
+    rows = report.read_csv(str(tmp_path / "decode_norms.csv"))
+    assert {r["op"] for r in rows} == {"rmsnorm", "add_rmsnorm"}
+    assert {r["direction"] for r in rows} == {"fwd"}
+    assert {"triton_layers", "torch"} <= {r["impl"] for r in rows}
+    assert {r["shape"] for r in rows if r["op"] == "add_rmsnorm"} == {"3x40"}  # QK-norm shapes: no residual
+    assert all(float(r["gpu_us"]) == 50.0 for r in rows)
