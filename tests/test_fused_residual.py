@@ -253,3 +253,81 @@ def test_rms_backward_keeps_longer_rows_whole(residual, monkeypatch, device):
         for name, g, g64 in zip(["dx", "dresidual", "dweight", "dbias"] if residual else ["dx", "dweight", "dbias"],
                                 grads, torch.autograd.grad(out64, inputs64, dout64)):
             compare(g, g64, rows=6 if name in ("dweight", "dbias") else 1, name=name)
+
+
+# --- residual_in_place: serving's residual buffer, updated in place ----------------------------
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("dtype", [BF16, FP32])
+@pytest.mark.parametrize("shape, looped", [((1, 64), False), ((7, 3, 130), False), ((5, 300), True)],
+                         ids=["decode-row", "3d", "long-rows-looped"])
+@pytest.mark.parametrize("context", ["no_grad", "inference_mode"])
+@pytest.mark.parametrize("use_triton", [None, False], ids=["kernels", "reference"])
+def test_residual_in_place_writes_h_into_the_residual(kind, dtype, shape, looped, context, use_triton):
+    """Under no_grad / inference_mode, ``residual_in_place=True`` returns (y, residual) with h
+    written into the residual: the same bits as the out-of-place call's (y, h), twice in a
+    row (the second call planned), on the kernels (the row-by-row and the looped long-row
+    forms) and the reference path; nothing else is written."""
+    import contextlib
+
+    torch.manual_seed(0)
+    x = torch.randn(shape, device=DEVICE, dtype=dtype)
+    residual = torch.randn(shape, device=DEVICE, dtype=dtype)
+    w, b = (p.detach() for p in _params(kind, shape[-1], DEVICE, dtype)) if kind == "layer" else (
+        _params(kind, shape[-1], DEVICE, dtype)[0].detach(), None)
+    config = looped_config("small") if looped else contextlib.nullcontext()
+    grad_off = torch.no_grad if context == "no_grad" else torch.inference_mode
+    with config, grad_off():
+        want_y, want_h = _norm(kind, x, w, b, residual=residual, use_triton=use_triton)
+        x_before = x.clone()
+        for _ in range(2):
+            buffer = residual.clone()
+            y, h = _norm(kind, x, w, b, residual=buffer, use_triton=use_triton, residual_in_place=True)
+            assert h.data_ptr() == buffer.data_ptr() and h.shape == buffer.shape
+            assert torch.equal(buffer, want_h) and torch.equal(y, want_y)
+            assert torch.equal(x, x_before)
+
+
+def test_residual_in_place_from_the_modules():
+    norm = TritonRMSNorm(64).to(DEVICE)
+    x, residual = torch.randn(4, 64, device=DEVICE), torch.randn(4, 64, device=DEVICE)
+    with torch.no_grad():
+        want_y, want_h = norm(x, residual)
+        buffer = residual.clone()
+        y, h = norm(x, buffer, residual_in_place=True)
+    assert h.data_ptr() == buffer.data_ptr() and torch.equal(buffer, want_h) and torch.equal(y, want_y)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("grad", "no gradient flows"), ("no residual", "pass a residual"), ("strided", "contiguous residual"),
+    ("dtype", "keeps the residual's dtype"), ("stable", "stable=True"),
+])
+def test_residual_in_place_refuses_what_it_cannot_do(bad, match):
+    x = torch.randn(4, 64, device=DEVICE, requires_grad=bad == "grad")
+    residual = torch.randn(4, 128, device=DEVICE)[:, :64] if bad == "strided" else torch.randn(4, 64, device=DEVICE)
+    w = torch.randn(64, device=DEVICE)
+    kwargs = dict(residual=None if bad == "no residual" else residual, residual_in_place=True)
+    if bad == "dtype":
+        kwargs["residual_dtype"] = torch.bfloat16
+    with pytest.raises(ValueError, match=match):
+        if bad == "stable":
+            with torch.no_grad():
+                F.layer_norm(x, w, None, 1e-5, True, **kwargs)
+        elif bad == "grad":
+            F.rms_norm(x, w, **kwargs)
+        else:
+            with torch.no_grad():
+                F.rms_norm(x, w, **kwargs)
+
+
+def test_residual_in_place_never_plans_the_one_pass_split(monkeypatch):
+    """The one-pass split forward's programs read each other's chunks of the residual: where
+    it would run (forced here, as on a GPU for long rows), the in-place plan keeps the loop."""
+    from triton_layers.kernels import ops
+
+    monkeypatch.setattr(_launch, "one_pass_forward", lambda *args: True)
+    x, residual, w = torch.randn(4, 300), torch.randn(4, 300), torch.randn(300)
+    args = (x, residual, w, None, 1e-6, True, False, False, False, FP32, FP32)
+    with looped_config("small"):
+        assert ops.residual_norm.plan(*args).forward.kernel.kernel is norm_kernels._norm_fwd_split_kernel
+        assert ops.residual_norm_in_place.plan(*args).forward.kernel.kernel is norm_kernels._norm_fwd_kernel

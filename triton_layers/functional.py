@@ -17,7 +17,8 @@ from ._checks import (
     FLOAT_DTYPES, KERNELS as _kernels, as_rows, check_int, check_number, check_same_device, check_shape, check_tensor,
     kernel_rows, use_kernels,
 )
-from .kernels._eager import EagerOp, Launch
+from ._tracing import tracing
+from .kernels._eager import EagerOp, Launch, subclass_of
 
 __all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent", "uses_kernels"]
 
@@ -50,6 +51,7 @@ def layer_norm(
     residual: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
     residual_dtype: Optional[torch.dtype] = None,
+    residual_in_place: bool = False,
 ) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """Layer normalization over the trailing dims of ``x``.
 
@@ -68,9 +70,15 @@ def layer_norm(
     ``residual`` (x's shape and device): returns ``(y, h)`` with ``h = x + residual``
     computed in ``residual_dtype`` (default the residual's dtype) and ``y = norm(h)``,
     in one pass over the data; gradients reach x, residual and the parameters through both.
+
+    ``residual_in_place=True`` (serving: where no gradient flows, under ``torch.no_grad()`` or
+    ``torch.inference_mode()``) writes ``h`` into ``residual`` itself and returns
+    ``(y, residual)``: the residual buffer of a serving engine, updated with no tensor
+    allocated for h (vLLM's ``fused_add_rms_norm``). ``residual`` must be contiguous and keep
+    its dtype (``residual_dtype`` None or the residual's).
     """
     return _norm(x, weight, bias, eps, residual, out_dtype, residual_dtype, use_triton, normalized_shape,
-                 rms=False, stable=stable)
+                 rms=False, stable=stable, residual_in_place=residual_in_place)
 
 
 def rms_norm(
@@ -84,6 +92,7 @@ def rms_norm(
     unit_offset: bool = False,
     use_triton: Optional[bool] = None,
     normalized_shape: Optional[Union[int, Sequence[int]]] = None,
+    residual_in_place: bool = False,
 ) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """RMS normalization over the trailing dims of ``x``: ``y = x / sqrt(mean(x^2) + eps) * weight``.
 
@@ -91,10 +100,11 @@ def rms_norm(
     takes the fp32 epsilon (``torch.finfo(torch.float32).eps``, what torch's implementations
     use for fp16/bf16/fp32 inputs). ``unit_offset=True`` multiplies by ``1 + weight``
     instead (Gemma's form). The normalized dims, mixed precision, ``out_dtype``,
-    ``residual`` and ``residual_dtype`` work as in :func:`layer_norm`.
+    ``residual``, ``residual_dtype`` and ``residual_in_place`` work as in :func:`layer_norm`.
     """
     return _norm(x, weight, None, RMS_NORM_DEFAULT_EPS if eps is None else eps, residual, out_dtype,
-                 residual_dtype, use_triton, normalized_shape, rms=True, unit_offset=unit_offset)
+                 residual_dtype, use_triton, normalized_shape, rms=True, unit_offset=unit_offset,
+                 residual_in_place=residual_in_place)
 
 
 def _sharded_along(t: Tensor, dim: int) -> bool:
@@ -126,6 +136,7 @@ def _norm(
     unit_offset: bool = False,
     cast_before_weight: bool = False,
     autocast: bool = True,
+    residual_in_place: bool = False,
 ) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """LayerNorm or RMSNorm (``rms``), with or without the residual: through their eager door.
 
@@ -137,11 +148,11 @@ def _norm(
     """
     return _NORM.call((x, weight, bias, residual), (
         eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable, unit_offset, cast_before_weight,
-        autocast))
+        autocast, residual_in_place))
 
 
 def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable,
-                unit_offset, cast_before_weight, autocast):
+                unit_offset, cast_before_weight, autocast, residual_in_place):
     """A norm call not planned yet: the checks, the path, the reshapes (see :class:`EagerOp`)."""
     check_tensor(x, "x")
     if weight is not None:
@@ -159,6 +170,8 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
         residual_dtype = residual.dtype if residual_dtype is None else _out_dtype(residual_dtype, "residual_dtype")
     elif residual_dtype is not None:
         raise ValueError(f"residual_dtype={residual_dtype} is given without a residual")
+    if residual_in_place:
+        _check_in_place(x, weight, bias, residual, residual_dtype, stable)
     last = x.shape[-1] if x.dim() else -1
     if ((normalized_shape is None or normalized_shape == (last,)) and last >= 0
             and (weight is None or (weight.dim() == 1 and weight.shape[0] == last))
@@ -206,6 +219,13 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
         op = _kernels.norm if r2 is None else _kernels.residual_norm
         if r2 is not None:
             tail = (*tail, residual_dtype)
+        if residual_in_place:
+            if r2 is residual and subclass_of((x, w, b, residual)) is None and not tracing():
+                op = _kernels.residual_norm_in_place  # (h written into the residual by the kernel)
+            else:  # a DTensor, a reshaped residual, a traced call: the op, then the copy
+                y, h = op(*_norm_kernel_tensors(x2, w, b, r2), *tail)
+                residual.copy_(h.reshape(residual.shape))
+                return y.reshape(x.shape), residual
         finish = None  # (the launchers return x's shape for x as it is)
         if x2 is not x:
             shape = x.shape
@@ -217,10 +237,30 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
                        residual_dtype=residual_dtype, out_dtype=out_dtype)
     if r2 is not None:
         y, h = y
+        if residual_in_place:
+            residual.copy_(h.reshape(residual.shape))
+            return y.reshape(x.shape), residual
     if x2 is not x:
         y = y.reshape(x.shape)
         h = None if residual is None else h.reshape(x.shape)
     return y if residual is None else (y, h)
+
+
+def _check_in_place(x, weight, bias, residual, residual_dtype, stable) -> None:
+    """residual_in_place=True's conditions (see :func:`layer_norm`), each a clear ValueError."""
+    if residual is None:
+        raise ValueError("residual_in_place=True writes h into the residual: pass a residual")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
+        raise ValueError("residual_in_place=True overwrites the residual, which autograd may need: use it where "
+                         "no gradient flows (torch.no_grad(), torch.inference_mode(), inputs that need none)")
+    if residual_dtype != residual.dtype:
+        raise ValueError(f"residual_in_place=True keeps the residual's dtype ({residual.dtype}); "
+                         f"got residual_dtype={residual_dtype}")
+    if not residual.is_contiguous():
+        raise ValueError(f"residual_in_place=True needs a contiguous residual; got strides {residual.stride()} "
+                         f"for shape {tuple(residual.shape)}")
+    if stable:
+        raise ValueError("residual_in_place=True is not offered with stable=True")
 
 
 def _norm_kernel_tensors(x, weight, bias, residual) -> tuple:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from types import SimpleNamespace
 from typing import NamedTuple, Optional
 
 import torch
@@ -34,6 +35,7 @@ from torch import Tensor
 
 from .. import reference
 from . import _doors, _launch
+from ._fast_launch import current_device, direct
 from ._norm_helpers import (
     STABLE_MIN_SCALE, affine, div, dz_coefficients, load_affine, load_bwd_tile, load_chunk, load_input, load_weight,
     partial_rows, param_grads, publish, publish_sums, rounded_product, scale_shift, shifted_stats, stat_rows, store_dz,
@@ -464,12 +466,13 @@ class _ForwardPlan(NamedTuple):
 def _plan_forward(
     x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
     rms: bool, stable: bool, unit_offset: bool, cast_before_weight: bool, out_dtype: torch.dtype,
-    residual_dtype: Optional[torch.dtype], store_stats: bool = True,
+    residual_dtype: Optional[torch.dtype], store_stats: bool = True, one_pass_allowed: bool = True,
 ) -> _ForwardPlan:
     """The forward's launch for inputs of these shapes, strides and dtypes. ``x`` and
     ``residual`` are rows as they are (:func:`_launch.rows_as_is`); y and h are new, contiguous.
     ``store_stats=False`` (a call no gradient will flow from): no statistics are written or
-    allocated."""
+    allocated. ``one_pass_allowed=False``: never the one-pass split kernel, whose programs read
+    each other's chunks of x and the residual (h written over the residual must not be)."""
     cfg = _launch.current().layer_norm
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
@@ -484,7 +487,7 @@ def _plan_forward(
     # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
     stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1]) if store_stats else None
     n_chunks = _launch.cdiv(n_cols, cfg.fwd_one_pass_block)
-    if not single_pass and not stable and _launch.one_pass_forward(n_chunks, residual is not None, cfg, x.device):
+    if not single_pass and not stable and one_pass_allowed and _launch.one_pass_forward(n_chunks, residual is not None, cfg, x.device):
         # (one row at a time: no BLOCK_M)
         block = cfg.fwd_one_pass_block
         groups = _launch.row_groups(n_rows, n_chunks, 1,
@@ -507,12 +510,13 @@ def _plan_forward(
 
 
 def _run_forward(launch, plan: _ForwardPlan, x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor],
-                 bias: Optional[Tensor], *_) -> tuple[Tensor, ...]:
+                 bias: Optional[Tensor], *_, h_out: Optional[Tensor] = None) -> tuple[Tensor, ...]:
     """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top).
-    y and h have x's shape; the kernel sees them as matrices (it reads pointers and row strides)."""
+    y and h have x's shape; the kernel sees them as matrices (it reads pointers and row strides).
+    ``h_out``: the contiguous tensor h is written into (the residual itself, in place)."""
     y = _launch.new_output(x, plan.out_dtype)
     stats = None if plan.stats_shape is None else x.new_empty(plan.stats_shape, dtype=torch.float32)
-    h = None if residual is None else _launch.new_output(x, plan.residual_dtype)
+    h = h_out if h_out is not None or residual is None else _launch.new_output(x, plan.residual_dtype)
     stats_arg = y if stats is None else stats  # (a placeholder pointer where none are written)
     if plan.sums_shape is None:
         plan.kernel(launch, x, residual, h, y, weight, bias, stats_arg)
@@ -764,3 +768,43 @@ differentiable LayerNorm (``rms=False``) or RMSNorm of a 2-D ``x`` (last stride 
 residual_norm = _doors.build(_describe(with_residual=True))
 """``residual_norm(x, residual, weight, bias, eps, rms, stable, unit_offset, cast_before_weight,
 out_dtype, residual_dtype) -> (y, h)``: ``h = x + residual`` in ``residual_dtype`` and ``y = norm(h)``."""
+
+
+class _InPlacePlan(NamedTuple):
+    forward: _ForwardPlan
+    device: Optional[int]
+
+    def same_decisions(self, other: "_InPlacePlan") -> bool:
+        return self == other
+
+
+class ResidualNormInPlace:
+    """``residual_norm`` for serving, eager and without autograd: ``h = x + residual`` written
+    into ``residual`` itself and ``y = norm(h)``, returning ``(y, residual)`` (a serving engine's
+    residual buffer, as vLLM's ``fused_add_rms_norm``). The same arguments and kernels as
+    ``residual_norm``, with no statistics and never the one-pass split kernel (whose programs
+    read each other's chunks of the residual); ``residual`` contiguous, of ``residual_dtype``.
+    Planned by ``_eager.EagerOp`` as the ops of both doors are (:meth:`plan`,
+    :meth:`call_planned`); the functional route sends it only plain tensors, outside tracing,
+    where no gradient flows."""
+
+    desc = SimpleNamespace(name="residual_norm_in_place")  # (its name, for _eager's messages)
+
+    def plan(self, x, residual, weight, bias, eps, rms, stable, unit_offset, cast_before_weight, out_dtype,
+             residual_dtype) -> _InPlacePlan:
+        forward = _plan_forward(x, residual, weight, bias, eps, rms, stable, unit_offset, cast_before_weight,
+                                out_dtype, residual_dtype, store_stats=False, one_pass_allowed=False)
+        return _InPlacePlan(forward, x.get_device() if x.is_cuda else None)
+
+    def call_planned(self, plan: _InPlacePlan, x, residual, weight, bias, *_) -> tuple[Tensor, Tensor]:
+        if plan.device is not None and plan.device != current_device():
+            with torch.cuda.device(plan.device):  # (Triton launches on the current device)
+                return self.call_planned(plan, x, residual, weight, bias)
+        y, _, _ = _run_forward(direct, plan.forward, x, residual, weight, bias, h_out=residual)
+        return y, residual
+
+    def __call__(self, *args) -> tuple[Tensor, Tensor]:
+        return self.call_planned(self.plan(*args), *args)
+
+
+residual_norm_in_place = ResidualNormInPlace()

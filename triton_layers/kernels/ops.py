@@ -1,10 +1,12 @@
-"""The differentiable kernel ops, each callable with its description's inputs (2-D, last stride 1)."""
+"""The differentiable kernel ops, each callable with its description's inputs (2-D, last stride 1),
+and residual_norm's in-place serving form (eager, no autograd)."""
 from ._sharding import register_rules
 from .coor_descent import coor_descent
-from .layer_norm import norm, residual_norm
+from .layer_norm import norm, residual_norm, residual_norm_in_place
 from .softmax import softmax
 from .weighted_sum import weighted_sum
 
+# (the differentiable ops; residual_norm_in_place runs their kernels: registers.OPS lists these)
 __all__ = ["norm", "residual_norm", "softmax", "weighted_sum", "coor_descent"]
 
 # Each op's sharding rules, for DTensors (kernels/_sharding.py): registered with DTensor once,

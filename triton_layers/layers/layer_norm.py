@@ -74,13 +74,17 @@ class TritonLayerNorm(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, x: Tensor, residual: Optional[Tensor] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
+    def forward(self, x: Tensor, residual: Optional[Tensor] = None, *,
+                residual_in_place: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Normalize ``x`` (any leading dims): ``y`` of x's shape and dtype (autocast's dtype
         under autocast). With a ``residual``: ``(y, h)``, ``h = x + residual`` in the residual's
-        dtype and ``y`` its normalization, in one pass (``functional.layer_norm``)."""
+        dtype and ``y`` its normalization, in one pass (``functional.layer_norm``).
+        ``residual_in_place=True`` (serving, where no gradient flows): h is written into
+        ``residual``, returned as ``(y, residual)``."""
         out_dtype, autocast = autocast_dtype(self.output_under_autocast, x, False)
         return F._norm(x, self.weight, self.bias, self.eps, residual, out_dtype, None, use_triton_for(self, residual),
-                       self.normalized_shape, rms=False, stable=self.stable, autocast=autocast)
+                       self.normalized_shape, rms=False, stable=self.stable, autocast=autocast,
+                       residual_in_place=residual_in_place)
 
     def extra_repr(self) -> str:
         return (

@@ -85,15 +85,18 @@ class TritonRMSNorm(nn.Module):
     def variance_epsilon(self, value: Optional[float]) -> None:
         self.eps = value
 
-    def forward(self, x: Tensor, residual: Optional[Tensor] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
+    def forward(self, x: Tensor, residual: Optional[Tensor] = None, *,
+                residual_in_place: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Normalize ``x`` (any leading dims): ``y`` of x's shape and dtype (autocast's dtype
         under autocast). With a ``residual``: ``(y, h)``, ``h = x + residual`` in the
-        residual's dtype and ``y`` its normalization, in one pass."""
+        residual's dtype and ``y`` its normalization, in one pass. ``residual_in_place=True``
+        (serving, where no gradient flows): h is written into ``residual``, returned as
+        ``(y, residual)`` (``functional.layer_norm`` says more)."""
         out_dtype, autocast = autocast_dtype(self.output_under_autocast, x, True)
         return F._norm(
             x, self.weight, None, F.RMS_NORM_DEFAULT_EPS if self.eps is None else self.eps, residual, out_dtype, None,
             use_triton_for(self, residual), self.normalized_shape, rms=True, unit_offset=self.unit_offset,
-            cast_before_weight=self.cast_before_weight, autocast=autocast,
+            cast_before_weight=self.cast_before_weight, autocast=autocast, residual_in_place=residual_in_place,
         )
 
     def extra_repr(self) -> str:
