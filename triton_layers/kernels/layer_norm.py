@@ -369,15 +369,21 @@ def _norm_bwd_split_kernel(
                 dw_acc, db_acc = _split_tile(
                     DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask,
                     chunk, stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
-                    IS_RMS, STABLE, CAST_BEFORE_WEIGHT, HAS_DH, STORE_DR, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB,
-                    BLOCK_M, CHUNKS_POW2, False, True, W, HAS_WEIGHT, UNIT_OFFSET, BLOCK_N, MAX_POLLS)
+                    W=W, PUBLISH=False, WAIT=True, IS_RMS=IS_RMS, STABLE=STABLE,
+                    CAST_BEFORE_WEIGHT=CAST_BEFORE_WEIGHT, HAS_DH=HAS_DH, STORE_DR=STORE_DR, COMPUTE_DX=COMPUTE_DX,
+                    COMPUTE_DW=COMPUTE_DW, COMPUTE_DB=COMPUTE_DB,
+                    BLOCK_M=BLOCK_M, CHUNKS_POW2=CHUNKS_POW2, HAS_WEIGHT=HAS_WEIGHT, UNIT_OFFSET=UNIT_OFFSET,
+                    BLOCK_N=BLOCK_N, MAX_POLLS=MAX_POLLS)
     else:
         for first in range(row_begin, row_stop, BLOCK_M):
             dw_acc, db_acc = _split_tile(
                 DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask,
                 chunk, stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
-                IS_RMS, STABLE, CAST_BEFORE_WEIGHT, HAS_DH, STORE_DR, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB,
-                BLOCK_M, CHUNKS_POW2, ONE_PASS, ONE_PASS, W, HAS_WEIGHT, UNIT_OFFSET, BLOCK_N, MAX_POLLS)
+                W=W, PUBLISH=ONE_PASS, WAIT=ONE_PASS, IS_RMS=IS_RMS, STABLE=STABLE,
+                CAST_BEFORE_WEIGHT=CAST_BEFORE_WEIGHT, HAS_DH=HAS_DH, STORE_DR=STORE_DR, COMPUTE_DX=COMPUTE_DX,
+                COMPUTE_DW=COMPUTE_DW, COMPUTE_DB=COMPUTE_DB,
+                BLOCK_M=BLOCK_M, CHUNKS_POW2=CHUNKS_POW2, HAS_WEIGHT=HAS_WEIGHT, UNIT_OFFSET=UNIT_OFFSET,
+                BLOCK_N=BLOCK_N, MAX_POLLS=MAX_POLLS)
     store_partials(DW_partial, DB_partial, cols, col_mask, dw_acc, db_acc, COMPUTE_DW, COMPUTE_DB)
 
 
@@ -487,7 +493,8 @@ def _plan_forward(
     # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
     stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1]) if store_stats else None
     n_chunks = _launch.cdiv(n_cols, cfg.fwd_one_pass_block)
-    if not single_pass and not stable and one_pass_allowed and _launch.one_pass_forward(n_chunks, residual is not None, cfg, x.device):
+    if (not single_pass and not stable and one_pass_allowed
+            and _launch.one_pass_forward(n_chunks, residual is not None, cfg, x.device)):
         # (one row at a time: no BLOCK_M)
         block = cfg.fwd_one_pass_block
         groups = _launch.row_groups(n_rows, n_chunks, 1,
