@@ -457,3 +457,47 @@ def test_output_under_autocast_is_checked():
     norm.output_under_autocast = "bf16"
     with pytest.raises(ValueError, match="'autocast', 'torch', 'unchanged'"):
         norm(torch.randn(2, 8, device=DEVICE))
+
+
+def _layer_norm_model(name: str) -> tuple[nn.Module, dict]:
+    """A config-built nn.LayerNorm model (BERT, ViT, Whisper) and one batch of its inputs."""
+    torch.manual_seed(0)
+    if name == "bert":
+        return _bert(), {"input_ids": torch.randint(0, VOCAB, (2, 16), device=DEVICE)}
+    if name == "vit":
+        config = transformers.ViTConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, image_size=32, patch_size=8)
+        model = transformers.ViTModel(config)
+        inputs = {"pixel_values": torch.randn(2, 3, 32, 32, device=DEVICE)}
+    else:
+        config = transformers.WhisperConfig(d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                                            decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                                            num_mel_bins=16, max_source_positions=32, max_target_positions=32,
+                                            vocab_size=VOCAB, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                            decoder_start_token_id=1)
+        model = transformers.WhisperModel(config)
+        inputs = {"input_features": torch.randn(2, 16, 64, device=DEVICE),
+                  "decoder_input_ids": torch.randint(0, VOCAB, (2, 8), device=DEVICE)}
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.normal_(1.0, 0.3)
+                m.bias.normal_(0.0, 0.3)
+    return model.eval().to(DEVICE), inputs
+
+
+@pytest.mark.parametrize("name", ["bert", "vit", "whisper"])
+def test_layer_norm_models_keep_converting(name):
+    """Every nn.LayerNorm of a config-built BERT, ViT and Whisper becomes a TritonLayerNorm
+    (bias included, names unchanged): the same outputs, and the state_dict loads back strictly."""
+    from triton_layers import TritonLayerNorm
+
+    original, inputs = _layer_norm_model(name)
+    n_norms = sum(isinstance(m, nn.LayerNorm) for m in original.modules())
+    converted, summary = triton_layers.convert(copy.deepcopy(original), return_summary=True)
+    assert n_norms and dict(summary.replaced) == {"LayerNorm": n_norms} and not summary.left_alone
+    assert sum(isinstance(m, TritonLayerNorm) for m in converted.modules()) == n_norms
+    with torch.no_grad():
+        want, got = original(**inputs).last_hidden_state, converted(**inputs).last_hidden_state
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * want.abs().max().item())
+    original.load_state_dict(converted.state_dict(), strict=True)
