@@ -538,3 +538,37 @@ def test_norms_write_no_statistics_where_no_gradient_flows(case, context, device
     want = op.call_planned(keeping, *trained)
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         assert torch.equal(g, w.detach())
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_custom_op_door_keeps_its_plans_by_signature(case, device):
+    """The compiled door's body, launching directly (a DTensor's local shards take it), keeps
+    its forward and backward plans by the arguments' signatures: a repeated call plans
+    nothing, a misaligned copy of the main input plans anew, and every call (checked against a
+    plan made anew) gives the eager door's outputs and gradients bit for bit."""
+    op = getattr(kernel_ops, case.split("-")[0])
+    n_out = len(op.desc.outputs)
+
+    def door(*a):
+        return op.forward_op(*a)[:n_out] if len(op.desc.residuals) else op.forward_op(*a)
+
+    def misaligned(t):  # the same values at an address 4 bytes past a 16-byte boundary
+        flat = torch.empty(t.numel() + 1, device=t.device, dtype=t.dtype)
+        view = flat[1:].view(t.shape)
+        view.copy_(t.detach())
+        return view.requires_grad_(t.requires_grad)
+
+    args = CASES[case](device)
+    op._door_plans.clear()
+    with _eager.checking_plans():
+        first = _run(door, args)
+        planned = len(op._door_plans)
+        again = _run(door, args)
+        assert len(op._door_plans) == planned >= 2  # (a forward and a backward plan, kept)
+        shifted = (misaligned(args[0]), *args[1:])
+        moved = _run(door, shifted)
+        assert len(op._door_plans) > planned
+    eager = _run(op, args)
+    for got in (first, again, moved):
+        for a, b in zip(got, eager):
+            assert a.dtype == b.dtype and torch.equal(a, b)

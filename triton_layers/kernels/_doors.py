@@ -154,6 +154,9 @@ class Op:
         # Function.apply less its Python prologue (binding default args, unwrapping dead
         # functorch wrappers): ~4 us per call on a CPU; used while no functorch transform runs.
         self._planned_apply = super(torch.autograd.Function, self._planned_door()).apply
+        # The compiled door's plans where its body launches directly (a DTensor's local shards):
+        # by the arguments' signatures, as the eager door keeps its own (cleared with them).
+        self._door_plans = _eager.PlanCache()
         self.forward_op, self.backward_op = self._compiled_door()
 
     # -- the description's forward and backward, planned for this call alone ------------
@@ -166,6 +169,30 @@ class Op:
         """The op's backward: ``{argument name: gradient}``."""
         d = self.desc
         return d.run_backward(launch, d.plan_backward(grads, needs, *saved), grads, needs, *saved)
+
+    def _door_forward(self, launch: Callable, args: tuple) -> tuple:
+        """:meth:`forward` for the compiled door's body: where it launches directly (real plain
+        tensors, nothing tracing: a DTensor's local shards), by a plan kept per signature of the
+        arguments (:func:`_eager.signature` of each tensor; each value and its type)."""
+        if launch is not direct:
+            return self.forward(launch, *args)
+        d = self.desc
+        key = ("forward", *[_eager.signature(a) if isinstance(a, Tensor) else (a, type(a)) for a in args])
+        plan = self._door_plans.planned(key, lambda: d.plan_forward(*args))
+        return d.run_forward(direct, plan, *args)
+
+    def _door_backward(self, launch: Callable, grads: tuple, needs: dict, saved: tuple) -> dict:
+        """:meth:`backward` for the compiled door's body, planned as :meth:`_door_forward` is,
+        by the gradients' and saved tensors' layouts (:func:`_eager.backward_key`), the
+        gradients asked for and the saved values."""
+        if launch is not direct:
+            return self.backward(launch, grads, needs, *saved)
+        d = self.desc
+        n = self._n_saved_tensors
+        values = saved[n:]
+        key = ("backward", _eager.backward_key(grads, saved[:n]), *needs.values(), *values, *map(type, values))
+        plan = self._door_plans.planned(key, lambda: d.plan_backward(grads, needs, *saved))
+        return d.run_backward(direct, plan, grads, needs, *saved)
 
     def backward_graph(self, grads: tuple, needs: dict, saved: tuple) -> dict:
         """The op's backward in differentiable torch ops (``create_graph=True``)."""
@@ -277,7 +304,7 @@ class Op:
             # (the tensors as the plans read them: a DTensor's local shard, say, may come in
             # any layout; traced calls from functional are already so, and pass through)
             args = op._readable(args, op._input_strided)
-            return _one_or_tuple(op.forward(_traced_launch(args), *args))
+            return _one_or_tuple(op._door_forward(_traced_launch(args), args))
 
         forward_body.__signature__ = _signature(d.inputs, _tensor_tuple(len(self._result_names)))
         forward_op = triton_op(f"triton_layers::{d.name}_fwd", mutates_args=())(forward_body)
@@ -290,7 +317,7 @@ class Op:
             first_value = n_out + op._n_saved_tensors
             saved = (*op._as_saved(args[n_out:first_value]), *args[first_value:-1])
             needs = dict(zip(d.differentiable, args[-1]))
-            out = op.backward(_traced_launch(args), grads, needs, *saved)
+            out = op._door_backward(_traced_launch(args), grads, needs, saved)
             # A custom op returns tensors only: an empty one stands for "no gradient", and
             # for the second of a shared pair (backward() below hands it the first's).
             shared = {a for a, b in d.shared_grads if needs[a] and needs[b] and out[a] is out[b]}

@@ -35,7 +35,7 @@ from .._tracing import tracing
 from . import _launch
 from ._fast_launch import MAX_KEYS
 
-__all__ = ["EagerOp", "Launch", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
+__all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
            "signature", "backward_key", "call_key", "PLAIN_TENSORS", "subclass_of"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
@@ -62,9 +62,10 @@ EAGER_OPS: dict = {}
 
 
 def clear_plans() -> None:
-    """Forget every functional op's plans (the next call of each signature plans anew)."""
-    for eager in EAGER_OPS.values():
-        eager.plans.clear()
+    """Forget every plan kept, the eager door's and the compiled door's (the next call of each
+    signature plans anew)."""
+    for cache in list(_launch._on_change):
+        cache.clear()
 
 
 class PlanMismatch(RuntimeError):
@@ -156,7 +157,7 @@ class EagerOp:
         self.name = name
         self.route = route
         self.kernel_tensors = kernel_tensors
-        self.plans = _PlanCache()
+        self.plans = PlanCache()
         """``key -> (kernel op, plan, tail)``."""
         EAGER_OPS[name] = self
 
@@ -202,7 +203,10 @@ class EagerOp:
                 f"(cached {op.desc.name} {tail} {plan!r}; new {fresh!r}): a plan key misses something it bakes in")
 
 
-class _PlanCache(dict):
+_MISSING = object()
+
+
+class PlanCache(dict):
     """Plans by key, for one op. Emptied when the launch config changes (the plans hold its
     decisions) and when it holds :data:`MAX_KEYS`. Its ``get`` is the dict's own (no Python frame
     a call)."""
@@ -218,3 +222,16 @@ class _PlanCache(dict):
         if len(self) >= MAX_KEYS:
             self.clear()
         self[key] = plan
+
+    def planned(self, key, make: Callable[[], Any]):
+        """The plan kept under ``key``, else ``make()``'s, kept. A hit is made anew and compared
+        while plans are checked (:func:`checking_plans`): a key that misses what the plan bakes
+        in raises :class:`PlanMismatch`."""
+        plan = self.get(key, _MISSING)
+        if plan is _MISSING:
+            plan = make()
+            self.put(key, plan)
+        elif _CHECK[0] and make() != plan:
+            raise PlanMismatch(f"a cached plan differs from a new one for key {key!r}: the key misses something "
+                               f"the plan bakes in")
+        return plan

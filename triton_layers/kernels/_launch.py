@@ -187,8 +187,8 @@ TINY = dataclasses.replace(
                                                     bwd_two_pass_min_bytes=4096))
 
 _current = DEFAULT
-# Emptied (``.clear()``) whenever the config changes: the eager door's plan caches, which hold
-# the decisions of the config they were made under (kernels/_doors.py: PlanCache).
+# Emptied (``.clear()``) whenever the config changes: the plan caches of both doors, which hold
+# the decisions of the config they were made under (kernels/_eager.py: PlanCache).
 _on_change: "weakref.WeakSet" = weakref.WeakSet()
 
 
