@@ -4,7 +4,7 @@ Peers: ``x @ w`` (cuBLAS gemv), ``(x * w).sum(-1)`` in eager torch, and torch.co
 the latter. Bytes model: forward reads x (M*D*s); backward reads x and writes dx
 (2*M*D*s); the D-sized weight and the M-sized y / dy are left out. w has x's dtype for
 every implementation. Run: python -m benchmarks.bench_weighted_sum --out $OUT
-(benchmarks/tune_weighted_sum.py sweeps our launch knobs at these cases.)
+(benchmarks/dev/tune_weighted_sum.py sweeps our launch knobs at these cases.)
 """
 from __future__ import annotations
 

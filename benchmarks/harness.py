@@ -195,7 +195,7 @@ def fwd_bwd(call: Callable[[Callable], object], dy, inputs: list,
 def under_config(case: Case, config: _launch.LaunchConfig, label: str) -> Case:
     """``case`` with each direction's call, and the forward a backward's make runs, under the
     launch ``config`` (``_launch.use_config`` around each), its shape followed by ``label``:
-    a case of a launch-config sweep (``bench_norms --sweep-row-limits``, ``benchmarks/tuning.py``)."""
+    a case of a launch-config sweep (``bench_norms --sweep-row-limits``, ``benchmarks/dev/tuning.py``)."""
 
     def configured(make: Callable[[Callable], Callable[[], object]]) -> Callable[[Callable], Callable[[], object]]:
         def made(impl: Callable) -> Callable[[], object]:

@@ -639,7 +639,7 @@ def test_host_parts_table_subtracts_the_next_layer():
 
 def test_cast_kernels_counts_only_pure_casts():
     """cast_kernels' pattern: Inductor's cast-only kernels, not kernels that fuse a cast into other work."""
-    from benchmarks import cast_kernels
+    from benchmarks.dev import cast_kernels
     pure = ["triton_poi_fused__to_copy_0", "triton_poi_fused__to_copy_view_4", "triton_poi_fused__to_copy"]
     fused = ["triton_poi_fused__to_copy_add_mul_3", "triton_poi_fused__to_copy_t_1", "triton_red_fused__to_copy_sum_2"]
     assert all(cast_kernels.CAST.fullmatch(name) for name in pure)
@@ -666,7 +666,7 @@ def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     """tune_weighted_sum with the timer patched out: each combination of the grids runs our
     forward or backward under its knobs (a spy on the launcher's tile), the default is found in
     the results, and the launch settings are the default again after."""
-    from benchmarks import tune_weighted_sum
+    from benchmarks.dev import tune_weighted_sum
     from triton_layers.kernels import _launch
 
     runs = _fake_gpu_timer(monkeypatch)
@@ -693,7 +693,7 @@ def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
 def test_softmax_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     """tune_softmax with the timer patched out: plain and causal, forward and backward, under
     each combination (a spy sees the warps each launch got from elems_per_thread)."""
-    from benchmarks import tune_softmax
+    from benchmarks.dev import tune_softmax
     from triton_layers.kernels import _launch
 
     runs = _fake_gpu_timer(monkeypatch)
@@ -721,7 +721,7 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
     """tune_layernorm and tune_norm_backward with the timer patched out: every combination
     runs the benchmarks' case of each norm, and the backward runs under the case's row limit
     (a limit one knob short left RMSNorm's rows whole in a "split" case)."""
-    from benchmarks import tune_layernorm, tune_norm_backward
+    from benchmarks.dev import tune_layernorm, tune_norm_backward
     from triton_layers.kernels import _launch
 
     runs = _fake_gpu_timer(monkeypatch)
@@ -754,7 +754,7 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
 def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     """tune_coor_descent with the timer patched out: each combination of both grids runs our
     forward (or forward + backward) under its knobs (a spy sees the warps each launch got)."""
-    from benchmarks import tune_coor_descent
+    from benchmarks.dev import tune_coor_descent
     from triton_layers.kernels import _launch
 
     runs = _fake_gpu_timer(monkeypatch)
@@ -775,13 +775,13 @@ def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
 
 
 def test_registers_tool_builds_the_benchmark_forms_offline():
-    """benchmarks.registers on one small weighted-sum case, in a process without the
+    """benchmarks.dev.registers on one small weighted-sum case, in a process without the
     interpreter: each kernel form planned for the forward and backward gets a row with its
     registers and spills (built for sm_90 on this machine, GPU or not)."""
     import subprocess
     import sys
 
-    code = ("import torch; from benchmarks import registers as r; "
+    code = ("import torch; from benchmarks.dev import registers as r; "
             "r.OPS = {'weighted_sum': ([(64, 256)], (torch.float32,), r._weighted_sum)}; r.main(['--ops', 'weighted_sum'])")
     env = dict(os.environ, TRITON_INTERPRET="0")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -792,7 +792,7 @@ def test_registers_tool_builds_the_benchmark_forms_offline():
 
 
 def test_registers_tool_knows_every_op():
-    from benchmarks import registers
+    from benchmarks.dev import registers
     from triton_layers.kernels import ops
 
     assert set(registers.OPS) == set(ops.__all__)
@@ -822,9 +822,9 @@ def test_host_ab_compares_ours_over_torch_in_abba_pairs(monkeypatch, tmp_path):
 
 
 def test_registers_takes_the_benchmarks_op_names():
-    """``benchmarks.registers --ops layernorm`` (python -m benchmarks's name) means the norm
+    """``benchmarks.dev.registers --ops layernorm`` (python -m benchmarks's name) means the norm
     kernel op; an unknown name is a usage error naming the known ones (a KeyError before)."""
-    from benchmarks import registers
+    from benchmarks.dev import registers
 
     assert registers.op_names("layernorm,softmax,norms") == ["norm", "softmax", "residual_norm"]
     with pytest.raises(KeyError, match="unknown op 'layer_norm'.*known: norm"):

@@ -100,7 +100,7 @@ def _backward_prefetch() -> dict:
     """The stages prefetch_stages gives the whole-row backward at fp32 rows of 8,192 with a
     residual (z, dy and dh: 96 KB a stage) on an A100, and the shared memory its build for
     sm_80 needs at those stages and at the default 3."""
-    from benchmarks import offline
+    from benchmarks.dev import offline
     from triton_layers.kernels import _launch
     from triton_layers.kernels import layer_norm as LN
 
@@ -193,7 +193,7 @@ def _planned_kernel_builds() -> dict:
     what failed. The Triton interpreter runs Python, and forgave what the compiler does not
     (coor_descent, 2026-11-25: a loop index retyped by a later loop, a variable defined in one
     branch only); this catches that on a machine without a GPU."""
-    from benchmarks import offline
+    from benchmarks.dev import offline
     from triton_layers.kernels import coor_descent, layer_norm, softmax, weighted_sum
 
     built, failed = set(), []
@@ -220,7 +220,7 @@ def _shared_memory_on_smaller_gpus() -> dict:
     stage or the split kernels), planned as on each of SMALLER_GPUS and built for it: the forms
     whose shared memory exceeds that GPU's limit (a launch there would fail), and how many
     were built."""
-    from benchmarks import offline, registers
+    from benchmarks.dev import offline, registers
     from triton_layers.kernels import ops as K
 
     over, built = [], 0

@@ -117,8 +117,8 @@ def test_long_row_prefetch_counts_the_weight():
     it: fp32 rows of 16,384 with the residual's gradient (z, dy, dh and the weight: 256 KB a
     stage) at bwd_long_row_stages = 2 get 1 stage on a GPU of 227 KB a program (2 do not fit:
     the launch failed), 2 with the weight held (192 KB). Planned on meta tensors as on an H100
-    (benchmarks/registers.py's as_on_a_gpu: its SMs, shared memory and name)."""
-    from benchmarks.registers import H100_SHARED, as_on_a_gpu
+    (benchmarks/dev/registers.py's as_on_a_gpu: its SMs, shared memory and name)."""
+    from benchmarks.dev.registers import H100_SHARED, as_on_a_gpu
 
     assert H100_SHARED == 232448
 

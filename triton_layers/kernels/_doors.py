@@ -382,7 +382,7 @@ class Op:
         random gradient of every output, with every input that requires a gradient needing
         one. Nothing is computed, and the tensors may be on any device, ``meta`` included:
         for building the kernels offline (``tests/test_compile_analysis.py``,
-        ``benchmarks/registers.py``)."""
+        ``benchmarks/dev/registers.py``)."""
         launches: list[tuple] = []
 
         def record(kernel):

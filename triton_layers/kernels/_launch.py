@@ -135,7 +135,7 @@ class WeightedSumLaunch:
 @dataclass(frozen=True)
 class CoorDescentLaunch:
     """coor_descent launch knobs: the op is bound by its chain of n_iters row reductions,
-    not by bytes. Chosen with benchmarks/tune_coor_descent.py (H100, GPU time, 2026-11-25)."""
+    not by bytes. Chosen with benchmarks/dev/tune_coor_descent.py (H100, GPU time, 2026-11-25)."""
 
     # docs/TUNING.md, "CoorDescentLaunch.max_fused_cols"
     max_fused_cols: int = 32768

@@ -15,13 +15,14 @@ each iteration, not to loop control or to the scalar loads.
 
 Results are in the CoorDescentLaunch comments (kernels/_launch.py).
 
-Run: python -m benchmarks.tune_coor_descent [--shapes 256x1024,...]
+Run: python -m benchmarks.dev.tune_coor_descent [--shapes 256x1024,...]
 """
 from __future__ import annotations
 
 import torch
 
-from benchmarks import bench_coor_descent, tuning
+from benchmarks import bench_coor_descent
+from benchmarks.dev import tuning
 from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 

@@ -39,7 +39,7 @@ prefetch buffers: fp32 at 2 stages did not fit in shared memory. (A standalone R
 kernel of that form, written for the trial, reached 88% on the H100 at 16 warps and 2 stages
 but 74% on the H200.)
 
-Run: python -m benchmarks.tune_norm_backward [--whole-rows]
+Run: python -m benchmarks.dev.tune_norm_backward [--whole-rows]
 """
 from __future__ import annotations
 
@@ -47,9 +47,10 @@ import sys
 
 import torch
 
-from benchmarks import harness, tuning
-from benchmarks.tune_layernorm import norm_case
-from benchmarks.tuning import config_with, direction, gpu_us
+from benchmarks import harness
+from benchmarks.dev import tuning
+from benchmarks.dev.tune_layernorm import norm_case
+from benchmarks.dev.tuning import config_with, direction, gpu_us
 from triton_layers.kernels import layer_norm as norm_kernels
 
 # (row length, row limit, stages, bwd_max_warps): the split path first, then the row

@@ -13,7 +13,7 @@ launched one spills 48; docs/ARCHITECTURE.md, "Launch knobs"). Meta tensors coun
 as fresh allocations are.
 
 Used by ``tests/test_compile_analysis.py`` (every planned form must build) and
-``benchmarks/registers.py`` (registers and spills at the benchmark shapes). Run in a process
+``benchmarks/dev/registers.py`` (registers and spills at the benchmark shapes). Run in a process
 without ``TRITON_INTERPRET=1``: the interpreter replaces the kernels with Python.
 """
 from __future__ import annotations

@@ -7,8 +7,8 @@ autocast, cast to bf16 for the next matmul) be gone. This counts, per step of
 and the GPU time, for the torch model and ours. It imports ``examples/colt5_lm.py`` from the
 current directory, so an older tree is measured by running it from that tree's root:
 
-    python -m benchmarks.cast_kernels OUT.json            # this tree
-    (cd old_tree && python /path/to/benchmarks/cast_kernels.py OUT.json)
+    python -m benchmarks.dev.cast_kernels OUT.json            # this tree
+    (cd old_tree && python /path/to/benchmarks/dev/cast_kernels.py OUT.json)
 
 GPU only. Results: benchmarks/results/h100/cast_kernels.json (this tree and 9de19f8, the last
 commit before the norms' out_dtype).

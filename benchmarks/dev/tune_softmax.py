@@ -55,7 +55,7 @@ flight being far more than L2 holds; fewer warps while holding (8: 4,374 us, 18 
 spilled) close to the reload. At 16,384 columns nothing spills and the second read cost
 3-4% (fp32 1,092 us against 1,055). Hence bwd_reload_min_cols = 32768.
 
-Run: python -m benchmarks.tune_softmax [--shapes 256x1024,...] [--dtypes bfloat16,float32]
+Run: python -m benchmarks.dev.tune_softmax [--shapes 256x1024,...] [--dtypes bfloat16,float32]
 """
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ import argparse
 
 import torch
 
-from benchmarks import bench_softmax, harness, tuning
+from benchmarks import bench_softmax, harness
+from benchmarks.dev import tuning
 from triton_layers.kernels import _launch
 
 # Plain and causal softmax have their own tile sizes; max_fused_cols 4096 sends rows of 8192

@@ -5,14 +5,14 @@ For each op at its benchmark's shapes and dtypes, the default launch config plan
 and the backward as it would on an H100 (132 SMs, 227 KB of shared memory a program); the
 launches are recorded, not made (meta tensors: nothing is allocated), and each distinct
 kernel form is compiled with Triton and assembled with its bundled ``ptxas -v``
-(:mod:`benchmarks.offline`). A form that spills is where a kernel change or a launch knob
+(:mod:`benchmarks.dev.offline`). A form that spills is where a kernel change or a launch knob
 needs a look before GPU time is spent on it: count registers, don't guess. The figures are
 this machine's Triton's: another Triton compiles otherwise (the LayerNorm backward at bf16
 rows of 1,024: 126 registers a thread with Triton 3.9 here, 96 with Triton 3.6 on the GPU
 machines, 2026-11-25), so run it where the kernels will run (it works there too) before
 drawing a conclusion from a figure near a limit.
 
-Run: python -m benchmarks.registers [--ops norm,residual_norm,softmax,weighted_sum,coor_descent]
+Run: python -m benchmarks.dev.registers [--ops norm,residual_norm,softmax,weighted_sum,coor_descent]
      (or the benchmarks' names: --ops layernorm,norms,...)
      [--spills-only]
 """
@@ -26,7 +26,8 @@ from unittest import mock
 
 import torch
 
-from benchmarks import bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_weighted_sum, offline
+from benchmarks import bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_weighted_sum
+from benchmarks.dev import offline
 
 H100_SMS = 132
 H100_SHARED = 232448  # bytes of shared memory a program may use (227 KB)

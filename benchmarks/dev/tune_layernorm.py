@@ -7,7 +7,7 @@ copy bandwidth by the benchmarks' bytes model (forward 2MD, backward 3MD). GPU t
 eager time: at 32768x1024 the kernels take 40-120 us, under the host's pace, and an eager
 sweep there ranks the host's noise. Rows up to the backward's row limit sweep the tile
 size, persistent programs per SM and prefetch stages; longer rows the column-split
-kernels' chunk, rows per tile and programs per SM (benchmarks/tune_norm_backward.py decides
+kernels' chunk, rows per tile and programs per SM (benchmarks/dev/tune_norm_backward.py decides
 the row limits themselves).
 
 RMSNorm on an H100 (2026-11-23, main at 4df051d, 32768x1024 and 16384x4096, bf16 and fp32):
@@ -94,7 +94,7 @@ faster than ours anywhere (RMSNorm 32768x1024 bf16 50.0 us against 50.8, 16384x4
 fp32 278 against 186): the rows in flight outgrow L2. Untried on the H200, where torch.compile's
 kernel of that form beats ours in bf16 (8192x8192 69 us against 74, 2048x32768 70 against 75).
 
-Run: python -m benchmarks.tune_layernorm [--norm layer|rms|both|add_rmsnorm,...] [--dirs fwd,bwd]
+Run: python -m benchmarks.dev.tune_layernorm [--norm layer|rms|both|add_rmsnorm,...] [--dirs fwd,bwd]
      [--shapes 32768x1024,...] [--dtypes ...]
 """
 from __future__ import annotations
@@ -103,7 +103,8 @@ from typing import Callable
 
 import torch
 
-from benchmarks import bench_layernorm, bench_norms, harness, tuning
+from benchmarks import bench_layernorm, bench_norms, harness
+from benchmarks.dev import tuning
 from triton_layers import functional as TF
 from triton_layers.kernels import _launch
 

@@ -26,7 +26,7 @@ What it found (2026-11-23, GPU time, % of copy; fields tile_bytes / elems_per_th
   3 stages (``bwd_dw_stages``); both 94-97% (bf16) and 97-101% (fp32) against the fused pass's
   89-94%. Few long rows (32x262144): 30 us in two against 25 fused.
 
-Run: python -m benchmarks.tune_weighted_sum [--shapes 262144x1024,...] [--dtypes bfloat16,float32]
+Run: python -m benchmarks.dev.tune_weighted_sum [--shapes 262144x1024,...] [--dtypes bfloat16,float32]
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ import argparse
 
 import torch
 
-from benchmarks import bench_weighted_sum, harness, tuning
+from benchmarks import bench_weighted_sum, harness
+from benchmarks.dev import tuning
 from triton_layers.kernels import _launch
 
 # The forward's grid by bytes an element (fp32 has its own tile and stages).
