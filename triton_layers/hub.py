@@ -31,15 +31,16 @@ from ._families import LAYER_FLAGS, eps_of, family_of
 
 __all__ = ["RMSNorm", "Repository", "kernel_mapping"]
 
-# The family each host class computes (None: not one of ours), told once per class.
-_FAMILY_OF_CLASS: dict[type, Optional[str]] = {}
+# The family each host class computes (None: not one of ours), told once per class and
+# whether the instance holds a weight (some classes, Gemma3n's, hold none when built so).
+_FAMILY_OF_CLASS: dict[tuple, Optional[str]] = {}
 
 
 def _family(module: nn.Module) -> Optional[str]:
-    cls = type(module)
-    if cls not in _FAMILY_OF_CLASS:
-        _FAMILY_OF_CLASS[cls] = family_of(module)
-    return _FAMILY_OF_CLASS[cls]
+    key = (type(module), getattr(module, "weight", None) is not None)
+    if key not in _FAMILY_OF_CLASS:
+        _FAMILY_OF_CLASS[key] = family_of(module)
+    return _FAMILY_OF_CLASS[key]
 
 
 def rms_norm_forward(module: nn.Module, hidden_states: Tensor) -> Tensor:
