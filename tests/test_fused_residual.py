@@ -331,3 +331,15 @@ def test_residual_in_place_never_plans_the_one_pass_split(monkeypatch):
     with looped_config("small"):
         assert ops.residual_norm.plan(*args).forward.kernel.kernel is norm_kernels._norm_fwd_split_kernel
         assert ops.residual_norm_in_place.plan(*args).forward.kernel.kernel is norm_kernels._norm_fwd_kernel
+
+
+def test_residual_in_place_over_several_normalized_dims():
+    """Normalizing two trailing dims views the rows anew (not the residual itself): h is
+    computed by the op and copied into the residual, with the out-of-place call's bits."""
+    x, residual = torch.randn(3, 4, 16, device=DEVICE), torch.randn(3, 4, 16, device=DEVICE)
+    w, b = torch.randn(4, 16, device=DEVICE), torch.randn(4, 16, device=DEVICE)
+    with torch.no_grad():
+        want_y, want_h = F.layer_norm(x, w, b, residual=residual)
+        buffer = residual.clone()
+        y, h = F.layer_norm(x, w, b, residual=buffer, residual_in_place=True)
+    assert h.data_ptr() == buffer.data_ptr() and torch.equal(buffer, want_h) and torch.equal(y, want_y)
