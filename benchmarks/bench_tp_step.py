@@ -46,7 +46,6 @@ import collections
 import copy
 import dataclasses
 import os
-import statistics
 import sys
 from typing import Optional
 
@@ -224,7 +223,7 @@ def comm_volume(variant: train_loop.Variant) -> tuple[dict, int]:
 
     with CommDebugMode() as comm, Bytes():
         variant.step()
-    counts = {str(op).split(".")[-1] if "." in str(op) else str(op): n for op, n in comm.get_comm_counts().items()}
+    counts = {str(op).split(".")[-1]: n for op, n in comm.get_comm_counts().items()}
     return counts, nbytes[0]
 
 
@@ -266,21 +265,9 @@ class Row:
 
 def measure(size: Size, label: str, modes: list[str], mesh, device: torch.device) -> tuple[list[Row], list[str]]:
     cuda = device.type == "cuda"
-    s = setup(size, label, mesh, device)
-    built = []
-    for mode in modes:
-        for impl in IMPLS:
-            harness_print(f"{label} {mode} {impl}: building")
-            try:
-                built.append(train_loop.build(s, mode, impl, device))
-            except Exception as exc:  # keep the other variants
-                train_loop.failed(f"{label} {mode} {impl}", exc)
-                built.append(train_loop.Variant(mode, impl, None))
-    for r in range(size.rounds):
-        harness_print(f"{label}: round {r + 1}/{size.rounds}")
-        for v in built:
-            if v.step is not None:
-                train_loop.time_round(v, size.steps_per_round, cuda)
+    built = train_loop.build_all(setup(size, label, mesh, device), [(m, i) for m in modes for i in IMPLS], device,
+                                 label, say)
+    train_loop.time_interleaved(built, size.rounds, size.steps_per_round, cuda, label, say)
     rows, lines = [], []
     for v in built:
         norm_us, comms, nbytes, top = float("nan"), "", float("nan"), []
@@ -289,8 +276,7 @@ def measure(size: Size, label: str, modes: list[str], mesh, device: torch.device
         if v.step is not None and v.mode == "eager":
             counts, nbytes = comm_volume(v)
             comms = " ".join(f"{k}={n}" for k, n in sorted(counts.items()))
-        ms = statistics.median(v.times_ms) if v.times_ms else float("nan")
-        low, high = (min(v.times_ms), max(v.times_ms)) if v.times_ms else (ms, ms)
+        ms, low, high = v.step_ms()
         rows.append(Row(label, v.mode, v.impl, dist.get_world_size(), size.batch, size.seq_len, size.rounds,
                         size.steps_per_round, ms, low, high, size.batch * size.seq_len / (ms / 1e3), v.peak_mib,
                         norm_us, comms, nbytes, v.loss))
@@ -299,7 +285,8 @@ def measure(size: Size, label: str, modes: list[str], mesh, device: torch.device
     return rows, lines
 
 
-def harness_print(text: str) -> None:
+def say(text: str) -> None:
+    """Progress on stderr, from rank 0 alone."""
     if dist.get_rank() == 0:
         print(f"    {text}", file=sys.stderr, flush=True)
 

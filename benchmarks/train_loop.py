@@ -91,6 +91,12 @@ class Variant:
     times_ms: list = dataclasses.field(default_factory=list)
     profile: tuple = (NAN, NAN, NAN)  # busy %, kernels, launch calls per step
 
+    def step_ms(self) -> tuple[float, float, float]:
+        """The median time per step over the rounds, and its min and max (nan where none ran)."""
+        if not self.times_ms:
+            return NAN, NAN, NAN
+        return statistics.median(self.times_ms), min(self.times_ms), max(self.times_ms)
+
 
 def compile_model(model: nn.Module, mode: str) -> Callable:
     """The model's forward in ``mode``: itself, torch.compile default, or reduce-overhead."""
@@ -170,6 +176,36 @@ def failed(what: str, exc: Exception) -> None:
           file=sys.stderr)
 
 
+def build_all(setup: Setup, variants: list[tuple[str, str]], device: torch.device, name: str,
+              progress: harness.Progress = harness.no_progress) -> list[Variant]:
+    """Every (mode, impl) of ``variants`` built, compiled and warmed up, in this order; one that
+    fails (out of memory, a compile error) is said on stderr and kept without a step."""
+    built = []
+    for mode, impl in variants:
+        progress(f"{name} {mode} {impl}")
+        try:
+            built.append(build(setup, mode, impl, device))
+        except Exception as exc:  # keep the other variants
+            failed(f"{name} {mode} {impl}", exc)
+            built.append(Variant(mode, impl, None))
+    return built
+
+
+def time_interleaved(built: list[Variant], rounds: int, steps: int, cuda: bool, name: str,
+                     progress: harness.Progress = harness.no_progress) -> None:
+    """``rounds`` rounds, each timing ``steps`` steps of every variant in turn (so host drift
+    hits all alike); a variant that fails is said on stderr and drops out."""
+    for r in range(rounds):
+        progress(f"{name}: round {r + 1}/{rounds}")
+        for variant in built:
+            if variant.step is not None:
+                try:
+                    time_round(variant, steps, cuda)
+                except Exception as exc:
+                    failed(f"{name} {variant.mode} {variant.impl}", exc)
+                    variant.step, variant.times_ms = None, []
+
+
 def measure(setup: Setup, variants: list[tuple[str, str]], rounds: int, profiled_steps: int, name: str,
             progress: harness.Progress = harness.no_progress) -> list[StepResult]:
     """Build every (mode, impl) of ``variants`` (in this order, which each round keeps), time them
@@ -177,22 +213,8 @@ def measure(setup: Setup, variants: list[tuple[str, str]], rounds: int, profiled
     progress and the failures."""
     device = harness.device()
     cuda = device.type == "cuda"
-    built = []
-    for mode, impl in variants:
-        progress(f"{name} {mode} {impl}")
-        try:
-            built.append(build(setup, mode, impl, device))
-        except Exception as exc:  # e.g. out of memory or a compile error: keep the other variants
-            failed(f"{name} {mode} {impl}", exc)
-            built.append(Variant(mode, impl, None))
-    for _ in range(rounds):  # interleaved: every variant once per round, in the same order
-        for variant in built:
-            if variant.step is not None:
-                try:
-                    time_round(variant, setup.steps_per_round, cuda)
-                except Exception as exc:
-                    failed(f"{name} {variant.mode} {variant.impl}", exc)
-                    variant.step, variant.times_ms = None, []
+    built = build_all(setup, variants, device, name, progress)
+    time_interleaved(built, rounds, setup.steps_per_round, cuda, name)
     if cuda:
         for variant in built:
             if variant.step is not None and variant.times_ms:
@@ -202,8 +224,7 @@ def measure(setup: Setup, variants: list[tuple[str, str]], rounds: int, profiled
                     failed(f"profiling {name} {variant.mode} {variant.impl}", exc)
     rows = []
     for v in built:
-        ms = statistics.median(v.times_ms) if v.times_ms else NAN
-        low, high = (min(v.times_ms), max(v.times_ms)) if v.times_ms else (NAN, NAN)
+        ms, low, high = v.step_ms()
         tokens = setup.batch * setup.seq_len
         rows.append(StepResult(setup.label, v.mode, v.impl, setup.batch, setup.seq_len, rounds,
                                setup.steps_per_round, ms, low, high, tokens / (ms / 1e3), v.peak_mib, *v.profile,
