@@ -29,13 +29,6 @@ _FP32_UNDER_CUDA_AUTOCAST = {
     for rms in (False, True)}
 
 
-def check_mode(value: object) -> str:
-    """``value`` if it is one of :data:`MODES`, else a ValueError naming them."""
-    if value not in MODES:
-        raise ValueError(f"output_under_autocast must be one of {', '.join(map(repr, MODES))}, got {value!r}")
-    return value
-
-
 def autocast_dtype(mode: str, x: Tensor, rms: bool) -> tuple[Optional[torch.dtype], bool]:
     """``(out_dtype, autocast)`` for ``functional._norm``: what ``mode`` makes of ``x``'s call
     of a LayerNorm (an RMSNorm: ``rms``)."""
@@ -46,5 +39,4 @@ def autocast_dtype(mode: str, x: Tensor, rms: bool) -> tuple[Optional[torch.dtyp
         return (torch.float32 if cuda_fp32 else None), False
     if mode == "unchanged":
         return None, False
-    check_mode(mode)  # (raises)
-    return None, True
+    raise ValueError(f"output_under_autocast must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
