@@ -72,6 +72,15 @@ def growth(rows: float) -> float:
     return max(1.0, math.sqrt(rows / ROWS_PER_GROWTH))
 
 
+def roundings_apart(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, roundings: int,
+                    floor: float = 0.0) -> torch.Tensor:
+    """Where ``got`` is within ``roundings`` roundings to ``dtype`` (its eps of ``|want|`` each,
+    plus ``floor``) of ``want``: the bound of the norms' bit-level comparisons (a GPU kernel
+    that rounds as the reference does: one; the interpreter, which truncates each bf16
+    rounding: two)."""
+    return (got.float() - want.float()).abs() <= roundings * torch.finfo(dtype).eps * want.float().abs() + floor
+
+
 def max_abs_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
 

@@ -21,6 +21,7 @@ import triton_layers
 from triton_layers import TritonRMSNorm
 
 from .conftest import DEVICE
+from .oracle import roundings_apart
 
 transformers = pytest.importorskip("transformers")
 
@@ -100,8 +101,8 @@ def _each_norm_matches(original: nn.Module, converted: nn.Module, ids, norm_cls:
             want, got = original.get_submodule(name)(x), converted.get_submodule(name)(x)
             assert got.dtype == want.dtype, f"{name}: {got.dtype}, expected {want.dtype}"
             ulps = 1 if DEVICE == "cuda" else 2
-            ulp = ulps * torch.finfo(x.dtype).eps * want.float().abs() + (1e-6 if x.dtype == torch.float32 else 0)
-            bad = ((got.float() - want.float()).abs() > ulp).float().mean().item()
+            near = roundings_apart(got, want, x.dtype, ulps, floor=1e-6 if x.dtype == torch.float32 else 0.0)
+            bad = (~near).float().mean().item()
             assert bad == 0, f"{name}: {bad:.2%} of the elements differ by more than {ulps} ulp"
 
 
@@ -175,12 +176,12 @@ def test_swapped_norm_bitwise_bf16(family, weight_dtype, path):
     want, got = hf(x), ours(x)
     assert got.dtype == want.dtype  # Llama's fp32 weight makes an fp32 output, as in torch
     equal = (got == want).float().mean().item()
-    ulp = torch.finfo(torch.bfloat16).eps * want.float().abs()  # (Llama's fp32 output: of the bf16 rounding)
+    roundings = 1  # (Llama's fp32 output: of the bf16 rounding)
     if path == "reference" or DEVICE == "cuda":
         assert equal >= 0.99, f"only {equal:.1%} of the elements are bit-identical"
     else:
-        ulp = 2 * ulp
-    assert ((got.float() - want.float()).abs() <= ulp).all()
+        roundings = 2
+    assert roundings_apart(got, want, torch.bfloat16, roundings).all()
     dy = torch.randn_like(want)
     for a, b in zip(torch.autograd.grad(got, (x, ours.weight), dy), torch.autograd.grad(want, (x, hf.weight), dy)):
         scale = b.float().abs().max().item()
@@ -198,10 +199,11 @@ def test_convert_reports_and_leaves_unknown_norms():
 
     llama_norm = getattr(transformers.models.llama.modeling_llama, "LlamaRMSNorm")
 
-    class MyRMSNorm(llama_norm):  # computes otherwise (the weight before the cast): left alone
+    class MyRMSNorm(llama_norm):  # w * x before the rsqrt: no family's roundings, left alone
         def forward(self, x):
             xf = x.float()
-            return (self.weight * xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)).to(x.dtype)
+            scale = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+            return (self.weight * xf * scale).to(x.dtype)
 
     class SameRMSNorm(llama_norm):  # a subclass computing what Llama's does: replaced, as llama
         pass
@@ -352,8 +354,7 @@ def test_register_norm_teaches_convert_a_class(cls, family, monkeypatch):
         got, want = converted[1](x), model[1](x)
     # the family's numerics: bitwise in bf16 on a GPU; the interpreter truncates each bf16
     # rounding (two ulps at most: see test_swapped_norm_bitwise_bf16)
-    ulp = (0 if DEVICE == "cuda" else 2) * torch.finfo(torch.bfloat16).eps * want.float().abs()
-    assert got.dtype == want.dtype and ((got.float() - want.float()).abs() <= ulp).all()
+    assert got.dtype == want.dtype and roundings_apart(got, want, torch.bfloat16, 0 if DEVICE == "cuda" else 2).all()
     converted.load_state_dict(model.state_dict())  # same names
     with pytest.raises(ValueError, match="family"):
         triton_layers.register_norm(cls, "bert")

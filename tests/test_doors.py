@@ -14,6 +14,7 @@ from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._launch import use_config as launch_config
 
 from .conftest import SMALL, spy_main_inputs
+from .training_cases import misaligned_copy
 
 
 def _r(*shape, device, dtype=torch.float32, grad=True):
@@ -552,12 +553,6 @@ def test_custom_op_door_keeps_its_plans_by_signature(case, device):
     def door(*a):
         return op.forward_op(*a)[:n_out] if len(op.desc.residuals) else op.forward_op(*a)
 
-    def misaligned(t):  # the same values at an address 4 bytes past a 16-byte boundary
-        flat = torch.empty(t.numel() + 1, device=t.device, dtype=t.dtype)
-        view = flat[1:].view(t.shape)
-        view.copy_(t.detach())
-        return view.requires_grad_(t.requires_grad)
-
     args = CASES[case](device)
     op._door_plans.clear()
     with _eager.checking_plans():
@@ -565,7 +560,7 @@ def test_custom_op_door_keeps_its_plans_by_signature(case, device):
         planned = len(op._door_plans)
         again = _run(door, args)
         assert len(op._door_plans) == planned >= 2  # (a forward and a backward plan, kept)
-        shifted = (misaligned(args[0]), *args[1:])
+        shifted = (misaligned_copy(args[0]).requires_grad_(args[0].requires_grad), *args[1:])
         moved = _run(door, shifted)
         assert len(op._door_plans) > planned
     eager = _run(op, args)

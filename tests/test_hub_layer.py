@@ -9,26 +9,18 @@ import pytest
 import torch
 
 from .conftest import DEVICE
+from .oracle import roundings_apart
+from .test_convert_norms import VOCAB, _logits_and_grads
+from .test_convert_norms import _model as config_built
 
 kernels = pytest.importorskip("kernels")
 transformers = pytest.importorskip("transformers")
 
-MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
-          "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16})}
+MODELS = ("llama", "qwen3")  # (config-built as tests/test_convert_norms.py builds them)
 
 
 def _model(name: str) -> torch.nn.Module:
-    config_cls, model_cls, extra = MODELS[name]
-    config = getattr(transformers, config_cls)(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=128, max_position_embeddings=64, bos_token_id=0, eos_token_id=1, pad_token_id=0, **extra)
-    torch.manual_seed(0)
-    model = getattr(transformers, model_cls)(config)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "norm" in n:
-                p.normal_(1.0, 0.3)
-    return model.to(DEVICE)
+    return config_built(name, torch.float32)
 
 
 def _kernelized(model: torch.nn.Module, monkeypatch, mode) -> torch.nn.Module:
@@ -44,12 +36,6 @@ def _kernelized(model: torch.nn.Module, monkeypatch, mode) -> torch.nn.Module:
         return kernels.kernelize(model, mode=mode, device=DEVICE)
 
 
-def _step(model, ids):
-    logits = model(ids).logits
-    params = dict(model.named_parameters())
-    return logits.detach(), dict(zip(params, torch.autograd.grad(logits.float().square().mean(), list(params.values()))))
-
-
 @pytest.mark.parametrize("name", list(MODELS))
 def test_kernelized_model_trains_as_the_original(name, monkeypatch):
     import triton_layers.hub
@@ -58,9 +44,9 @@ def test_kernelized_model_trains_as_the_original(name, monkeypatch):
     ours = _kernelized(copy.deepcopy(original), monkeypatch, kernels.Mode.TRAINING)
     norms = [m for m in ours.modules() if type(m).__name__.endswith("RMSNorm")]
     assert norms and all(m.forward.__func__ is triton_layers.hub.RMSNorm.forward for m in norms)
-    ids = torch.randint(0, 128, (2, 16), device=DEVICE)
-    want_logits, want_grads = _step(original, ids)
-    got_logits, got_grads = _step(ours, ids)
+    ids = torch.randint(0, VOCAB, (2, 16), device=DEVICE)
+    want_logits, want_grads = _logits_and_grads(original, ids)
+    got_logits, got_grads = _logits_and_grads(ours, ids)
     torch.testing.assert_close(got_logits, want_logits, rtol=0, atol=1e-5 * want_logits.abs().max().item())
     for n, want in want_grads.items():
         torch.testing.assert_close(got_grads[n], want, rtol=0, atol=1e-4 * (want.abs().max().item() or 1.0),
@@ -95,9 +81,9 @@ def test_the_layer_follows_the_rules_of_kernels():
 def test_kernelized_model_compiles(name, monkeypatch):
     original = _model(name)
     ours = _kernelized(copy.deepcopy(original), monkeypatch, kernels.Mode.TRAINING | kernels.Mode.TORCH_COMPILE)
-    ids = torch.randint(0, 128, (2, 16), device=DEVICE)
-    want_logits, want_grads = _step(original, ids)
-    got_logits, got_grads = _step(torch.compile(ours), ids)
+    ids = torch.randint(0, VOCAB, (2, 16), device=DEVICE)
+    want_logits, want_grads = _logits_and_grads(original, ids)
+    got_logits, got_grads = _logits_and_grads(torch.compile(ours), ids)
     torch.testing.assert_close(got_logits, want_logits, rtol=0, atol=1e-4 * want_logits.abs().max().item())
     for n, want in want_grads.items():
         torch.testing.assert_close(got_grads[n], want, rtol=0, atol=1e-3 * (want.abs().max().item() or 1.0))
@@ -123,4 +109,4 @@ def test_the_layer_computes_its_hosts_family(module_name, class_name, weight_dty
         want, got = host(x), hub.rms_norm_forward(host, x)
     assert got.dtype == want.dtype
     ulps = 1 if DEVICE == "cuda" else 2
-    assert ((got.float() - want.float()).abs() <= ulps * torch.finfo(torch.bfloat16).eps * want.float().abs()).all()
+    assert roundings_apart(got, want, torch.bfloat16, ulps).all()

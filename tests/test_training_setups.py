@@ -15,7 +15,7 @@ from triton_layers import functional as F
 from triton_layers import reference
 from triton_layers.kernels import _doors, _eager
 
-from .training_cases import LAYOUTS, OPS, check_grads, make, plain_run, rel_err
+from .training_cases import LAYOUTS, OPS, check_grads, make, misaligned_copy, plain_run, rel_err
 
 DTYPE_CASES = [torch.float32, torch.bfloat16]
 
@@ -48,16 +48,10 @@ def _restrided_copy(t: torch.Tensor) -> torch.Tensor:
     return out.copy_(t)
 
 
-def _misaligned_copy(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of ``t`` one element into its buffer (not 16-byte aligned)."""
-    out = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape)
-    return out.copy_(t)
-
-
 HOOKS = {
     "save_on_cpu": lambda: torch.autograd.graph.save_on_cpu(),
     "restrided": lambda: torch.autograd.graph.saved_tensors_hooks(lambda t: t, _restrided_copy),
-    "misaligned": lambda: torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach().clone(), _misaligned_copy),
+    "misaligned": lambda: torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach().clone(), misaligned_copy),
 }
 
 

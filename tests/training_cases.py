@@ -23,6 +23,12 @@ LAYOUTS = ("contiguous", "strided", "misaligned")
 RMS_EPS = torch.finfo(torch.float32).eps
 
 
+def misaligned_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``t`` one element into its buffer (not 16-byte aligned)."""
+    out = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape)
+    return out.copy_(t.detach())
+
+
 def laid_out(values: torch.Tensor, layout: str, gen: torch.Generator) -> torch.Tensor:
     """A leaf holding ``values`` in ``layout`` (the strided one pads the last dim: a 2-D one
     reaches the kernels as rows with a row stride, an N-D one is copied first)."""
@@ -33,9 +39,7 @@ def laid_out(values: torch.Tensor, layout: str, gen: torch.Generator) -> torch.T
         leaf = wide[..., :cols]
         leaf.copy_(values)
     elif layout == "misaligned":
-        flat = torch.empty(values.numel() + 1, dtype=values.dtype, device=values.device)
-        leaf = flat[1:].view(values.shape)
-        leaf.copy_(values)
+        leaf = misaligned_copy(values)
     else:
         leaf = values.clone()
     return leaf.requires_grad_()
