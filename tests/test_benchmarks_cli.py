@@ -847,4 +847,7 @@ def test_decode_bench_dry_run(tmp_path, monkeypatch):
     assert {r["direction"] for r in rows} == {"fwd"}
     assert {"triton_layers", "torch"} <= {r["impl"] for r in rows}
     assert {r["shape"] for r in rows if r["op"] == "add_rmsnorm"} == {"3x40"}  # QK-norm shapes: no residual
-    assert all(float(r["gpu_us"]) == 50.0 for r in rows)
+    # every case that ran has its GPU time (a peer that needs a GPU, Liger where installed,
+    # fails here: a nan time)
+    assert all(r["gpu_us"] == 50.0 for r in rows if math.isfinite(r["us"]))
+    assert all(math.isfinite(r["us"]) for r in rows if r["impl"] in ("triton_layers", "torch"))
