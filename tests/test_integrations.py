@@ -393,6 +393,37 @@ def test_import_and_reference_path_without_triton():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+@pytest.mark.parametrize("triton_version, numpy_version, broken", [
+    ("3.6.0", "2.4.0", True), ("3.6.1", "2.5.2", True), ("3.5.0+git1234", "2.4.6", True),
+    ("3.6.0", "2.3.5", False), ("3.7.0", "2.4.0", False), ("3.10.0", "2.5.2", False), ("3.9.0", "1.26.4", False)])
+def test_which_interpreters_cannot_run(triton_version, numpy_version, broken):
+    """Triton before 3.7 beside NumPy 2.4+: the interpreter fails inside every range loop
+    (triton-lang/triton#9171), which the path choice names, with both versions and the way out."""
+    from triton_layers import _checks
+
+    problem = _checks.interpreter_problem(triton_version, numpy_version)
+    assert (problem is not None) == broken
+    if broken:
+        assert triton_version in problem and numpy_version in problem and "numpy<2.4" in problem and "9171" in problem
+
+
+@pytest.mark.skipif(CUDA, reason="the CPU interpreter's path")
+def test_a_broken_interpreter_is_named_not_run(monkeypatch):
+    """Where the interpreter cannot run (:func:`_checks.interpreter_problem`), a CPU call under
+    TRITON_INTERPRET=1 raises a RuntimeError naming it, at the call, instead of the
+    interpreter's TypeError from inside a kernel; use_triton=False still takes the reference."""
+    from triton_layers import _checks
+
+    if not _checks.TRITON_INTERPRET:
+        pytest.skip("needs TRITON_INTERPRET=1 (set by conftest without a GPU)")
+    monkeypatch.setattr(_checks, "INTERPRETER_PROBLEM", _checks.interpreter_problem("3.6.0", "2.4.0"))
+    x = torch.randn(3, 8)
+    for use_triton in (None, True):
+        with pytest.raises(RuntimeError, match=r"Triton 3\.6\.0 cannot run beside NumPy 2\.4\.0"):
+            F.layer_norm(x, use_triton=use_triton)
+    torch.testing.assert_close(F.layer_norm(x, use_triton=False), torch.nn.functional.layer_norm(x, (8,)))
+
+
 @pytest.mark.skipif(CUDA, reason="the CPU interpreter's fallback")
 def test_compile_and_export_trace_the_reference_under_the_interpreter():
     """With TRITON_INTERPRET=1, torch.compile and torch.export of an op on CPU tensors trace

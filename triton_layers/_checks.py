@@ -41,6 +41,30 @@ except ModuleNotFoundError as _err:  # only a missing triton; any other error is
     KERNELS_MISSING = f"needs triton, which is not installed ({_err})"
 
 
+def interpreter_problem(triton_version: str, numpy_version: str) -> Optional[str]:
+    """Why the Triton interpreter of ``triton_version`` cannot run our kernels beside NumPy
+    ``numpy_version``, or None. Triton before 3.7 turns its scalars into Python ints with
+    ``int(array)``, which NumPy 2.4 refuses for 1-element arrays: every loop over a range
+    then fails inside the interpreter (triton-lang/triton#9171, fixed in Triton 3.7)."""
+    def major_minor(version: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in version.split("+")[0].split(".")[:2] if part.isdigit())
+
+    if major_minor(triton_version) < (3, 7) and major_minor(numpy_version) >= (2, 4):
+        return (f"the Triton interpreter (TRITON_INTERPRET=1) of Triton {triton_version} cannot run beside "
+                f"NumPy {numpy_version} (triton-lang/triton#9171): install numpy<2.4, or Triton >= 3.7")
+    return None
+
+
+# Set where TRITON_INTERPRET=1 meets an interpreter that cannot run: CPU tensors then raise
+# it at their first kernel call, rather than the interpreter's TypeError from deep inside.
+INTERPRETER_PROBLEM: Optional[str] = None
+if TRITON_INTERPRET and KERNELS is not None:
+    import numpy
+    import triton
+
+    INTERPRETER_PROBLEM = interpreter_problem(triton.__version__, numpy.__version__)
+
+
 def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> Tensor:
     """``t`` must be a dense tensor of one of ``dtypes``."""
     if not isinstance(t, Tensor):
@@ -161,6 +185,8 @@ def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional
             return True  # the common case, first
         can_run, why = KERNELS is not None, KERNELS_MISSING
     elif x.device.type == "cpu" and TRITON_INTERPRET and KERNELS is not None:
+        if INTERPRETER_PROBLEM is not None and use_triton is not False and not tracing():
+            raise RuntimeError(f"triton_layers: {INTERPRETER_PROBLEM}; or use_triton=False for the reference")
         # The interpreter runs kernels on real data only: under torch.compile or export the
         # tensors are fakes, so traced CPU calls take the reference (same math).
         can_run = not tracing()
