@@ -105,18 +105,52 @@ def _norm_cases(mesh, device):
     if device == "cuda":  # the same under torch.compile (the interpreter cannot run traced kernels)
         cases.update({f"{name} compiled": (torch.compile(fn, fullgraph=False), values, how)
                       for name, (fn, values, how) in list(cases.items())})
-    for name, (fn, values, how) in cases.items():
-        dy = torch.randn(values[0].shape, device=device)
-        want_y, want_grads, _ = _grads_and_comms(fn, [leaf(t) for t in values], dy)
-        dts = [h(t) for h, t in zip(how, values)]
-        d_dy = distribute_tensor(dy, mesh, [dts[0].placements[0]])
-        got_y, got_grads, comms = _grads_and_comms(fn, dts, d_dy)
-        assert comms == 0, f"{name}: {comms} collectives inside the op"
-        assert got_y.placements == dts[0].placements, f"{name}: output {got_y.placements}"
-        tol = 2e-2 if values[0].dtype == torch.bfloat16 else 1e-4
-        _close(got_y, want_y, f"{name} output", tol)
-        for i, (g, wg) in enumerate(zip(got_grads, want_grads)):
-            _close(g, wg, f"{name} grad {i} ({g.placements})", tol)
+    # A normalized dim sharded: no rule shards it; the replicated fallback (DTensor gathers).
+    cases["layer_norm, the normalized dim sharded"] = (lambda x, w, b: F.layer_norm(x, w, b), (x, w, b),
+                                                       (lambda t: shard(t, 2), rep, rep))
+    # Eagerly, each case through both doors a DTensor can take (kernels/_dtensor_eager.py): the
+    # local one, where the placements are a strategy of the rule as they are, and DTensor's
+    # dispatch of the custom op (the local door turned off).
+    from triton_layers.kernels import _dtensor_eager
+
+    from triton_layers import _checks
+
+    local_door = _dtensor_eager.call
+    kernels_run = device == "cuda" or _checks.TRITON_INTERPRET  # (else CPU tensors take the reference)
+    for door in ("local", "dispatch"):
+        taken = []
+
+        def counted(op, args):
+            result = local_door(op, args) if door == "local" else _dtensor_eager.NOT_LOCAL
+            taken.append(result is not _dtensor_eager.NOT_LOCAL)
+            return result
+
+        _dtensor_eager.call = counted
+        try:
+            for name, (fn, values, how) in cases.items():
+                if door == "dispatch" and name.endswith("compiled"):
+                    continue  # (traced: the custom op either way)
+                dy = torch.randn(values[0].shape, device=device)
+                want_y, want_grads, _ = _grads_and_comms(fn, [leaf(t) for t in values], dy)
+                dts = [h(t) for h, t in zip(how, values)]
+                d_dy = distribute_tensor(dy, mesh, [dts[0].placements[0]])
+                taken.clear()
+                got_y, got_grads, comms = _grads_and_comms(fn, dts, d_dy)
+                what = f"{name} ({door} door)"
+                if "normalized dim" in name:  # (no strategy takes it as it is: replicated whole)
+                    assert taken == ([False] if kernels_run else []), f"{what}: {taken}"
+                    assert got_y.placements == (Replicate(),), f"{what}: {got_y.placements}"
+                else:
+                    assert comms == 0, f"{what}: {comms} collectives inside the op"
+                    if not name.endswith("compiled"):  # (compiled: whichever door Dynamo's graph leaves it)
+                        assert taken == ([door == "local"] if kernels_run else []), f"{what}: {taken}"
+                    assert got_y.placements == dts[0].placements, f"{what}: output {got_y.placements}"
+                tol = 2e-2 if values[0].dtype == torch.bfloat16 else 1e-4
+                _close(got_y, want_y, f"{what} output", tol)
+                for i, (g, wg) in enumerate(zip(got_grads, want_grads)):
+                    _close(g, wg, f"{what} grad {i} ({g.placements})", tol)
+        finally:
+            _dtensor_eager.call = local_door
 
     # The modules under torch's SequenceParallel, as torchtitan plans its norms.
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
@@ -431,6 +465,14 @@ def test_the_tp_step_benchmark_dry_runs(tmp_path):
     import csv
     import subprocess
 
+    import numpy
+    import triton
+
+    from triton_layers import _checks
+
+    problem = _checks.interpreter_problem(triton.__version__, numpy.__version__)
+    if problem:
+        pytest.skip(problem)  # (torch 2.11's Triton 3.6 beside NumPy 2.5 on the GPU machines)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

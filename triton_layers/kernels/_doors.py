@@ -34,7 +34,7 @@ from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 from torch.library import triton_op, wrap_triton
 
 from .._tracing import tracing
-from . import _eager
+from . import _dtensor_eager, _eager
 from ._fast_launch import KernelCall, current_device, direct
 
 __all__ = ["OpDescription", "Op", "OpPlan", "KernelCall", "build", "direct", "traced", "mask_bytes",
@@ -351,6 +351,10 @@ class Op:
         Traced calls and tensor subclasses take the custom op (the subclass's dispatch decides
         what runs: a DTensor its sharding rule, a FakeTensor no launch)."""
         if tracing() or _eager.subclass_of(args) is not None:
+            if not tracing():  # DTensors already placed as the rule asks: run its strategy here
+                results = _dtensor_eager.call(self, args)
+                if results is not _dtensor_eager.NOT_LOCAL:
+                    return results
             results = self.forward_op(*args)
             results = (results,) if isinstance(results, Tensor) else results
             return results[0] if self._n_out == 1 else tuple(results[: self._n_out])
