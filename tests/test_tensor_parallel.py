@@ -117,38 +117,43 @@ def _norm_cases(mesh, device):
 
     local_door = _dtensor_eager.call
     kernels_run = device == "cuda" or _checks.TRITON_INTERPRET  # (else CPU tensors take the reference)
-    for door in ("local", "dispatch"):
+    from triton_layers.kernels import _eager
+
+    # ("local, planned": the same calls again, their kept plans each checked against a new one)
+    for door in ("local", "local, planned", "dispatch"):
         taken = []
+        local = door.startswith("local")
 
         def counted(op, args):
-            result = local_door(op, args) if door == "local" else _dtensor_eager.NOT_LOCAL
+            result = local_door(op, args) if local else _dtensor_eager.NOT_LOCAL
             taken.append(result is not _dtensor_eager.NOT_LOCAL)
             return result
 
         _dtensor_eager.call = counted
         try:
-            for name, (fn, values, how) in cases.items():
-                if door == "dispatch" and name.endswith("compiled"):
-                    continue  # (traced: the custom op either way)
-                dy = torch.randn(values[0].shape, device=device)
-                want_y, want_grads, _ = _grads_and_comms(fn, [leaf(t) for t in values], dy)
-                dts = [h(t) for h, t in zip(how, values)]
-                d_dy = distribute_tensor(dy, mesh, [dts[0].placements[0]])
-                taken.clear()
-                got_y, got_grads, comms = _grads_and_comms(fn, dts, d_dy)
-                what = f"{name} ({door} door)"
-                if "normalized dim" in name:  # (no strategy takes it as it is: replicated whole)
-                    assert taken == ([False] if kernels_run else []), f"{what}: {taken}"
-                    assert got_y.placements == (Replicate(),), f"{what}: {got_y.placements}"
-                else:
-                    assert comms == 0, f"{what}: {comms} collectives inside the op"
-                    if not name.endswith("compiled"):  # (compiled: whichever door Dynamo's graph leaves it)
-                        assert taken == ([door == "local"] if kernels_run else []), f"{what}: {taken}"
-                    assert got_y.placements == dts[0].placements, f"{what}: output {got_y.placements}"
-                tol = 2e-2 if values[0].dtype == torch.bfloat16 else 1e-4
-                _close(got_y, want_y, f"{what} output", tol)
-                for i, (g, wg) in enumerate(zip(got_grads, want_grads)):
-                    _close(g, wg, f"{what} grad {i} ({g.placements})", tol)
+            with _eager.checking_plans(door == "local, planned"):
+                for name, (fn, values, how) in cases.items():
+                    if door == "dispatch" and name.endswith("compiled"):
+                        continue  # (traced: the custom op either way)
+                    dy = torch.randn(values[0].shape, device=device)
+                    want_y, want_grads, _ = _grads_and_comms(fn, [leaf(t) for t in values], dy)
+                    dts = [h(t) for h, t in zip(how, values)]
+                    d_dy = distribute_tensor(dy, mesh, [dts[0].placements[0]])
+                    taken.clear()
+                    got_y, got_grads, comms = _grads_and_comms(fn, dts, d_dy)
+                    what = f"{name} ({door} door)"
+                    if "normalized dim" in name:  # (no strategy takes it as it is: replicated whole)
+                        assert taken == ([False] if kernels_run else []), f"{what}: {taken}"
+                        assert got_y.placements == (Replicate(),), f"{what}: {got_y.placements}"
+                    else:
+                        assert comms == 0, f"{what}: {comms} collectives inside the op"
+                        if not name.endswith("compiled"):  # (compiled: whichever door Dynamo's graph leaves it)
+                            assert taken == ([local] if kernels_run else []), f"{what}: {taken}"
+                        assert got_y.placements == dts[0].placements, f"{what}: output {got_y.placements}"
+                    tol = 2e-2 if values[0].dtype == torch.bfloat16 else 1e-4
+                    _close(got_y, want_y, f"{what} output", tol)
+                    for i, (g, wg) in enumerate(zip(got_grads, want_grads)):
+                        _close(g, wg, f"{what} grad {i} ({g.placements})", tol)
         finally:
             _dtensor_eager.call = local_door
 

@@ -31,6 +31,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from . import _eager
+
 __all__ = ["NOT_LOCAL", "call"]
 
 NOT_LOCAL = object()
@@ -151,7 +153,7 @@ def call(op, args: tuple) -> Any:
     local = list(args)
     for i, t in zip(positions, _Locals.apply(grad_specs, *dtensors)):
         local[i] = t
-    results = op(*local)
+    results = _call_planned(op, local)
     results = (results,) if isinstance(results, Tensor) else results
     main = args[0]
     specs = []
@@ -160,6 +162,29 @@ def call(op, args: tuple) -> Any:
         specs.append(_spec(mesh, (placement,), shape, r.dtype))
     wrapped = _Wrapped.apply(tuple(specs), *results)
     return wrapped[0] if len(wrapped) == 1 else wrapped
+
+
+# The eager door's plans for the local shards, as the eager door keeps its own: by the
+# arguments' signatures and the call state (grad mode, autocast); cleared with the launch
+# config, checked anew under TRITON_LAYERS_CHECK_PLANS=1.
+_PLANS = _eager.PlanCache()
+
+
+def _call_planned(op, local: list):
+    """``op`` on the local shards (plain tensors) through the eager door, by a kept plan."""
+    try:
+        key = (op.desc.name, *[_eager.signature(a) if isinstance(a, Tensor) else (a, type(a)) for a in local],
+               *_eager.call_state(local[0]))
+        plan = _PLANS.get(key)
+    except TypeError:  # an unhashable value: this call's plan alone
+        return op(*local)
+    if plan is None:
+        plan = op.plan(*local)
+        _PLANS.put(key, plan)
+    elif _eager.plans_checked() and not plan.same_decisions(op.plan(*local)):
+        raise _eager.PlanMismatch(f"triton_layers.{op.desc.name}: a cached plan of the DTensor door differs from a "
+                                  f"new one for key {key!r}: the key misses something the plan bakes in")
+    return op.call_planned(plan, *local)
 
 
 # --- the two ends: local tensors out of DTensors, DTensors around local tensors ----------
