@@ -154,8 +154,8 @@ class Op:
         # Function.apply less its Python prologue (binding default args, unwrapping dead
         # functorch wrappers): ~4 us per call on a CPU; used while no functorch transform runs.
         self._planned_apply = super(torch.autograd.Function, self._planned_door()).apply
-        # The compiled door's plans where its body launches directly (a DTensor's local shards):
-        # by the arguments' signatures, as the eager door keeps its own (cleared with them).
+        # Plans by the arguments' signatures, as the eager door keeps its own (cleared with them):
+        # the compiled door's where its body launches directly, and :meth:`call_by_signature`'s.
         self._door_plans = _eager.PlanCache()
         self.forward_op, self.backward_op = self._compiled_door()
 
@@ -177,8 +177,7 @@ class Op:
         if launch is not direct:
             return self.forward(launch, *args)
         d = self.desc
-        key = ("forward", *[_eager.signature(a) if isinstance(a, Tensor) else (a, type(a)) for a in args])
-        plan = self._door_plans.planned(key, lambda: d.plan_forward(*args))
+        plan = self._door_plans.planned(("forward", *_eager.arguments_key(args)), lambda: d.plan_forward(*args))
         return d.run_forward(direct, plan, *args)
 
     def _door_backward(self, launch: Callable, grads: tuple, needs: dict, saved: tuple) -> dict:
@@ -193,6 +192,22 @@ class Op:
         key = ("backward", _eager.backward_key(grads, saved[:n]), *needs.values(), *values, *map(type, values))
         plan = self._door_plans.planned(key, lambda: d.plan_backward(grads, needs, *saved))
         return d.run_backward(direct, plan, grads, needs, *saved)
+
+    def call_by_signature(self, *args):
+        """The op on plain tensors through the eager door, by a plan kept per signature of the
+        arguments and the call state (grad mode, autocast), beside the compiled door's (cleared
+        with them, checked under ``TRITON_LAYERS_CHECK_PLANS=1``): for callers that keep no plans
+        of their own (the DTensor door's local shards; functional's calls are planned by
+        ``_eager.EagerOp``)."""
+        try:
+            key = ("eager", *_eager.arguments_key(args), *_eager.call_state(args[0]))
+            hash(key)
+        except TypeError:
+            # An unhashable value or a tensor subclass (a local shard may be an
+            # AsyncCollectiveTensor): the call as it is, unplanned (a subclass: the custom op).
+            return self(*args)
+        return self.call_planned(self._door_plans.planned(key, lambda: self.plan(*args), OpPlan.same_decisions),
+                                 *args)
 
     def backward_graph(self, grads: tuple, needs: dict, saved: tuple) -> dict:
         """The op's backward in differentiable torch ops (``create_graph=True``)."""

@@ -5,20 +5,23 @@ dispatch runs: it picks the rule's strategy that moves the fewest bytes, redistr
 inputs to it, runs the op on each rank's local tensors and wraps the results. That dispatch
 is Python, run on every call, twice (forward and backward): on torch 2.11 it cost our
 sequence-parallel RMSNorm about three times the host time of torch's own ``nn.RMSNorm``
-under the same plan (950 us against 330 us a forward and backward, an H200), which made an
+under the same plan (950 us against 330 us a forward and backward, 2 H100s), which made an
 eager tensor-parallel training step host-bound and slower than torch's.
 
 Where the inputs already sit as one of the rule's strategies asks, nothing is to be moved,
 and this door runs the same strategy itself, outside tracing:
 
-- the strategy is the rule's own (:func:`_sharding.rule_for`, asked once per placements:
+- the strategy is the rule's own (:func:`_sharding.forward_rule`, asked once per placements:
   one source of truth for which placements an op takes, here and in DTensor's dispatch);
-- each DTensor gives its local tensor through ``to_local`` (differentiable: a row-sharded
-  input's gradient comes back sharded as it is, a replicated parameter's as ``Partial``,
-  each rank's rows' part of the sum, as the rule's backward says: DTensor or FSDP2 sums it);
-- the op runs on the local tensors through the eager door (its kernels and autograd);
-- each output is wrapped by ``DTensor.from_local`` with the strategy's placement and its
-  global shape (from the main input's: exact for uneven shards, with no communication).
+- :class:`_Locals` hands on each DTensor's local tensor, as ``to_local`` does; its backward
+  wraps a row-sharded input's gradient sharded as the input, a replicated parameter's as
+  ``Partial`` (each rank's rows' part of the sum, as the rule's backward says: DTensor or
+  FSDP2 sums it);
+- the op runs on the local tensors through the eager door (its kernels and autograd), by a
+  plan kept per signature (``Op.call_by_signature``);
+- :class:`_Wrapped` wraps each output, as ``from_local`` does, with the strategy's placement
+  and its global shape (from the main input's: exact for uneven shards, with no
+  communication); its backward moves a gradient given in other placements to the output's.
 
 Any other call (placements no strategy takes as they are, a mesh of several dims, tensors
 and DTensors mixed, a traced call) takes the custom op and DTensor's dispatch, unchanged.
@@ -31,7 +34,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from . import _eager
+from ._sharding import forward_rule
 
 __all__ = ["NOT_LOCAL", "call"]
 
@@ -54,9 +57,8 @@ def _dtensor_api() -> tuple:
     return _API[0]
 
 
-# The rules (forward) by op name, and the strategies by (op name, placements' key): the
-# strategy of a key is the rule's answer for it, which nothing else changes.
-_RULES: dict = {}
+# The strategies by (op name, placements' key): the strategy of a key is the rule's answer for
+# it, which nothing else changes.
 _STRATEGIES: dict = {}
 
 
@@ -98,11 +100,7 @@ def _strategy(op, args: tuple, DTensor) -> Optional[_Strategy]:
     """The rule's strategy that takes ``args``' placements as they are, or None."""
     _, Partial, Replicate = _dtensor_api()
     desc = op.desc
-    rule = _RULES.get(desc.name)
-    if rule is None:
-        from ._sharding import rule_for
-
-        rule = _RULES[desc.name] = rule_for(desc, backward=False)
+    rule = forward_rule(desc)
     rows = dict(desc.row_sharded)
     specs = [a._spec if isinstance(a, DTensor) else a for a in args]
     given = [a._spec.placements[0] if isinstance(a, DTensor) else None for a in args]
@@ -153,7 +151,7 @@ def call(op, args: tuple) -> Any:
     local = list(args)
     for i, t in zip(positions, _Locals.apply(grad_specs, *dtensors)):
         local[i] = t
-    results = _call_planned(op, local)
+    results = op.call_by_signature(*local)
     results = (results,) if isinstance(results, Tensor) else results
     main = args[0]
     specs = []
@@ -162,29 +160,6 @@ def call(op, args: tuple) -> Any:
         specs.append(_spec(mesh, (placement,), shape, r.dtype))
     wrapped = _Wrapped.apply(tuple(specs), *results)
     return wrapped[0] if len(wrapped) == 1 else wrapped
-
-
-# The eager door's plans for the local shards, as the eager door keeps its own: by the
-# arguments' signatures and the call state (grad mode, autocast); cleared with the launch
-# config, checked anew under TRITON_LAYERS_CHECK_PLANS=1.
-_PLANS = _eager.PlanCache()
-
-
-def _call_planned(op, local: list):
-    """``op`` on the local shards (plain tensors) through the eager door, by a kept plan."""
-    try:
-        key = (op.desc.name, *[_eager.signature(a) if isinstance(a, Tensor) else (a, type(a)) for a in local],
-               *_eager.call_state(local[0]))
-        plan = _PLANS.get(key)
-    except TypeError:  # an unhashable value: this call's plan alone
-        return op(*local)
-    if plan is None:
-        plan = op.plan(*local)
-        _PLANS.put(key, plan)
-    elif _eager.plans_checked() and not plan.same_decisions(op.plan(*local)):
-        raise _eager.PlanMismatch(f"triton_layers.{op.desc.name}: a cached plan of the DTensor door differs from a "
-                                  f"new one for key {key!r}: the key misses something the plan bakes in")
-    return op.call_planned(plan, *local)
 
 
 # --- the two ends: local tensors out of DTensors, DTensors around local tensors ----------

@@ -25,6 +25,7 @@ No Triton here: without it the routes take the reference and nothing is planned.
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 from typing import Any, Callable, Iterator, NamedTuple, Optional
 
@@ -36,7 +37,7 @@ from . import _launch
 from ._fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
-           "signature", "backward_key", "call_key", "PLAIN_TENSORS", "subclass_of"]
+           "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
 # Any other subclass (DTensor, FakeTensor, FunctionalTensor, a wrapper) has no plain data
@@ -123,6 +124,12 @@ def call_state(x: Tensor) -> tuple:
     device_type = "cuda" if x.is_cuda else "cpu"
     autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
     return torch.is_grad_enabled(), autocast
+
+
+def arguments_key(args) -> tuple:
+    """A kernel op's arguments as a plan key: each tensor's :func:`signature`, each other value
+    with its type (``True == 1 == 1.0`` in a dict)."""
+    return tuple([signature(a) if isinstance(a, Tensor) else (a, type(a)) for a in args])
 
 
 def call_key(tensors: tuple, values: tuple) -> tuple:
@@ -223,15 +230,15 @@ class PlanCache(dict):
             self.clear()
         self[key] = plan
 
-    def planned(self, key, make: Callable[[], Any]):
+    def planned(self, key, make: Callable[[], Any], same: Callable[[Any, Any], bool] = operator.eq):
         """The plan kept under ``key``, else ``make()``'s, kept. A hit is made anew and compared
-        while plans are checked (:func:`checking_plans`): a key that misses what the plan bakes
-        in raises :class:`PlanMismatch`."""
+        (``same(kept, new)``) while plans are checked (:func:`checking_plans`): a key that misses
+        what the plan bakes in raises :class:`PlanMismatch`."""
         plan = self.get(key, _MISSING)
         if plan is _MISSING:
             plan = make()
             self.put(key, plan)
-        elif _CHECK[0] and make() != plan:
+        elif _CHECK[0] and not same(plan, make()):
             raise PlanMismatch(f"a cached plan differs from a new one for key {key!r}: the key misses something "
                                f"the plan bakes in")
         return plan

@@ -31,7 +31,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["register_rules", "rule_for"]
+__all__ = ["forward_rule", "register_rules", "rule_for"]
 
 
 def _is_tensor(kind) -> bool:
@@ -99,6 +99,18 @@ def rule_for(desc, backward: bool):
     return rule
 
 
+_FORWARD_RULES: dict = {}
+
+
+def forward_rule(desc):
+    """The rule of ``desc``'s forward custom op, made once: the one registered with DTensor and
+    the one the DTensor door (``_dtensor_eager``) asks."""
+    rule = _FORWARD_RULES.get(desc.name)
+    if rule is None:
+        rule = _FORWARD_RULES[desc.name] = rule_for(desc, backward=False)
+    return rule
+
+
 _REGISTERED: set = set()
 
 
@@ -111,6 +123,6 @@ def register_rules(op) -> None:
     except ImportError:  # torch built without distributed
         return
     namespace = torch.ops.triton_layers
-    register_sharding(getattr(namespace, f"{op.desc.name}_fwd").default)(rule_for(op.desc, backward=False))
+    register_sharding(getattr(namespace, f"{op.desc.name}_fwd").default)(forward_rule(op.desc))
     register_sharding(getattr(namespace, f"{op.desc.name}_bwd").default)(rule_for(op.desc, backward=True))
     _REGISTERED.add(op.desc.name)
