@@ -20,6 +20,16 @@ from benchmarks import harness
 from triton_layers import functional as TF
 
 OP = "coor_descent"
+# What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py):
+# times only (not bytes-bound).
+PART = {
+    "order": 50,
+    "ops": {"coor_descent": {
+        "title": "coor_descent (n_iters 20, k = n/8 * 9/8, eps 0.03, eps_init 4, eps_decay 0.7, float32)",
+        "note": "bound by its 20 dependent row reductions, not by bytes: times only",
+        "measure": "time", "kernel_ops": ("coor_descent",)}},
+    "cpu_shapes": [(3, 50)],
+}
 SHAPES = [(8, 8192), (64, 4096), (16, 32768), (256, 1024)]
 QUICK_SHAPES = [(8, 8192), (256, 1024)]
 SETTINGS = dict(n_iters=20, eps=0.03, eps_init=4.0, eps_decay=0.7)

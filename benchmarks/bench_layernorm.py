@@ -15,6 +15,15 @@ from benchmarks import harness
 from triton_layers import functional as TF
 
 OP = "layernorm"
+# What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py).
+PART = {
+    "order": 10,
+    "ops": {"layernorm": {
+        "title": "LayerNorm (weight and bias; backward = dx, dweight, dbias)",
+        "note": "bytes: fwd 2MDs, bwd 3MDs (M rows of D elements of s bytes)",
+        "measure": "bandwidth", "kernel_ops": ("norm",)}},
+    "cpu_shapes": [(3, 40)],
+}
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 16384), (4096, 32768), (1024, 131072), (512, 262144)]
 QUICK_SHAPES = [(16384, 4096), (4096, 32768)]
 EPS = 1e-5

@@ -51,6 +51,8 @@ from torch import nn
 from benchmarks import harness, report, train_loop
 
 OP = "llama_step"
+# A part of python -m benchmarks (benchmarks/parts.py): convert() puts RMSNorms into the Llama.
+PART = {"order": 70, "kernel_ops": ("norm",)}
 OURS = "triton_layers"
 DEFAULT_MODES = ("eager", "compile")
 USE_TRITON = None  # convert()'s use_triton for our layers: auto, the kernels on CUDA

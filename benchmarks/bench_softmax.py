@@ -18,6 +18,16 @@ from benchmarks import harness, report
 from triton_layers import functional as TF
 
 OP = "softmax"
+# What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py).
+PART = {
+    "order": 30,
+    "ops": {"softmax": {
+        "title": "Softmax over (B*H, N, N) scores",
+        "note": "bytes: fwd 2MNs, bwd 3MNs; causal counted as full, so a causal kernel that skips the masked half "
+                "can pass 100%",
+        "measure": "bandwidth", "kernel_ops": ("softmax",)}},
+    "cpu_shapes": [(2, 33)],
+}
 # (B*H, N): B*H*N*N fixed at 2**28 up to N = 8192, as in the peers files.
 SHAPES = [(256, 1024), (64, 2048), (16, 4096), (4, 8192), (1, 32768)]
 QUICK_SHAPES = [(256, 1024), (16, 4096)]

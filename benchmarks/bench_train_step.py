@@ -27,6 +27,8 @@ from benchmarks import harness, report, train_loop
 from examples import colt5_lm
 
 OURS = "triton_layers"
+# A part of python -m benchmarks (benchmarks/parts.py): the example model runs every kernel op.
+PART = {"order": 60, "kernel_ops": ("norm", "residual_norm", "softmax", "weighted_sum", "coor_descent")}
 IMPLS = {"torch": "torch", OURS: "triton"}  # our name -> build_model's impl
 USE_TRITON = None  # our layers' use_triton: auto, the kernels on CUDA (the CPU dry run sets False)
 

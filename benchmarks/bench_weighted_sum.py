@@ -17,6 +17,14 @@ from benchmarks import harness
 from triton_layers import functional as TF
 
 OP = "weighted_sum"
+# What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py).
+PART = {
+    "order": 40,
+    "ops": {"weighted_sum": {
+        "title": "WeightedSum y = (x * w).sum(-1)", "note": "bytes: fwd MDs, bwd 2MDs; `matmul` is `x @ w`",
+        "measure": "bandwidth", "kernel_ops": ("weighted_sum",)}},
+    "cpu_shapes": [(5, 70)],
+}
 # The four target shapes, then few rows of the longest D (the column-split path).
 SHAPES = [(262144, 1024), (65536, 4096), (16384, 16384), (2048, 131072), (32, 262144)]
 QUICK_SHAPES = [(65536, 4096), (2048, 131072)]

@@ -8,6 +8,9 @@ A bench file (``bench_layernorm.py``, ...) is a module with
 - ``build(key, device) -> Case``: allocates one case's inputs and says what to time: its
   ``Direction`` s (``fwd_bwd`` makes the usual forward + backward pair), each a bytes model
   and a ``make(impl)`` that returns the call to time.
+- ``PART`` (a literal dict), to be a part of ``python -m benchmarks``: its order, its ops with
+  their report titles, notes, measure and kernel ops (``benchmarks/parts.py``), from which the
+  run's ``--ops``, the report, the plots and ``benchmarks.dev.registers`` take it.
 
 A bench of several ops (``bench_norms.py``: RMSNorm, and the fused add + RMSNorm or
 LayerNorm) names the op of each case (``Case.op``: the rows' op, ``OP`` names the CSV), and

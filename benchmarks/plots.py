@@ -1,12 +1,14 @@
 """PNG plots from a results folder's CSVs: ``python -m benchmarks.plots DIR``.
 
-Writes into DIR, for each CSV found:
-- ``layernorm.png``, ``rmsnorm.png``, ``add_rmsnorm.png``, ``add_layernorm.png`` (the three
-  from norms.csv), ``softmax.png``, ``weighted_sum.png``: GB/s (from the GPU time; from the
-  eager time in CSVs from before gpu_us) against the row length, one panel per dtype (rows)
-  and direction (columns; softmax: plain and causal), ours and every peer, with the copy
-  bandwidth of the same run as a dashed ceiling;
-- ``coor_descent.png``: forward and forward+backward time, and peak memory, per shape;
+Writes into DIR, for each CSV found (the ops and how each is measured: what the bench files
+declare, benchmarks/parts.py):
+- ``<op>.png`` of each op measured by bandwidth: ``layernorm.png``, ``rmsnorm.png``,
+  ``add_rmsnorm.png``, ``add_layernorm.png`` (the three from norms.csv), ``softmax.png``,
+  ``weighted_sum.png``: GB/s (from the GPU time; from the eager time in CSVs from before gpu_us)
+  against the row length, one panel per dtype (rows) and direction (columns; softmax: plain and
+  causal), ours and every peer, with the copy bandwidth of the same run as a dashed ceiling;
+- ``<op>.png`` of each op measured by time (``coor_descent.png``): forward and forward+backward
+  time, and peak memory, per shape;
 - ``train_step.png``: tokens/s of each training-step mode and implementation, one panel per config;
 - ``headline.png``: a 2x2 grid of the most telling panels (bf16 LayerNorm and WeightedSum
   forward, causal softmax forward, and the training step or else coor_descent).
@@ -18,9 +20,12 @@ import argparse
 import os
 from typing import Optional
 
+from benchmarks import parts
 from benchmarks.report import copy_gbps, finite, impl_order, is_ours, load, train_rows, variant
 
-BANDWIDTH_OPS = ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm", "softmax", "weighted_sum")
+# The ops by what their PART says they measure (benchmarks/parts.py): a GB/s figure, or a figure of times.
+BANDWIDTH_OPS = tuple(op.name for op in parts.ops() if op.measure == "bandwidth")
+TIME_OPS = tuple(op.name for op in parts.ops() if op.measure == "time")
 # One colour per implementation family, the same in every panel (ours stands out in red).
 COLORS = {
     "triton_layers": "tab:red", "torch": "tab:blue", "compile": "tab:orange", "liger": "tab:green",
@@ -124,14 +129,15 @@ def bars_panel(ax, rows: list[dict], value: str, title: str, ylabel: str, log: b
     return True
 
 
-def coor_descent_figure(plt, rows: list[dict], path: str) -> None:
-    """Forward time, forward+backward time and forward+backward peak memory, per shape."""
+def time_figure(plt, op: str, rows: list[dict], path: str) -> None:
+    """An op measured by time (coor_descent): forward time, forward+backward time and
+    forward+backward peak memory, per shape."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
     fwd = [r for r in rows if r["direction"] == "fwd"]
     both = [r for r in rows if r["direction"] != "fwd"]
-    bars_panel(axes[0], fwd, "us", "coor_descent fwd: time (lower is better)", "us")
-    bars_panel(axes[1], both, "us", "coor_descent fwd+bwd: time", "us")
-    if not bars_panel(axes[2], both, "peak_mib", "coor_descent fwd+bwd: peak extra memory", "MiB"):
+    bars_panel(axes[0], fwd, "us", f"{op} fwd: time (lower is better)", "us")
+    bars_panel(axes[1], both, "us", f"{op} fwd+bwd: time", "us")
+    if not bars_panel(axes[2], both, "peak_mib", f"{op} fwd+bwd: peak extra memory", "MiB"):
         axes[2].set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
@@ -220,9 +226,10 @@ def plot_all(results_dir: str) -> list[str]:
         if data.get(op):
             bandwidth_figure(plt, op, data[op], path(op))
             written.append(path(op))
-    if data.get("coor_descent"):
-        coor_descent_figure(plt, data["coor_descent"], path("coor_descent"))
-        written.append(path("coor_descent"))
+    for op in TIME_OPS:
+        if data.get(op):
+            time_figure(plt, op, data[op], path(op))
+            written.append(path(op))
     if data.get("train_step") and train_figure(plt, data["train_step"], path("train_step")):
         written.append(path("train_step"))
     if headline_figure(plt, data, path("headline")):

@@ -43,7 +43,10 @@ import time
 import traceback
 from typing import Optional
 
-PARTS = ("layernorm", "norms", "softmax", "weighted_sum", "coor_descent", "train_step", "llama_step")
+from benchmarks import parts
+
+# Every bench file that declares a PART, in its order (benchmarks/parts.py): a new one joins --ops by itself.
+PARTS = parts.names()
 PEER_DISTRIBUTIONS = ("liger-kernel", "colt5-attention")
 
 
@@ -156,7 +159,7 @@ def run_parts(opts: argparse.Namespace, env: dict) -> None:
 
     from benchmarks import harness
 
-    modules = {op: importlib.import_module(f"benchmarks.bench_{op}") for op in opts.ops}
+    modules = {op: importlib.import_module(parts.part(op).module) for op in opts.ops}
     counts = {op: len(module.cases(opts)) for op, module in modules.items()}
     out = harness.results_dir(opts)
     bar = ProgressBar(sum(counts.values()))

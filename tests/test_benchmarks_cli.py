@@ -4,6 +4,7 @@ The timings themselves need a GPU; here the tables, the "below a peer / below 90
 lists and the plots are checked on CSVs with known answers, and the whole run (every op
 and the training step) is dry-run on CPU at tiny shapes with the timer patched out.
 """
+import importlib
 import json
 import math
 import os
@@ -13,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from benchmarks import harness, report, run_all
+from benchmarks import harness, parts, report, run_all
 from benchmarks.train_loop import StepResult
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -37,6 +38,54 @@ def test_unknown_op_is_a_usage_error(capsys):
         run_all.parse_args(["--ops", "layernorm,nope"])
     assert exc.value.code == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_parts_come_from_the_bench_files():
+    """One list: the parts of python -m benchmarks are the bench files that declare a PART, and
+    run_all's --ops, the report's ops and their targets, the plots' figures and the registers
+    tool's names are all derived from them (issue 39 item 5)."""
+    from benchmarks import plots
+    from benchmarks.dev import registers
+    from triton_layers.kernels import ops as kernel_ops
+
+    names = parts.names()
+    assert names == ("layernorm", "norms", "softmax", "weighted_sum", "coor_descent", "train_step", "llama_step")
+    assert run_all.PARTS == names
+    assert report.OPS == tuple(op.name for op in parts.ops())
+    assert report.OPS == ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm", "softmax", "weighted_sum",
+                          "coor_descent")
+    assert set(plots.BANDWIDTH_OPS) | set(plots.TIME_OPS) == set(report.OPS)
+    assert report.TARGETS == {("rmsnorm", "bwd"): 80.0, ("add_rmsnorm", "fwd"): 85.0, ("add_layernorm", "fwd"): 85.0}
+    for part in parts.parts():
+        module = importlib.import_module(part.module)
+        assert module.PART == parts.declared(module.__file__)  # the literal read without importing is the module's
+        assert set(part.kernel_ops) <= set(kernel_ops.__all__) and part.kernel_ops, part.name
+        if part.ops:  # an op part runs on the harness: its cases, implementations and builder
+            assert all(callable(getattr(module, f)) for f in ("cases", "implementations", "build")), part.name
+            assert part.cpu_shapes and module.OP == part.name
+        else:  # a training step runs its own loop
+            assert callable(module.run), part.name
+    # every name python -m benchmarks takes, and every op of its rows, is one the registers tool takes
+    for name in (*names, *parts.op_names()):
+        assert registers.op_names(name) == list(parts.kernel_ops(name)), name
+    assert set(registers.OPS) == set(kernel_ops.__all__)
+
+
+def test_a_new_bench_file_joins_by_its_part(tmp_path):
+    """A bench file's PART is all it takes: found in its folder, in its order, its ops' CSV its own
+    name; a PART that is not a literal (it would need an import to read) is refused."""
+    (tmp_path / "bench_layernorm.py").write_text(open(os.path.join(ROOT, "benchmarks", "bench_layernorm.py")).read())
+    (tmp_path / "bench_newop.py").write_text(
+        "import torch\nOP = 'newop'\nPART = {'order': 5, 'ops': {'newop': {'title': 'New op', 'note': 'bytes: MDs',"
+        " 'measure': 'bandwidth', 'kernel_ops': ('softmax',), 'targets': {'fwd': 70.0}}}, 'cpu_shapes': [(2, 8)]}\n")
+    (tmp_path / "bench_helper.py").write_text("X = 1\n")  # no PART: not a part
+    found = parts.parts(str(tmp_path))
+    assert [p.name for p in found] == ["newop", "layernorm"]
+    assert found[0].ops[0].targets == (("fwd", 70.0),) and found[0].kernel_ops == ("softmax",)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "bench_bad.py").write_text("SHAPES = [(1, 2)]\nPART = {'order': 1, 'cpu_shapes': SHAPES}\n")
+    with pytest.raises(ValueError, match="PART must be a literal"):
+        parts.parts(str(tmp_path / "bad"))
 
 
 def test_plain_progress_lines_without_tqdm(monkeypatch, capsys):
@@ -124,7 +173,7 @@ def test_norms_csv_renders_three_ops_with_their_own_targets(tmp_path):
     assert all(r["op"] == op for op, rows in data.items() for r in rows)
     text = report.render(str(tmp_path), str(tmp_path))
     titles = [line for line in text.splitlines() if line.startswith("### ")]
-    assert titles[1:4] == ["### " + report.OP_INFO[op][0] for op in data]
+    assert titles[1:4] == ["### " + parts.op_info(op).title for op in data]
     assert "| 64x1024 | bfloat16 | fwd | 100 us (100%) / 140 us | 90 us (111%) / 130 us | 0.90x |" in text
     assert "### Where we are below a peer or below the copy target" in text
     slower = _section(text, "Slower than the fastest peer", "At least as fast")
@@ -368,8 +417,7 @@ def test_gpu_time_takes_the_profiler_where_the_graph_capture_fails(monkeypatch, 
 def _dry_run(monkeypatch):
     """Make harness and the benchmarks run on CPU at tiny shapes: fake timers, a fake CUDA-graph
     time (the profiler's is a fallback of it), compile peers eager, a tiny training step."""
-    from benchmarks import (bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_train_step,
-                            bench_weighted_sum, train_loop)
+    from benchmarks import bench_train_step, train_loop
 
     monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
     monkeypatch.setattr(harness, "device", lambda: torch.device("cpu"))
@@ -380,11 +428,9 @@ def _dry_run(monkeypatch):
     monkeypatch.setattr(harness, "graph_replay_us", lambda make, grad_to_none=None, quick=False: (make(), 50.0)[1])
     monkeypatch.setattr(harness, "compiled", lambda fn: fn)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
-    monkeypatch.setattr(bench_layernorm, "QUICK_SHAPES", [(3, 40)])
-    monkeypatch.setattr(bench_norms, "QUICK_SHAPES", [(3, 40)])
-    monkeypatch.setattr(bench_softmax, "QUICK_SHAPES", [(2, 33)])
-    monkeypatch.setattr(bench_weighted_sum, "QUICK_SHAPES", [(5, 70)])
-    monkeypatch.setattr(bench_coor_descent, "QUICK_SHAPES", [(3, 50)])
+    for part in parts.parts():  # each op part at the tiny shapes its PART declares for this run
+        if part.ops:
+            monkeypatch.setattr(importlib.import_module(part.module), "QUICK_SHAPES", list(part.cpu_shapes))
     tiny = bench_train_step.TrainConfig(2, dict(seq_len=16, dim=32, heads=2, depth=1, heavy_tokens=4), 1)
     monkeypatch.setattr(bench_train_step, "CONFIGS", {"small": tiny, "large": tiny})
     # the training-step loop (train_loop, shared with bench_llama_step): no compile, one warm-up step
@@ -412,16 +458,16 @@ TRAIN_COLUMNS = ["config", "mode", "impl", "step_ms", "step_ms_min", "step_ms_ma
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run; on a GPU run python -m benchmarks")
 def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     measured = _dry_run(monkeypatch)
-    parts = ["layernorm", "norms", "softmax", "weighted_sum", "coor_descent", "train_step"]  # llama_step: its own
+    names = [name for name in run_all.PARTS if name != "llama_step"]  # llama_step: a test of its own
     # split over two commands into one folder, as a short GPU session may need
     options = ["--quick", "--dtypes", "float32", "--no-plots", "--out", str(tmp_path), "--ops"]
-    assert run_all.main(options + ["layernorm"]) == 0
-    rc = run_all.main(options + [",".join(parts[1:])])
+    assert run_all.main(options + [names[0]]) == 0
+    rc = run_all.main(options + [",".join(names[1:])])
     env = json.load(open(tmp_path / "env.json"))
     assert rc == 0 and env["errors"] == {}, env["errors"]
-    assert set(env["wall_s"]) == set(parts)  # the first command's part is kept
+    assert set(env["wall_s"]) == set(names)  # the first command's part is kept
     assert env["command"].count("python -m benchmarks") == 2
-    for op in parts[:5]:
+    for op in (name for name in names if parts.part(name).ops):
         rows = report.read_csv(str(tmp_path / f"{op}.csv"))
         ours = [r for r in rows if r["impl"].startswith("triton_layers")]
         # every case of ours ran (a kernel failure would be a nan time: try_peer swallows it)
@@ -446,7 +492,9 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
     summary = open(tmp_path / "summary.md").read()
     assert "### Where we are below" in summary and "| cudagraphs | triton_layers |" in summary
     for op in ("rmsnorm", "add_rmsnorm", "add_layernorm"):  # norms.csv: an op of its own each
-        assert f"### {report.OP_INFO[op][0]}" in summary and f"| {op} | 3x40 | float32 |" in summary
+        assert f"### {parts.op_info(op).title}" in summary and f"| {op} | 3x40 | float32 |" in summary
+    for op in parts.ops():  # every op of every part: its section, under its declared title
+        assert f"### {op.title}" in summary, op.name
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")

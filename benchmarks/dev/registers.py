@@ -13,7 +13,8 @@ machines, 2026-11-25), so run it where the kernels will run (it works there too)
 drawing a conclusion from a figure near a limit.
 
 Run: python -m benchmarks.dev.registers [--ops norm,residual_norm,softmax,weighted_sum,coor_descent]
-     (or the benchmarks' names: --ops layernorm,norms,...)
+     (or the benchmarks' names, every one python -m benchmarks takes and the ops of their rows:
+     --ops layernorm,norms,rmsnorm,train_step,...: the kernel ops each runs, at their benchmarks' shapes)
      [--spills-only]
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from unittest import mock
 
 import torch
 
-from benchmarks import bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_weighted_sum
+from benchmarks import bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_weighted_sum, parts
 from benchmarks.dev import offline
 
 H100_SMS = 132
@@ -134,9 +135,9 @@ def _knobs(form: offline.Form) -> str:
     return " ".join(shown + [f"{k}={v}" for k, v in form.options])
 
 
-# The benchmark parts' names (python -m benchmarks --ops ...) as the kernel ops they time.
-BENCHMARK_NAMES = {"layernorm": ("norm",), "norms": ("norm", "residual_norm"), "rmsnorm": ("norm",),
-                   "add_rmsnorm": ("residual_norm",), "add_layernorm": ("residual_norm",)}
+# The benchmarks' names (python -m benchmarks --ops ...: its parts, and the ops of their rows) as the kernel
+# ops they run, as each bench file declares them (its PART's kernel_ops, benchmarks/parts.py).
+BENCHMARK_NAMES = {name: parts.kernel_ops(name) for name in (*parts.names(), *parts.op_names())}
 
 
 def op_names(text: str) -> list[str]:
@@ -146,7 +147,7 @@ def op_names(text: str) -> list[str]:
     for name in text.split(","):
         for op in BENCHMARK_NAMES.get(name, (name,)):
             if op not in OPS:
-                raise KeyError(f"unknown op {name!r}; known: {', '.join([*OPS, *BENCHMARK_NAMES])}")
+                raise KeyError(f"unknown op {name!r}; known: {', '.join(dict.fromkeys([*OPS, *BENCHMARK_NAMES]))}")
             if op not in names:
                 names.append(op)
     return names
