@@ -839,13 +839,6 @@ def test_registers_tool_builds_the_benchmark_forms_offline():
     assert all("failed" not in row and int(row.split(" | ")[3]) > 0 for row in rows)
 
 
-def test_registers_tool_knows_every_op():
-    from benchmarks.dev import registers
-    from triton_layers.kernels import ops
-
-    assert set(registers.OPS) == set(ops.__all__)
-
-
 def test_host_ab_compares_ours_over_torch_in_abba_pairs(monkeypatch, tmp_path):
     """``bench_host --against``: runs alternate which checkout goes first, and each call's change
     is (ours/torch after) over (ours/torch before), per pair: a host that drifts by the same

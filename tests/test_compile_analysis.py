@@ -194,7 +194,7 @@ def _planned_kernel_builds() -> dict:
     (coor_descent, 2026-11-25: a loop index retyped by a later loop, a variable defined in one
     branch only); this catches that on a machine without a GPU."""
     from benchmarks.dev import offline
-    from triton_layers.kernels import coor_descent, layer_norm, softmax, weighted_sum
+    from triton_layers.kernels import ops as K
 
     built, failed = set(), []
     forms = offline.forms(_planned_launches())
@@ -205,8 +205,9 @@ def _planned_kernel_builds() -> dict:
         except Exception as exc:
             failed.append(f"{form.name} {dict(form.constexprs)} {dict(form.options)}: "
                           f"{type(exc).__name__}: {str(exc)[-400:]}")
-    kernels = {name for module in (coor_descent, layer_norm, softmax, weighted_sum) for name in dir(module)
-               if name.startswith("_") and name.endswith("_kernel")}
+    # every kernel of the files that describe the ops (kernels.ops.__all__, the one list of them)
+    modules = {sys.modules[getattr(K, name).desc.plan_forward.__module__] for name in K.__all__}
+    kernels = {name for module in modules for name in dir(module) if name.startswith("_") and name.endswith("_kernel")}
     return {"variants": len(forms), "built": sorted(built), "kernels": sorted(kernels), "failed": failed}
 
 

@@ -121,7 +121,7 @@ def test_output_without_consumer(door, device):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("name", ["norm", "residual_norm", "softmax", "weighted_sum", "coor_descent"])
+@pytest.mark.parametrize("name", kernel_ops.__all__)
 def test_descriptions_are_consistent(name):
     desc = getattr(kernel_ops, name).desc
     inputs = [n for n, _ in desc.inputs]
@@ -157,13 +157,30 @@ def test_use_config_switches_and_restores():
         _launch.DEFAULT.layer_norm.loop_block = 8  # frozen
 
 
-@pytest.mark.parametrize("op,call", [
-    ("norm", lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device))),
-    ("residual_norm", lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0]),
-    ("softmax", lambda x: F.softmax(x, causal=True)),
-    ("weighted_sum", lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device))),
-    ("coor_descent", lambda x: F.coor_descent(x, n_iters=2, k=3.0)),
-])
+# kernel op -> a public call of an N-D x that reaches it
+PUBLIC_CALLS = {
+    "norm": lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device)),
+    "residual_norm": lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0],
+    "softmax": lambda x: F.softmax(x, causal=True),
+    "weighted_sum": lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)),
+    "coor_descent": lambda x: F.coor_descent(x, n_iters=2, k=3.0),
+}
+
+
+def test_every_kernel_op_has_its_cases():
+    """The ops are the library's own list (``kernels.ops.__all__``); the tables of cases that
+    cannot be derived from it (each op's inputs) must each have a row for every op in it, so a
+    new op fails here, naming the table, rather than going untested."""
+    from . import training_cases
+
+    ops = set(kernel_ops.__all__)
+    assert {case.split("-")[0] for case in CASES} == ops, "tests/test_doors.py CASES"
+    assert set(PUBLIC_CALLS) == ops, "tests/test_doors.py PUBLIC_CALLS"
+    public = {name for name in F.__all__ if name != "uses_kernels"}
+    assert public <= set(training_cases.OPS), "tests/training_cases.py OPS"
+
+
+@pytest.mark.parametrize("op,call", PUBLIC_CALLS.items(), ids=list(PUBLIC_CALLS))
 def test_contiguous_inputs_reach_the_kernels_as_they_are(op, call, device, monkeypatch):
     """No reshape (a view node in the graph: host time each way) between a contiguous N-D
     input and the kernel op; a non-contiguous one arrives as rows with last stride 1."""

@@ -6,10 +6,12 @@ from .layer_norm import norm, residual_norm, residual_norm_in_place
 from .softmax import softmax
 from .weighted_sum import weighted_sum
 
-# (the differentiable ops; residual_norm_in_place runs their kernels: registers.OPS lists these)
+# The differentiable ops: the one list of them (residual_norm_in_place runs their kernels). The
+# rules below, tests/test_doors.py, tests/test_compile_analysis.py and benchmarks.dev.registers
+# take their ops from it.
 __all__ = ["norm", "residual_norm", "softmax", "weighted_sum", "coor_descent"]
 
 # Each op's sharding rules, for DTensors (kernels/_sharding.py): registered with DTensor once,
 # here, so that eager and traced calls alike find them.
-for _op in (norm, residual_norm, softmax, weighted_sum, coor_descent):
-    register_rules(_op)
+for _name in __all__:
+    register_rules(globals()[_name])
