@@ -15,6 +15,7 @@ import torch
 
 from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
 from triton_layers import functional as F
+from triton_layers import reference
 
 from .conftest import DEVICE
 
@@ -148,7 +149,7 @@ CASES = [
          (ValueError, r"normalized_shape must have at least one dim; got \(\) for x of shape \(\)")),
     Case("ln-normalized-shape-type", lambda: F.layer_norm(x_(2, 8), normalized_shape=8.0),
          (TypeError, r"normalized_shape must be an int or a sequence of ints, got 8.0")),
-    Case("ln-eps", lambda: F.layer_norm(x_(2, 8), eps=-1e-5), (ValueError, r"eps must be a non-negative number")),
+    Case("ln-eps", lambda: F.layer_norm(x_(2, 8), eps=-1e-5), (ValueError, r"eps must be >= 0, got -1e-05")),
     Case("ln-mixed-devices", lambda: F.layer_norm(x_(2, 8), w8(device=OTHER)),
          (ValueError, rf"all tensors must be on one device; got x on {DEVICE}.*, weight on {OTHER}")),
     Case("ln-wrong-device", lambda: F.layer_norm(x_(2, 8, device="meta"), use_triton=True),
@@ -177,7 +178,7 @@ CASES = [
          (ValueError, r"x of shape \(2, 8\) does not end with normalized_shape \(7,\)")),
     Case("rms-x-shape", lambda: TritonRMSNorm(8, device=DEVICE)(x_(2, 7)),
          (ValueError, r"x of shape \(2, 7\) does not end with normalized_shape \(8,\)")),
-    Case("rms-eps", lambda: F.rms_norm(x_(2, 8), eps=-1e-6), (ValueError, r"eps must be a non-negative number")),
+    Case("rms-eps", lambda: F.rms_norm(x_(2, 8), eps=-1e-6), (ValueError, r"eps must be >= 0, got -1e-06")),
     Case("rms-unit-offset-no-weight", lambda: TritonRMSNorm(8, elementwise_affine=False, unit_offset=True),
          (ValueError, r"unit_offset=True multiplies by 1 \+ weight: it needs elementwise_affine=True")),
     Case("rms-empty-rows", lambda: with_x(lambda x: F.rms_norm(x, w8()), x_(0, 8)), empty_result((0, 8))),
@@ -211,7 +212,7 @@ CASES = [
     Case("sm-scale-nonfinite", lambda: F.softmax(x_(2, 5), scale=float("inf")),
          (ValueError, r"scale must be finite")),
     Case("sm-scale-type", lambda: F.softmax(x_(2, 5), scale=torch.tensor(0.5)),
-         (TypeError, r"scale must be a float or None, got Tensor")),
+         (TypeError, r"scale must be a number or None, got .* \(Tensor\)")),
     Case("sm-mixed-devices", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 5, device=OTHER)),
          (ValueError, rf"one device; got x on {DEVICE}.*, key_padding_mask on {OTHER}")),
     Case("sm-wrong-device", lambda: F.softmax(x_(2, 5, device="meta"), use_triton=True),
@@ -293,7 +294,7 @@ CASES = [
     Case("rt-mask-shape", lambda: _router()(x_(2, 10, 8), num_tokens=2, mask=mask_(2, 9)),
          (ValueError, r"mask must be bool of shape \(2, 10\), got torch.bool \(2, 9\)")),
     Case("rt-num-tokens-0", lambda: _router()(x_(2, 10, 8), num_tokens=0),
-         (ValueError, r"num_tokens must be an int >= 1")),
+         (ValueError, r"num_tokens must be an int >= 1, got 0")),
     Case("rt-empty", _empty_router, _check_empty_router),
 ]
 
@@ -362,6 +363,82 @@ def test_good_module_configs_still_build():
     router = CoordinateDescentRouter(np.int32(8), n_iters=np.int64(3), eps_init=None, route_block_size=16)
     assert (router.dim, router.n_iters, router.eps_init, router.route_block_size) == (8, 3, None, 16)
     assert type(router.dim) is int and type(router.n_iters) is int
+
+
+# One value checker (triton_layers/_values.py), one rule wherever a value enters: the wrong kind of
+# value (a bool or a float for an int, a bool or a non-number for a number, anything but True or
+# False for a flag) is a TypeError; the right kind out of range is a ValueError (issue 39 item 5).
+# argument -> (its doors: name -> a call with the value, [(bad value, the exception)])
+NAN, INF = float("nan"), float("inf")
+_S = lambda: x_(2, 6)  # noqa: E731
+VALUE_DOORS = {
+    "norm eps": ({
+        "F.layer_norm": lambda v: F.layer_norm(_S(), eps=v),
+        "F.rms_norm": lambda v: F.rms_norm(_S(), eps=v),
+        "TritonLayerNorm": lambda v: TritonLayerNorm(6, eps=v),
+        "TritonRMSNorm": lambda v: TritonRMSNorm(6, eps=v),
+        "reference.layer_norm": lambda v: reference.layer_norm(_S(), None, None, v, False),
+        "reference.rms_norm": lambda v: reference.rms_norm(_S(), None, v),
+    }, [(-1e-5, ValueError), (NAN, ValueError), (INF, ValueError), ("1e-5", TypeError), (True, TypeError)]),
+    "stable": ({
+        "F.layer_norm": lambda v: F.layer_norm(_S(), stable=v),
+        "TritonLayerNorm": lambda v: TritonLayerNorm(6, stable=v),
+        "reference.layer_norm": lambda v: reference.layer_norm(_S(), None, None, 1e-5, v),
+    }, [(1, TypeError), ("yes", TypeError), (None, TypeError)]),
+    "unit_offset": ({
+        "F.rms_norm": lambda v: F.rms_norm(_S(), torch.ones(6, device=DEVICE), unit_offset=v),
+        "TritonRMSNorm": lambda v: TritonRMSNorm(6, unit_offset=v),
+        "reference.rms_norm": lambda v: reference.rms_norm(_S(), torch.ones(6, device=DEVICE), 1e-6, v),
+    }, [(1, TypeError), ("False", TypeError)]),
+    "causal": ({
+        "F.softmax": lambda v: F.softmax(_S(), causal=v),
+        "CausalSoftmax": lambda v: CausalSoftmax(causal=v),
+        "reference.softmax": lambda v: reference.softmax(_S(), v),
+    }, [(1, TypeError), ("no", TypeError), (None, TypeError)]),
+    "scale": ({
+        "F.softmax": lambda v: F.softmax(_S(), scale=v),
+        "CausalSoftmax": lambda v: CausalSoftmax(scale=v),
+        "reference.softmax": lambda v: reference.softmax(_S(), False, v),
+    }, [(NAN, ValueError), (INF, ValueError), ("0.5", TypeError), (True, TypeError)]),
+    "use_triton": ({
+        "F.weighted_sum": lambda v: F.weighted_sum(_S(), torch.ones(6, device=DEVICE), use_triton=v),
+        "WeightedSum": lambda v: WeightedSum(6, use_triton=v),
+    }, [(1, TypeError), ("yes", TypeError)]),
+    **{name: ({
+        "F.coor_descent": lambda v, name=name: F.coor_descent(_S(), **{**CD, name: v}),
+        **({"CoordinateDescentRouter": lambda v, name=name: CoordinateDescentRouter(8, **{name: v})}
+           if name != "k" else {}),
+        "reference.coor_descent": lambda v, name=name: reference.coor_descent(_S(), **{**CD, "eps_init": None,
+                                                                                   "eps_decay": 1.0, name: v},
+                                                                               mask=None),
+    }, bad) for name, bad in {
+        "n_iters": [(0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError), ("2", TypeError)],
+        "k": [(0, ValueError), (-1.0, ValueError), (INF, ValueError), ("2", TypeError), (True, TypeError)],
+        "eps": [(0, ValueError), (-0.1, ValueError), (NAN, ValueError), ("0.1", TypeError), (True, TypeError)],
+        "eps_init": [(0, ValueError), (INF, ValueError), ("4", TypeError)],
+        "eps_decay": [(0, ValueError), (-0.7, ValueError), (None, TypeError), (False, TypeError)],
+    }.items()},
+}
+CD = {"n_iters": 3, "k": 2.0, "eps": 0.1}
+VALUE_CASES = [(arg, value, exc) for arg, (_, bad) in VALUE_DOORS.items() for value, exc in bad]
+
+
+@pytest.mark.parametrize("arg,value,exc", VALUE_CASES, ids=[f"{a}={v!r}" for a, v, _ in VALUE_CASES])
+def test_a_bad_value_gets_one_error_through_every_door(arg, value, exc):
+    """The functional op, the module and the reference raise the same exception type for the
+    same bad value (n_iters=2.0 was a ValueError through the op and a TypeError through the
+    module; eps="1e-5" a ValueError through F.layer_norm, a TypeError through TritonLayerNorm;
+    the references took n_iters=0, causal="no" or a negative eps without a word)."""
+    raised = {}
+    for door, call in VALUE_DOORS[arg][0].items():
+        try:
+            call(value)
+        except (TypeError, ValueError) as err:
+            raised[door] = type(err)
+            assert arg.split()[-1] in str(err), (door, str(err))  # the message names the argument
+        else:
+            raised[door] = None
+    assert raised == dict.fromkeys(raised, exc)
 
 
 def test_the_table_lists_exactly_these_cases():

@@ -2,15 +2,12 @@
 
 Every check raises ``TypeError`` (wrong kind or dtype) or ``ValueError`` (wrong shape,
 device, value) naming what was given; none uses ``assert`` (it vanishes under -O). The
-value checkers (``check_int``, ``check_number``, ``check_flag``) serve the functional ops and
-the modules' constructors alike: the same value gets the same error through either. Ints
-are ``numbers.Integral`` (numpy ints too) but not bool; numbers are ``numbers.Real`` but not
-bool.
+value checkers (``check_int``, ``check_number``, ``check_flag``, ``check_use_triton``) are
+``_values``'s, which states their rule: they serve the functional ops, the modules and the
+references alike, so the same value gets the same error through any of them.
 """
 from __future__ import annotations
 
-import math
-import numbers
 import os
 from typing import Optional, Sequence
 
@@ -18,6 +15,8 @@ import torch
 from torch import Tensor
 
 from ._tracing import tracing
+# (the value checkers: use_kernels's, and re-exported for the functional ops' checks)
+from ._values import check_flag, check_int, check_int_sequence, check_number, check_use_triton  # noqa: F401
 from .kernels._eager import subclass_of  # (no Triton there: importable without it)
 
 # Whether a torch.func transform (vmap, grad, ...) is running.
@@ -105,49 +104,6 @@ def check_shape(t: Optional[Tensor], name: str, shape: Sequence[int]) -> None:
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
 
 
-def _given(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def check_int(value: object, name: str, minimum: int) -> int:
-    """``value`` must be an int >= ``minimum``."""
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int, got {_given(value)}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_number(
-    value: object, name: str, *, positive: bool = False, minimum: Optional[float] = None,
-    allow_none: bool = False,
-) -> Optional[float]:
-    """``value`` must be a finite real number (``> 0`` with ``positive``, ``>= minimum``
-    with ``minimum``), or None when ``allow_none``."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number{' or None' if allow_none else ''}, got {_given(value)}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if positive and not value > 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    if minimum is not None and not value >= minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return value
-
-
-def check_flag(value: object, name: str) -> bool:
-    """``value`` must be True or False (a string such as "False" would be truthy)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {_given(value)}")
-    return value
-
-
 def is_dtensor(kind: type) -> bool:
     """Whether ``kind`` is torch's DTensor (told by its module: nothing of torch.distributed is
     imported to ask)."""
@@ -168,6 +124,7 @@ def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional
     the op has a rule (``dtensors``), else the reference. ``True`` forces the kernels and
     raises where they cannot run; ``False`` forces the reference.
     """
+    check_use_triton(use_triton)  # (as the modules' constructors: "yes" is no flag)
     kind = None if tracing() else subclass_of((x, *others))
     if kind is not None and dtensors and is_dtensor(kind):
         kind = None  # (the custom op's door: the device decides, below)

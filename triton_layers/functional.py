@@ -14,8 +14,8 @@ from torch import Tensor
 
 from . import reference
 from ._checks import (
-    FLOAT_DTYPES, KERNELS as _kernels, as_rows, check_int, check_number, check_same_device, check_shape, check_tensor,
-    kernel_rows, use_kernels,
+    FLOAT_DTYPES, KERNELS as _kernels, as_rows, check_flag, check_int, check_int_sequence, check_number,
+    check_same_device, check_shape, check_tensor, kernel_rows, use_kernels,
 )
 from ._tracing import tracing
 from .kernels._eager import EagerOp, Launch, subclass_of
@@ -155,6 +155,9 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
                 unit_offset, cast_before_weight, autocast, residual_in_place):
     """A norm call not planned yet: the checks, the path, the reshapes (see :class:`EagerOp`)."""
     check_tensor(x, "x")
+    check_flag(stable, "stable")
+    check_flag(unit_offset, "unit_offset")
+    check_flag(residual_in_place, "residual_in_place")
     if weight is not None:
         check_tensor(weight, "weight")
     if bias is not None:
@@ -179,8 +182,7 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
         n_cols, n_dims = last, 1  # the common case (the modules'): the last dim, checked without building shapes
     else:
         n_cols, n_dims = _normalized_cols(x, weight, bias, normalized_shape)
-    if not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    check_number(eps, "eps", minimum=0)
     device_type = "cuda" if x.is_cuda else x.device.type
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype, "out_dtype")
@@ -277,11 +279,8 @@ def _normalized_cols(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]
     shape, else x's last dim) against x, the weight and the bias."""
     if normalized_shape is None:
         normalized_shape = tuple(weight.shape) if weight is not None else tuple(x.shape[-1:])
-    elif isinstance(normalized_shape, int):
-        normalized_shape = (normalized_shape,)
-    elif not isinstance(normalized_shape, Sequence) or not all(isinstance(d, int) for d in normalized_shape):
-        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
-    normalized_shape = tuple(normalized_shape)
+    else:
+        normalized_shape = check_int_sequence(normalized_shape, "normalized_shape")
     if not normalized_shape:
         # As torch: normalizing over no dims (a 0-dim x or weight) is a mistake, not a no-op.
         raise ValueError(
@@ -469,11 +468,8 @@ def _softmax_route(x, key_padding_mask, causal, scale, use_triton):
     if key_padding_mask is not None:
         check_tensor(key_padding_mask, "key_padding_mask", (torch.bool,))
         check_same_device(("x", "key_padding_mask"), x, key_padding_mask)
-    if isinstance(scale, bool) or not (scale is None or isinstance(scale, (int, float))):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    if scale is not None and not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale!r}")
-    causal = bool(causal)
+    check_number(scale, "scale", allow_none=True)
+    check_flag(causal, "causal")
     if causal and x.dim() < 2:
         raise ValueError(f"causal=True needs scores of shape (..., Nq, Nk); got x of shape {tuple(x.shape)}")
     if key_padding_mask is not None:

@@ -11,6 +11,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+# The ops' own value checker: a bad value gets here the error it gets from the op or module.
+from ._values import check_flag, check_int, check_number
+
 # Same floor as the kernels: an all-zero row is divided by this, not by zero.
 STABLE_MIN_SCALE = 1e-30
 
@@ -42,6 +45,9 @@ def norm(
       normalized value to the input's dtype before multiplying by the weight (Llama).
     - ``y`` has ``out_dtype`` (default the normalized input's dtype).
     """
+    check_number(eps, "eps", minimum=0)
+    check_flag(stable, "stable")
+    check_flag(unit_offset, "unit_offset")
     h = None
     if residual is not None:
         d = residual_dtype or residual.dtype
@@ -107,6 +113,12 @@ def coor_descent(
     """
     import math  # local: keeps this op's additions to the module in one place
 
+    check_int(n_iters, "n_iters", minimum=1)
+    check_number(eps, "eps", positive=True)
+    check_number(eps_init, "eps_init", positive=True, allow_none=True)
+    check_number(eps_decay, "eps_decay", positive=True)
+    if not isinstance(k, Tensor):
+        check_number(k, "k", positive=True)
     dt = _compute_dtype(s)
     sf = s.to(dt)
     if isinstance(k, Tensor):
@@ -148,6 +160,8 @@ def softmax(
     j <= i + (Nk - Nq) (bottom-right aligned); ``key_padding_mask`` is bool (B, Nk),
     True = padding, for ``x`` of shape (B, Nq, Nk) or (B, H, Nq, Nk).
     """
+    check_flag(causal, "causal")
+    check_number(scale, "scale", allow_none=True)
     z = x.to(_compute_dtype(x)) * (1.0 if scale is None else scale)
     keep = torch.ones(x.shape[-1:], dtype=torch.bool, device=x.device)
     if causal:

@@ -208,8 +208,7 @@ class CoordinateDescentRouter(nn.Module):
             raise TypeError(f"x has dtype {x.dtype} but the routing tokens have dtype {tokens.dtype}")
         if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(x.shape[:2])):
             raise ValueError(f"mask must be bool of shape {tuple(x.shape[:2])}, got {mask.dtype} {tuple(mask.shape)}")
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
-            raise ValueError(f"num_tokens must be an int >= 1, got {num_tokens!r}")
+        check_int(num_tokens, "num_tokens", minimum=1)
         b, n, d = x.shape
         r = self.num_routing_tokens
         has_route_dim = keep_one_route_dim or not self.is_one_routing_token
