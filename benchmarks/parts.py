@@ -116,12 +116,17 @@ def names() -> tuple[str, ...]:
     return tuple(p.name for p in parts())
 
 
+def _named(items: tuple, name: str):
+    """The item of ``items`` called ``name`` (KeyError if none)."""
+    for item in items:
+        if item.name == name:
+            return item
+    raise KeyError(name)
+
+
 def part(name: str) -> Part:
     """The part called ``name`` (KeyError if none)."""
-    for p in parts():
-        if p.name == name:
-            return p
-    raise KeyError(name)
+    return _named(parts(), name)
 
 
 def ops() -> tuple[Op, ...]:
@@ -136,10 +141,7 @@ def op_names() -> tuple[str, ...]:
 
 def op_info(name: str) -> Op:
     """The op called ``name`` (KeyError if none)."""
-    for op in ops():
-        if op.name == name:
-            return op
-    raise KeyError(name)
+    return _named(ops(), name)
 
 
 def csv_of(op: str) -> str:
@@ -155,10 +157,4 @@ def step_parts() -> tuple[str, ...]:
 
 def kernel_ops(name: str) -> tuple[str, ...]:
     """The kernel ops that a part or an op called ``name`` runs (KeyError if neither)."""
-    for p in parts():
-        if p.name == name:
-            return p.kernel_ops
-        for op in p.ops:
-            if op.name == name:
-                return op.kernel_ops
-    raise KeyError(name)
+    return _named(parts() + ops(), name).kernel_ops
