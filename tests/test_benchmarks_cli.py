@@ -892,3 +892,18 @@ def test_decode_bench_dry_run(tmp_path, monkeypatch):
     # fails here: a nan time)
     assert all(r["gpu_us"] == 50.0 for r in rows if math.isfinite(r["us"]))
     assert all(math.isfinite(r["us"]) for r in rows if r["impl"] in ("triton_layers", "torch"))
+
+
+def test_host_ab_compare_gives_both_changes(monkeypatch, tmp_path):
+    """bench_host --against: per call the change of ours/torch and of ours alone, over ABBA pairs
+    (a "before" process twice as slow at everything leaves ours/torch at 1 and ours alone at 0.5)."""
+    from benchmarks import bench_host
+
+    runs = {"old": {("ln", "fwd", "triton_layers"): 20.0, ("ln", "fwd", "torch"): 10.0},
+            "new": {("ln", "fwd", "triton_layers"): 10.0, ("ln", "fwd", "torch"): 5.0}}
+    order = []
+    monkeypatch.setattr(bench_host, "_run_in", lambda path, out: order.append(path) or runs[path])
+    (row,) = bench_host.compare("old", "new", 2, str(tmp_path))
+    assert order == ["old", "new", "new", "old"]  # ABBA
+    assert row["change"] == row["change_min"] == row["change_max"] == 1.0
+    assert row["ours_change"] == row["ours_change_min"] == row["ours_change_max"] == 0.5
