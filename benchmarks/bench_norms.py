@@ -21,7 +21,7 @@ The D-sized weight and bias are left out of the bytes. Run: python -m benchmarks
 ``norms`` part of ``python -m benchmarks``.
 
 ``--sweep-row-limits`` instead times only ours, under the default and under each other
-choice of the norms' row limits (kernels/_launch.py, ``ROW_LIMITS`` below: the rows up to
+choice of the norms' row limits (triton_layers/launch_config.py, ``ROW_LIMITS`` below: the rows up to
 which the backward, and the forward and backward with a residual, keep a row whole), at
 every shape of SHAPES (``--quick`` too) where that choice changes the path, so that one run
 decides them; it writes norms_row_limits.csv.
@@ -29,7 +29,6 @@ decides them; it writes norms_row_limits.csv.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import Optional
 
@@ -38,7 +37,7 @@ import torch.nn.functional as F
 
 from benchmarks import harness
 from triton_layers import functional as TF
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
 
 OP = "norms"
 # What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py):
@@ -168,7 +167,7 @@ DEFAULT_LIMITS = "default"
 def _changes_path(op: str, n_cols: int, name: str) -> bool:
     """Whether ROW_LIMITS[name] sends op's rows of n_cols columns down another path than the default."""
     limit_op, knob, value = ROW_LIMITS[name]
-    default = getattr(_launch.DEFAULT.layer_norm, knob)
+    default = getattr(launch_config.DEFAULT.layer_norm, knob)
     return op == limit_op and min(default, value) < n_cols <= max(default, value)
 
 
@@ -197,8 +196,7 @@ class RowLimits:
     def build(key: tuple, device: torch.device) -> harness.Case:
         case_key, name = key
         knobs = {} if name == DEFAULT_LIMITS else {ROW_LIMITS[name][1]: ROW_LIMITS[name][2]}
-        layer_norm = dataclasses.replace(_launch.DEFAULT.layer_norm, **knobs)
-        config = dataclasses.replace(_launch.DEFAULT, layer_norm=layer_norm)
+        config = launch_config.DEFAULT.with_knobs("layer_norm", **knobs)
         return harness.under_config(build(case_key, device), config, name)
 
 

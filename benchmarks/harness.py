@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Optional
 import torch
 import triton
 
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
 
 NAN = float("nan")
 L2_FLUSH_BYTES = 256 * 2**20  # as do_bench's cache flush
@@ -195,18 +195,18 @@ def fwd_bwd(call: Callable[[Callable], object], dy, inputs: list,
     ]
 
 
-def under_config(case: Case, config: _launch.LaunchConfig, label: str) -> Case:
+def under_config(case: Case, config: launch_config.LaunchConfig, label: str) -> Case:
     """``case`` with each direction's call, and the forward a backward's make runs, under the
-    launch ``config`` (``_launch.use_config`` around each), its shape followed by ``label``:
+    launch ``config`` (``launch_config.use_config`` around each), its shape followed by ``label``:
     a case of a launch-config sweep (``bench_norms --sweep-row-limits``, ``benchmarks/dev/tuning.py``)."""
 
     def configured(make: Callable[[Callable], Callable[[], object]]) -> Callable[[Callable], Callable[[], object]]:
         def made(impl: Callable) -> Callable[[], object]:
-            with _launch.use_config(config):
+            with launch_config.use_config(config):
                 fn = make(impl)
 
             def call() -> object:
-                with _launch.use_config(config):
+                with launch_config.use_config(config):
                     return fn()
             return call
         return made

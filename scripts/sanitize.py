@@ -2,7 +2,7 @@
 
 The driver that ``scripts/sanitize.sh`` runs under ``compute-sanitizer`` (memcheck,
 racecheck, initcheck): each case is small (a few rows), so the instrumented run takes
-minutes. The sizes come from the launch config (``triton_layers/kernels/_launch.py``): one below, at and one
+minutes. The sizes come from the launch config (``triton_layers/launch_config.py``): one below, at and one
 above each limit where a kernel changes path (rows in registers vs in chunks, one tile
 vs several, one column range vs split columns), plus 1 and odd sizes, sliced (strided)
 inputs, masks, and partial gradients. Every result is also checked against the
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.oracle import check  # noqa: E402
 from triton_layers import functional as F  # noqa: E402
 from triton_layers import reference  # noqa: E402
-from triton_layers.kernels import _launch as L  # noqa: E402
+from triton_layers import launch_config as L  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -18,11 +18,16 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 import triton_layers  # noqa: E402,F401
-from triton_layers.kernels import _launch  # noqa: E402
+from triton_layers import launch_config  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 LOW_DTYPES = DTYPES[1:]  # fp16, bf16: torch's own error in them is the bar (tests/oracle.py)
+
+# GPUs to plan for on any machine (launch_config.plan_as; the heuristics' gpu argument): the
+# names torch.cuda.get_device_name gives, their SMs and the shared memory a program may use.
+H100 = launch_config.GPU("NVIDIA H100 80GB HBM3", sm_count=132, shared_memory=232448)
+H200 = launch_config.GPU("NVIDIA H200", sm_count=132, shared_memory=232448)
 
 
 @pytest.fixture
@@ -39,20 +44,20 @@ def _seed():
 # Launch configs that send short rows down the chunked (long-row) paths: the `looped`
 # fixture's choices, by name. Small numbers keep the interpreter fast: it pays per loop
 # iteration, not per element, so tests of longer rows take a preset with wider chunks.
-SMALL = _launch.shrunk(64, 32, softmax_tile_elements=128)
+SMALL = launch_config.shrunk(64, 32, softmax_tile_elements=128)
 LOOPED = {
-    "fused": _launch.DEFAULT,  # the real limits: short rows stay in registers
+    "fused": launch_config.DEFAULT,  # the real limits: short rows stay in registers
     # Rows over 16 columns in 8-wide chunks; 512-byte weighted-sum tiles (column loops,
     # split columns, several partial rows): the library's own preset.
-    "tiny": _launch.TINY,
+    "tiny": launch_config.TINY,
     "small": SMALL,  # rows over 64 columns in 32-wide chunks; smaller softmax row tiles
-    "medium": _launch.shrunk(256, 128),  # rows over 256 columns in 128-wide chunks
+    "medium": launch_config.shrunk(256, 128),  # rows over 256 columns in 128-wide chunks
 }
 
 
 def looped_config(name: str):
     """``with looped_config("small"):`` launches with ``LOOPED["small"]`` inside the block."""
-    return _launch.use_config(LOOPED[name])
+    return launch_config.use_config(LOOPED[name])
 
 
 @pytest.fixture

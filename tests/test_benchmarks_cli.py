@@ -501,7 +501,7 @@ def test_dry_run_of_every_part_on_cpu(tmp_path, monkeypatch):
 def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
     """A bench file run alone (its tables on stdout), restoring the launch settings."""
     from benchmarks import bench_softmax
-    from triton_layers.kernels import _launch
+    from triton_layers import launch_config
 
     _dry_run(monkeypatch)
     harness.run_alone(bench_softmax, bench_softmax._targets, argv=["--quick", "--out", str(tmp_path)])
@@ -511,7 +511,7 @@ def test_single_scripts_on_cpu(tmp_path, monkeypatch, capsys):
     rows = report.read_csv(str(tmp_path / "softmax.csv"))
     assert len(rows) == 2 * 2 * len({r["impl"] for r in rows}) >= 2 * 2 * 6  # dtypes x dirs x impls
 
-    assert _launch.current() is _launch.DEFAULT
+    assert launch_config.current() is launch_config.DEFAULT
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
@@ -519,7 +519,7 @@ def test_norms_alone_and_its_row_limits_sweep_on_cpu(tmp_path, monkeypatch, caps
     """bench_norms alone: a table per op, each op's peers only; --sweep-row-limits: ours under the
     default and each row limit, at the shapes it moves to another path only, the default restored after."""
     from benchmarks import bench_norms
-    from triton_layers.kernels import _launch
+    from triton_layers import launch_config
 
     _dry_run(monkeypatch)
     options = ["--quick", "--dtypes", "float32", "--out", str(tmp_path)]
@@ -542,7 +542,7 @@ def test_norms_alone_and_its_row_limits_sweep_on_cpu(tmp_path, monkeypatch, caps
     seen = []  # (op, the row limits) that each call of ours ran under
     for op in ("rmsnorm", "add_rmsnorm"):
         def recording(*args, op=op, ours=bench_norms.OURS_BY_OP[op]):
-            limits = _launch.current().layer_norm
+            limits = launch_config.current().layer_norm
             seen.append((op, limits.bwd_rms_max_fused_cols, limits.fwd_residual_max_fused_cols))
             return ours(*args)
 
@@ -560,7 +560,7 @@ def test_norms_alone_and_its_row_limits_sweep_on_cpu(tmp_path, monkeypatch, caps
     assert all(math.isfinite(r["us"]) for r in rows)
     assert set(seen) == {("rmsnorm", 16384, 32768), ("rmsnorm", 32, 32768),
                          ("add_rmsnorm", 16384, 32768), ("add_rmsnorm", 16384, 32)}
-    assert _launch.current() is _launch.DEFAULT
+    assert launch_config.current() is launch_config.DEFAULT
 
 
 class StandInLigerRMSNorm(torch.nn.Module):
@@ -715,16 +715,18 @@ def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     forward or backward under its knobs (a spy on the launcher's tile), the default is found in
     the results, and the launch settings are the default again after."""
     from benchmarks.dev import tune_weighted_sum
-    from triton_layers.kernels import _launch
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _weighted_sum_launch
 
     runs = _fake_gpu_timer(monkeypatch)
     seen = []
-    tile_2d = _launch.tile_2d
+    tile_2d = _weighted_sum_launch.tile_2d
 
     def spy(rows, cols, elem_size, cfg, aligned=True, tile_bytes=None):
         seen.append((tile_bytes or cfg.tile_bytes, cfg.bwd_stages))
         return tile_2d(rows, cols, elem_size, cfg, aligned, tile_bytes)
-    monkeypatch.setattr(_launch, "tile_2d", spy)
+    monkeypatch.setattr(_weighted_sum_launch, "tile_2d", spy)
     monkeypatch.setattr(tune_weighted_sum, "FWD_GRIDS", {4: {"fwd_tile_bytes_4byte": [512, 16384],
                                                              "fwd_stages_4byte": [None]}})
     monkeypatch.setattr(tune_weighted_sum, "BWD_GRID", {"tile_bytes": [512, 8192], "bwd_stages": [None, 2]})
@@ -734,7 +736,7 @@ def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     assert {(512, 2), (16384, 2), (512, None), (8192, 2)} <= set(seen)
     out = capsys.readouterr().out
     assert "fwd default 1 us" in out and "bwd default 1 us" in out
-    assert _launch.current() is _launch.DEFAULT
+    assert launch_config.current() is launch_config.DEFAULT
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
@@ -742,17 +744,19 @@ def test_softmax_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     """tune_softmax with the timer patched out: plain and causal, forward and backward, under
     each combination (a spy sees the warps each launch got from elems_per_thread)."""
     from benchmarks.dev import tune_softmax
-    from triton_layers.kernels import _launch
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _softmax_launch
 
     runs = _fake_gpu_timer(monkeypatch)
     warps = []
-    softmax_tile = _launch.softmax_tile
+    softmax_tile = _softmax_launch.tile
 
     def spy(rows, cols, cfg, causal=False):
         tile = softmax_tile(rows, cols, cfg, causal)
         warps.append((cfg.elems_per_thread, tile[3]))
         return tile
-    monkeypatch.setattr(_launch, "softmax_tile", spy)
+    monkeypatch.setattr(_softmax_launch, "tile", spy)
     monkeypatch.setattr(tune_softmax, "GRIDS", {"triton_layers": {"tile_elements": [4096], "elems_per_thread": [1, 16]},
                                                 "triton_layers-causal": {"causal_tile_elements": [4096],
                                                                          "elems_per_thread": [1, 16]}})
@@ -761,7 +765,7 @@ def test_softmax_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     assert {(1, 32), (16, 8)} == set(warps)  # tiles of 64 rows x 64: 4096 elements, 32 warps at most
     out = capsys.readouterr().out
     assert out.count("causal/plain at each one's best: 1.00") == 2
-    assert _launch.current() is _launch.DEFAULT
+    assert launch_config.current() is launch_config.DEFAULT
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
@@ -770,7 +774,7 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
     runs the benchmarks' case of each norm, and the backward runs under the case's row limit
     (a limit one knob short left RMSNorm's rows whole in a "split" case)."""
     from benchmarks.dev import tune_layernorm, tune_norm_backward
-    from triton_layers.kernels import _launch
+    from triton_layers import launch_config
 
     runs = _fake_gpu_timer(monkeypatch)
     monkeypatch.setattr(tune_layernorm, "FWD_GRID", {"tile_elements": [64, 2048]})
@@ -780,21 +784,24 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
     assert len(runs) == 2 * 2 * (2 + 2)  # (LayerNorm, RMSNorm) x dtypes x (fwd, bwd combinations)
     assert "default 1 us" in capsys.readouterr().out
 
+    from triton_layers.kernels import _layer_norm_launch
+
     paths = []  # (row limit given, whole rows?) of each launch
-    row_tile = _launch.row_tile
+    row_tile = _layer_norm_launch.row_tile
 
     def recording_row_tile(rows, cols, limit, *rest):
         tile = row_tile(rows, cols, limit, *rest)
         paths.append((limit, tile[2]))
         return tile
-    monkeypatch.setattr(_launch, "row_tile", recording_row_tile)
+    monkeypatch.setattr(_layer_norm_launch, "row_tile", recording_row_tile)
     monkeypatch.setattr(tune_norm_backward, "CASES", [(40, 32, 3, 16), (40, 64, 1, 16)])
     monkeypatch.setattr(tune_norm_backward, "ELEMENTS", 3 * 40)
     tune_norm_backward.main()
     out = capsys.readouterr().out
     assert out.count("GPU 1 us") == 3 * 2 * 2 and "failed" not in out
     # every backward under its case's limit (the forwards' is fwd_max_fused_cols): split at 32, whole at 64
-    fwd_limits = {_launch.DEFAULT.layer_norm.fwd_max_fused_cols, _launch.DEFAULT.layer_norm.fwd_residual_max_fused_cols}
+    limits = launch_config.DEFAULT.layer_norm
+    fwd_limits = {limits.fwd_max_fused_cols, limits.fwd_residual_max_fused_cols}
     assert {p for p in paths if p[0] not in fwd_limits} == {(32, False), (64, True)}
 
 
@@ -803,23 +810,25 @@ def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     """tune_coor_descent with the timer patched out: each combination of both grids runs our
     forward (or forward + backward) under its knobs (a spy sees the warps each launch got)."""
     from benchmarks.dev import tune_coor_descent
-    from triton_layers.kernels import _launch
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _common
 
     runs = _fake_gpu_timer(monkeypatch)
     warps = []
-    warps_for = _launch.warps_for
+    warps_for = _common.warps_for
 
     def spy(block, elems_per_thread, max_warps=32):
         warps.append((block, elems_per_thread, max_warps))
         return warps_for(block, elems_per_thread, max_warps)
-    monkeypatch.setattr(_launch, "warps_for", spy)
+    monkeypatch.setattr(_common, "warps_for", spy)
     monkeypatch.setattr(tune_coor_descent, "FWD_GRID", {"fwd_elems_per_thread": [1, 8], "fwd_max_warps": [16, 32]})
     monkeypatch.setattr(tune_coor_descent, "BWD_GRID", {"bwd_elems_per_thread": [2], "split_programs_per_sm": [1, 4]})
     tune_coor_descent.main(["--shapes", "3x40"])
     assert len(runs) == 4 + 2
     assert {(64, 1, 16), (64, 1, 32), (64, 8, 16), (64, 8, 32)} <= set(warps)
     assert "fwd default 1 us" in capsys.readouterr().out
-    assert _launch.current() is _launch.DEFAULT
+    assert launch_config.current() is launch_config.DEFAULT
 
 
 def test_registers_tool_builds_the_benchmark_forms_offline():

@@ -14,6 +14,7 @@ needs no GPU, only a GPU target to build the IR for: this runs it on the CPU too
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -77,7 +78,7 @@ def _analyse() -> dict:
                     CAST_BEFORE_WEIGHT=False, BLOCK_N=128, CHUNKS_POW2=2, MAX_POLLS=0, AHEAD=ahead,
                     STORE_STATS=True))
     args = [_t(M, N), _t(M, N), _t(M, N), _t(N), _t(2, M), _t(M, N), _t(M, N), _t(2, 4, N), N, N, N, N, N, M, N, 1]
-    for per_tile in (False, True):  # (the weight held, or loaded per tile: rows over LONG_ROW)
+    for per_tile in (False, True):  # (the weight held, or loaded per tile: rows over bwd_long_row)
         out[f"bwd weight_per_tile={per_tile}"] = written(LN._norm_bwd_kernel, args, dict(
             BWD_FLAGS, BLOCK_M=8, BLOCK_N=256, NUM_STAGES=3, WEIGHT_PER_TILE=per_tile))
     sums = _t(M, 2, 2)
@@ -101,11 +102,12 @@ def _backward_prefetch() -> dict:
     residual (z, dy and dh: 96 KB a stage) on an A100, and the shared memory its build for
     sm_80 needs at those stages and at the default 3."""
     from benchmarks.dev import offline
-    from triton_layers.kernels import _launch
+    from triton_layers import launch_config
     from triton_layers.kernels import layer_norm as LN
+    from triton_layers.kernels._layer_norm_launch import prefetch_stages
 
-    _launch._shared_memory = lambda index: A100_SHARED
-    stages = _launch.prefetch_stages(3, 8192 * 4 * 3, torch.device("cuda", 0))
+    a100 = launch_config.GPU("NVIDIA A100-SXM4-80GB", sm_count=108, shared_memory=A100_SHARED)
+    stages = prefetch_stages(3, 8192 * 4 * 3, a100, launch_config.DEFAULT.layer_norm.bwd_reduction_scratch_bytes)
     const = dict(BWD_FLAGS, STORE_DR=False, BLOCK_M=1, BLOCK_N=8192, WEIGHT_PER_TILE=False)
     pointers = {"DY", "DH", "Z", "W", "Stats", "DX", "DR", "Partials"}
     kernel = LN._norm_bwd_kernel
@@ -163,11 +165,11 @@ def _planned_launches() -> list:
     pass (GPU-only choices: forced here) and with the causal softmax forward by classes of
     rows. CPU tensors, nothing launched or computed."""
     import contextlib
-    import dataclasses
     from unittest import mock
 
     from tests.test_doors import CASES, _r
-    from triton_layers.kernels import _launch
+    from triton_layers import launch_config
+    from triton_layers.kernels import _layer_norm_launch
     from triton_layers.kernels import ops as K
 
     extra = {  # rows of several chunks in coor_descent's backward; a softmax without mask
@@ -175,14 +177,14 @@ def _planned_launches() -> list:
         "softmax-plain": lambda dev: (_r(4, 40, device=dev, dtype=torch.float16), None, 4, 40, False, 1.0),
     }
     # (the causal softmax forward by classes of rows, from blocks of 64 columns)
-    classes = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(_launch.DEFAULT.softmax,
-                                                                               causal_class_min_cols=64))
+    classes = launch_config.DEFAULT.with_knobs("softmax", causal_class_min_cols=64)
     launches = []
-    for config, one_pass in ((_launch.DEFAULT, False), (_launch.TINY, False), (_launch.TINY, True), (classes, False)):
-        with _launch.use_config(config), contextlib.ExitStack() as forced:
-            if one_pass:  # the long-row norm forward and backward in one pass
-                forced.enter_context(mock.patch.object(_launch, "one_pass_split", lambda *args: True))
-                forced.enter_context(mock.patch.object(_launch, "one_pass_forward", lambda *args: True))
+    default, tiny = launch_config.DEFAULT, launch_config.TINY
+    for config, one_pass in ((default, False), (tiny, False), (tiny, True), (classes, False)):
+        with launch_config.use_config(config), contextlib.ExitStack() as forced:
+            if one_pass:  # the long-row norm forward and backward in one pass (a decision, forced)
+                forced.enter_context(mock.patch.object(_layer_norm_launch, "one_pass_split", lambda *args: True))
+                forced.enter_context(mock.patch.object(_layer_norm_launch, "one_pass_forward", lambda *args: True))
             for case, build in {**CASES, **extra}.items():
                 launches += getattr(K, case.split("-")[0]).record_launches(*build("cpu"))
     return launches
@@ -222,12 +224,13 @@ def _shared_memory_on_smaller_gpus() -> dict:
     whose shared memory exceeds that GPU's limit (a launch there would fail), and how many
     were built."""
     from benchmarks.dev import offline, registers
+    from triton_layers import launch_config
     from triton_layers.kernels import ops as K
 
     over, built = [], 0
     for gpu, (capability, limit) in SMALLER_GPUS.items():
         forms = []
-        with registers.as_on_a_gpu(shared=limit):
+        with launch_config.plan_as(dataclasses.replace(registers.H100, shared_memory=limit)):
             for d in (1024, 4096, 8192):
                 for dtype in (torch.bfloat16, torch.float32):
                     for label, args in registers._norms((64, d), dtype) + registers._residual_norms((64, d), dtype):

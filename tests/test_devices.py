@@ -4,12 +4,14 @@ and backward). GPU only: the non-current-device tests need two GPUs.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from typing import Callable
 
 import pytest
 import torch
 
-from triton_layers import CoordinateDescentRouter
+from triton_layers import CoordinateDescentRouter, launch_config
 from triton_layers import functional as F
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -139,31 +141,32 @@ STAGE_CASES = [(232448, 64, 3), (232448, 96, 3), (166912, 64, 3), (166912, 96, 2
 
 
 @pytest.fixture
-def shared_memory(monkeypatch):
-    """``shared_memory(limit)``: the launcher sees ``limit`` bytes of shared memory a program on
-    every GPU (its cached stage choices dropped before and after the test)."""
-    from triton_layers.kernels import _launch
+def shared_memory():
+    """``shared_memory(limit)``: the launches on this GPU are planned as on one whose programs
+    may use ``limit`` bytes of shared memory (``launch_config.plan_as``), until the test ends."""
+    with contextlib.ExitStack() as stack:
+        def limit_to(limit: int) -> None:
+            gpu = launch_config.GPU.of(torch.device("cuda", torch.cuda.current_device()))
+            stack.enter_context(launch_config.plan_as(dataclasses.replace(gpu, shared_memory=limit)))
 
-    def limit_to(limit: int) -> None:
-        monkeypatch.setattr(_launch, "_shared_memory", lambda index: limit)
-        _launch.prefetch_stages.cache_clear()
-
-    yield limit_to
-    _launch.prefetch_stages.cache_clear()
+        yield limit_to
 
 
 @pytest.mark.parametrize("limit,kib,stages", STAGE_CASES)
-def test_prefetch_stages_fit_the_devices_shared_memory(shared_memory, limit, kib, stages):
+def test_prefetch_stages_fit_the_devices_shared_memory(limit, kib, stages):
     """Triton keeps stages - 1 tiles of every prefetched load in shared memory and refuses the
     launch past the device's limit: the default 3 stages fit an H100, not an A100 with a
     residual nor an RTX 4090, so the launcher takes fewer there."""
-    from triton_layers.kernels import _launch
+    from triton_layers.kernels._layer_norm_launch import prefetch_stages
 
-    shared_memory(limit)
-    got = _launch.prefetch_stages(3, kib * 1024, torch.device("cuda", 0))
+    scratch = launch_config.DEFAULT.layer_norm.bwd_reduction_scratch_bytes
+    gpu = launch_config.GPU("a GPU", sm_count=132, shared_memory=limit)
+    got = prefetch_stages(3, kib * 1024, gpu, scratch)
     assert got == stages
-    assert (got - 1) * kib * 1024 + _launch.REDUCTION_SCRATCH <= limit
-    assert _launch.prefetch_stages(3, kib * 1024, torch.device("cpu")) == 3  # the interpreter: no limit
+    assert (got - 1) * kib * 1024 + scratch <= limit
+    # the interpreter, or a limit nobody reported: as asked
+    assert prefetch_stages(3, kib * 1024, launch_config.GPU.of(torch.device("cpu")), scratch) == 3
+    assert prefetch_stages(3, kib * 1024, dataclasses.replace(gpu, shared_memory=None), scratch) == 3
 
 
 @needs_cuda

@@ -5,13 +5,15 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from triton_layers import functional as F
-from triton_layers.kernels import _doors, _eager, _fast_launch, _launch
+from triton_layers import launch_config
+from triton_layers.kernels import _common, _doors, _eager, _fast_launch
 from triton_layers.kernels import ops as kernel_ops
-from triton_layers.kernels._launch import use_config as launch_config
 
 from .conftest import SMALL, spy_main_inputs
 from .training_cases import misaligned_copy
@@ -64,7 +66,7 @@ def test_custom_op_door_matches_eager_door(case, looped, device):
     op = getattr(kernel_ops, case.split("-")[0])
     n_out = len(op.desc.outputs)
     args = CASES[case](device)
-    with launch_config(SMALL if looped else _launch.DEFAULT):
+    with launch_config.use_config(SMALL if looped else launch_config.DEFAULT):
         eager = _run(op, args)  # the eager door (a plan made for this call)
         # The custom op returns the outputs and the statistics kept for the backward.
         compiled = _run(lambda *a: op.forward_op(*a)[:n_out] if len(op.desc.residuals) else op.forward_op(*a), args)
@@ -145,16 +147,40 @@ def test_gradient_reaches_only_its_own_input(device):
 
 
 def test_use_config_switches_and_restores():
-    assert _launch.current() is _launch.DEFAULT
-    with _launch.use_config(_launch.TINY) as cfg:
-        assert _launch.current() is cfg is _launch.TINY
-        assert _launch.row_block(17, cfg.layer_norm.bwd_max_fused_cols, cfg.layer_norm.loop_block)[1] is False
-    assert _launch.current() is _launch.DEFAULT
+    assert launch_config.current() is launch_config.DEFAULT
+    with launch_config.use_config(launch_config.TINY) as cfg:
+        assert launch_config.current() is cfg is launch_config.TINY
+        assert _common.row_block(17, cfg.layer_norm.bwd_max_fused_cols, cfg.layer_norm.loop_block)[1] is False
+    assert launch_config.current() is launch_config.DEFAULT
     with pytest.raises(TypeError, match="LaunchConfig"):
-        with _launch.use_config({"loop_block": 8}):
+        with launch_config.use_config({"loop_block": 8}):
             pass
     with pytest.raises(Exception):
-        _launch.DEFAULT.layer_norm.loop_block = 8  # frozen
+        launch_config.DEFAULT.layer_norm.loop_block = 8  # frozen
+
+
+def test_use_knobs_changes_one_knob_of_one_op():
+    """``use_knobs`` (``LaunchConfig.with_knobs`` under ``use_config``): the one knob changes,
+    every other knob and op keeps its value, the plans kept are dropped on the way in and out,
+    and a name that is no op or no knob is a TypeError naming what there is."""
+    base, plans = launch_config.current(), _eager.PlanCache()
+    plans.put("a key", "a plan")
+    with launch_config.use_knobs("layer_norm", loop_block=8) as cfg:
+        assert not plans
+        plans.put("a key", "a plan")
+        assert launch_config.current() is cfg and cfg.layer_norm.loop_block == 8
+        assert dataclasses.replace(cfg.layer_norm, loop_block=base.layer_norm.loop_block) == base.layer_norm
+        assert (cfg.softmax, cfg.weighted_sum, cfg.coor_descent) == (base.softmax, base.weighted_sum, base.coor_descent)
+        with launch_config.use_knobs("layer_norm", fwd_max_fused_cols=16) as inner:  # from the current config
+            assert inner.layer_norm.loop_block == 8 and inner.layer_norm.fwd_max_fused_cols == 16
+    assert launch_config.current() is base and not plans
+    assert launch_config.DEFAULT.with_knobs("softmax", loop_block=64).softmax.loop_block == 64
+    with pytest.raises(TypeError, match="no op 'layernorm'.*'layer_norm'"):
+        launch_config.DEFAULT.with_knobs("layernorm", loop_block=8)
+    with pytest.raises(TypeError, match="LayerNormLaunch has no knob 'loop_blocks'.*'loop_block'"):
+        with launch_config.use_knobs("layer_norm", loop_blocks=8):
+            pass
+    assert launch_config.current() is base
 
 
 # kernel op -> a public call of an N-D x that reaches it
@@ -370,7 +396,7 @@ def test_a_call_signature_is_planned_once_and_any_change_plans_again(device, mon
         run(x, w, b)
     with torch.autocast(x.device.type, dtype=torch.bfloat16):
         assert F.layer_norm(x, w, b).dtype == torch.bfloat16
-    with _launch.use_config(_launch.TINY):  # rows of 24 take the chunked path there
+    with launch_config.use_config(launch_config.TINY):  # rows of 24 take the chunked path there
         run(x, w, b)
     run(x, w, b)  # back to the default config: its plans were dropped with the switch
     assert len(made) - before == 4

@@ -1,7 +1,6 @@
 """The fused residual add and ``out_dtype`` of both norms (functional.layer_norm / rms_norm,
 TritonLayerNorm / TritonRMSNorm): ``h = x + residual`` computed in ``residual_dtype``,
 ``y = norm(h)``, one kernel pass forward and one backward, y in ``out_dtype``."""
-import dataclasses
 
 import pytest
 import torch
@@ -9,11 +8,12 @@ import torch.nn.functional as TF
 
 from triton_layers import TritonLayerNorm, TritonRMSNorm
 from triton_layers import functional as F
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
+from triton_layers.kernels import _layer_norm_launch
 from triton_layers.kernels import layer_norm as norm_kernels
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .conftest import DEVICE, looped_config
+from .conftest import DEVICE, H100, looped_config
 from .oracle import compare
 
 BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
@@ -221,15 +221,16 @@ def test_one_pass_each_way(kind, monkeypatch, device):
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 def test_rms_backward_keeps_longer_rows_whole(residual, monkeypatch, device):
     """RMSNorm's backward keeps rows whole up to ``bwd_rms_max_fused_cols``, past LayerNorm's
-    limits (one kernel launch; past ``LONG_ROW`` columns with ``bwd_long_row_stages``), where
+    limits (one kernel launch; past ``bwd_long_row`` columns with ``bwd_long_row_stages``), where
     LayerNorm's rows of the same length take the two column-split kernels. The gradients
     against float64 torch either way."""
-    limits = dataclasses.replace(_launch.TINY.layer_norm, bwd_rms_max_fused_cols=64)
-    config = dataclasses.replace(_launch.TINY, layer_norm=limits)
-    monkeypatch.setattr(_launch, "LONG_ROW", 32)  # rows of 40 are "long" here
+    # (rows of 40 are "long" here)
+    config = launch_config.TINY.with_knobs("layer_norm", bwd_rms_max_fused_cols=64, bwd_long_row=32)
+    limits = config.layer_norm
     names = ("_norm_bwd_kernel", "_norm_bwd_row_sums_kernel", "_norm_bwd_split_kernel")
     # (on a GPU the long rows' one pass needs no row-sums kernel: 5 chunks of 8)
-    split = {names[2]} if _launch.one_pass_split(5, False, 4, limits, torch.device(device)) else set(names[1:])
+    split = {names[2]} if _layer_norm_launch.one_pass_split(
+        5, False, 4, limits, launch_config.GPU.of(torch.device(device))) else set(names[1:])
     for kind, launched in (("rms", {"_norm_bwd_kernel"}), ("layer", split)):
         spies = {name: _Spy(getattr(norm_kernels, name), []) for name in names}
         for name, spy in spies.items():
@@ -239,7 +240,7 @@ def test_rms_backward_keeps_longer_rows_whole(residual, monkeypatch, device):
         w, b = _params(kind, 40, device)
         params = [p for p in (w, b) if p is not None]
         inputs = [x, *([r] if residual else []), *params]
-        with _launch.use_config(config):
+        with launch_config.use_config(config):
             out = _norm(kind, x, w, b, **({"residual": r} if residual else {}))
             dout = tuple(torch.randn_like(o) for o in out) if residual else torch.randn_like(out)
             grads = torch.autograd.grad(out, inputs, dout)
@@ -280,9 +281,7 @@ def test_residual_in_place_writes_h_into_the_residual(kind, dtype, shape, looped
     config = looped_config("small") if looped else contextlib.nullcontext()
     grad_off = torch.no_grad if context == "no_grad" else torch.inference_mode
     with config, grad_off():
-        now = _launch.current()
-        no_one_pass = dataclasses.replace(now, layer_norm=dataclasses.replace(now.layer_norm, fwd_residual_one_pass=False))
-        with _launch.use_config(no_one_pass):
+        with launch_config.use_knobs("layer_norm", fwd_residual_one_pass=False):
             want_y, want_h = _norm(kind, x, w, b, residual=residual, use_triton=use_triton)
         x_before = x.clone()
         for _ in range(2):
@@ -325,15 +324,14 @@ def test_residual_in_place_refuses_what_it_cannot_do(bad, match):
                 F.rms_norm(x, w, **kwargs)
 
 
-def test_residual_in_place_never_plans_the_one_pass_split(monkeypatch):
+def test_residual_in_place_never_plans_the_one_pass_split():
     """The one-pass split forward's programs read each other's chunks of the residual: where
-    it would run (forced here, as on a GPU for long rows), the in-place plan keeps the loop."""
+    it would run (planned as on an H100, for long rows), the in-place plan keeps the loop."""
     from triton_layers.kernels import ops
 
-    monkeypatch.setattr(_launch, "one_pass_forward", lambda *args: True)
-    x, residual, w = torch.randn(4, 300), torch.randn(4, 300), torch.randn(300)
+    x, residual, w = (torch.empty(shape, device="meta") for shape in ((4, 300), (4, 300), (300,)))
     args = (x, residual, w, None, 1e-6, True, False, False, False, FP32, FP32)
-    with looped_config("small"):
+    with looped_config("small"), launch_config.plan_as(H100):
         assert ops.residual_norm.plan(*args).forward.kernel.kernel is norm_kernels._norm_fwd_split_kernel
         assert ops.residual_norm_in_place.plan(*args).forward.kernel.kernel is norm_kernels._norm_fwd_kernel
 

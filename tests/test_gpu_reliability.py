@@ -32,7 +32,7 @@ import torch
 from triton_layers import functional as F
 from triton_layers import reference
 
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
 
 from .conftest import DEVICE, looped_config
 from .oracle import compare, run
@@ -52,7 +52,7 @@ def cols(n: int) -> int:
     return n if CUDA else n // 512
 
 
-MINI_LIMITS = dataclasses.replace(_launch.shrunk(16, 16), softmax=_launch.shrunk(64, 16, 128).softmax)
+MINI_LIMITS = dataclasses.replace(launch_config.shrunk(16, 16), softmax=launch_config.shrunk(64, 16, 128).softmax)
 
 
 def _run(fn, inputs):
@@ -142,7 +142,7 @@ def gpu_memory():
         if free < gib:
             pytest.skip(f"needs {gib:.0f} GiB of free GPU memory, {free:.0f} GiB free")
 
-    with contextlib.nullcontext() if CUDA else _launch.use_config(MINI_LIMITS):
+    with contextlib.nullcontext() if CUDA else launch_config.use_config(MINI_LIMITS):
         yield need
     if CUDA:
         torch.cuda.synchronize()

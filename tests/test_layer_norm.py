@@ -12,10 +12,11 @@ from triton_layers import TritonLayerNorm, reference
 from triton_layers import functional as F
 from triton_layers._checks import as_rows
 
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
+from triton_layers.kernels import _layer_norm_launch as rules
 from triton_layers.kernels import ops as _kernels
 
-from .conftest import DTYPES, LOOPED, LOW_DTYPES
+from .conftest import DTYPES, H100, H200, LOOPED, LOW_DTYPES
 from .oracle import check, compare
 
 SIZES = [1, 7, 127, 1000, 3000, 1024]
@@ -118,8 +119,8 @@ def test_long_row_forward_one_and_two_passes(one_pass, polls, programs, ahead, k
         return out[0] if r is not None else out
 
     inputs = dict(x=x, **params, **({} if r is None else dict(residual=r)))
-    with _launch.use_config(dataclasses.replace(LOOPED["medium"], layer_norm=config)):
-        assert _launch.one_pass_forward(4, residual, config, x.device) == one_pass
+    with launch_config.use_config(dataclasses.replace(LOOPED["medium"], layer_norm=config)):
+        assert rules.one_pass_forward(4, residual, config, launch_config.GPU.of(x.device)) == one_pass
         check(ours, definition, inputs, summed=dict(weight=7, bias=7), lowp=dtype != torch.float32)
         again = [ours(*inputs.values()) for _ in range(2)]
     if polls and device == "cuda":
@@ -128,54 +129,54 @@ def test_long_row_forward_one_and_two_passes(one_pass, polls, programs, ahead, k
         assert torch.equal(again[0], again[1])
 
 
-def test_plain_one_pass_forward_is_chosen_per_gpu(monkeypatch):
+def test_plain_one_pass_forward_is_chosen_per_gpu():
     """Without a residual the long-row forward's one pass is on by default only on the GPUs
     named in fwd_one_pass_gpus (it lost on an H200); True/False force it, and a residual's
     one pass follows fwd_residual_one_pass alone."""
-    cfg, cuda = _launch.DEFAULT.layer_norm, torch.device("cuda", 0)
-    monkeypatch.setattr(_launch, "_waits_run", lambda cfg, device: True)
-    monkeypatch.setattr(_launch, "num_sms", lambda device: 132)
-    assert cfg.fwd_one_pass is None and not _launch.plain_one_pass_forward(cfg, torch.device("cpu"))
-    for name, plain in (("NVIDIA H100 80GB HBM3", True), ("NVIDIA H200", False), ("NVIDIA A100-SXM4-80GB", False)):
-        monkeypatch.setattr(_launch, "_device_name", lambda index, name=name: name)
-        assert _launch.one_pass_forward(16, False, cfg, cuda) == plain, name
-        assert _launch.one_pass_forward(16, True, cfg, cuda), name
+    cfg = launch_config.DEFAULT.layer_norm
+    assert cfg.fwd_one_pass is None and not rules.plain_one_pass_forward(cfg, launch_config.GPU.of(torch.device("cpu")))
+    for name, plain in (("NVIDIA H100 80GB HBM3", True), ("NVIDIA H100 PCIe", True), ("NVIDIA H200", False),
+                        ("NVIDIA A100-SXM4-80GB", False)):
+        gpu = dataclasses.replace(H100, name=name)
+        assert rules.one_pass_forward(16, False, cfg, gpu) == plain, name
+        assert rules.one_pass_forward(16, True, cfg, gpu), name
         for forced in (False, True):
-            assert _launch.one_pass_forward(16, False, dataclasses.replace(cfg, fwd_one_pass=forced), cuda) == forced
-        assert not _launch.one_pass_forward(16, True, dataclasses.replace(cfg, fwd_residual_one_pass=False), cuda)
+            assert rules.one_pass_forward(16, False, dataclasses.replace(cfg, fwd_one_pass=forced), gpu) == forced
+        assert not rules.one_pass_forward(16, True, dataclasses.replace(cfg, fwd_residual_one_pass=False), gpu)
 
 
-def test_long_row_backward_one_pass_rule(monkeypatch):
+def test_long_row_backward_one_pass_rule():
     """The long-row backward's one pass: RMSNorm always, LayerNorm in fp32, or in bf16 when a
     row has at most split_one_pass_layer_norm_max_chunks chunks (one other program to wait
     for); never past split_one_pass_max_chunks or the SM count, never where waits cannot run."""
-    cfg, cuda = _launch.DEFAULT.layer_norm, torch.device("cuda", 0)
-    monkeypatch.setattr(_launch, "num_sms", lambda device: 132)
-    monkeypatch.setattr(_launch, "_waits_run", lambda cfg, device: True)
+    cfg, gpu = launch_config.DEFAULT.layer_norm, H100  # (132 SMs)
     assert cfg.split_one_pass_layer_norm_max_chunks == 2
     for n_chunks, rms, elem_size, expected in ((2, False, 2, True), (3, False, 2, False), (4, False, 2, False),
                                                (4, False, 4, True), (16, True, 2, True), (17, True, 2, False),
                                                (1, False, 2, True)):
-        assert _launch.one_pass_split(n_chunks, rms, elem_size, cfg, cuda) == expected, (n_chunks, rms, elem_size)
-    assert not _launch.one_pass_split(2, False, 2, dataclasses.replace(cfg, split_one_pass_layer_norm_max_chunks=1),
-                                      cuda)
-    assert not _launch.one_pass_split(2, False, 2, dataclasses.replace(cfg, split_one_pass=False), cuda)
-    monkeypatch.setattr(_launch, "_waits_run", lambda cfg, device: False)
-    assert not _launch.one_pass_split(2, True, 4, cfg, cuda)
+        assert rules.one_pass_split(n_chunks, rms, elem_size, cfg, gpu) == expected, (n_chunks, rms, elem_size)
+    assert not rules.one_pass_split(2, False, 2, dataclasses.replace(cfg, split_one_pass_layer_norm_max_chunks=1), gpu)
+    assert not rules.one_pass_split(2, False, 2, dataclasses.replace(cfg, split_one_pass=False), gpu)
+    assert not rules.one_pass_split(8, True, 4, cfg, dataclasses.replace(gpu, sm_count=4))  # a chunk an SM at most
+    # where programs cannot wait for each other: the interpreter (bounded waits only), not a GPU
+    interpreted = dataclasses.replace(gpu, interpreted=True)
+    assert not rules.one_pass_split(2, True, 4, cfg, interpreted)
+    assert rules.one_pass_split(2, True, 4, dataclasses.replace(cfg, split_wait_polls=2), interpreted)
+    assert not rules.one_pass_split(2, True, 4, cfg, dataclasses.replace(gpu, device_type="meta"))
 
 
 @pytest.mark.parametrize("n_cols", [1, 300] + ([1024] if torch.cuda.is_available() else []))
-def test_partials_sum_on_a_gpus_tiles(n_cols, device, monkeypatch):
+def test_partials_sum_on_a_gpus_tiles(n_cols, device):
     """The backward's sum of the parameters' partials with the column blocks a GPU gets
     (partials_tile for 132 SMs: 4-128 columns, off a GPU the interpreter's wide blocks run):
     every writer's row counted once, against float64, and the same bits on a second run."""
     from triton_layers.kernels import layer_norm as LN
     from triton_layers.kernels._doors import direct
 
-    monkeypatch.setattr(_launch, "num_sms", lambda device: 132)
     writers = 37
-    # (planned for a meta tensor: the GPU's blocks, launched on this test's device)
-    call = LN._partials_sum(2, writers, torch.empty(1, n_cols, device="meta"))
+    # (planned for a meta tensor as on an H100: the GPU's blocks, launched on this test's device)
+    with launch_config.plan_as(H100):
+        call = LN._partials_sum(2, writers, torch.empty(1, n_cols, device="meta"))
     assert 4 <= call.constexprs["BLOCK_N"] <= 128 and call.constexprs["BLOCK_W"] <= 64
     partials = torch.randn(2, writers * n_cols, device=device)
     out = [torch.full((2, n_cols), float("nan"), device=device) for _ in range(2)]
@@ -190,10 +191,10 @@ def test_partials_sum_on_a_gpus_tiles(n_cols, device, monkeypatch):
 def test_long_rows_of_two_chunks_half_precision(dtype, device):
     """bf16/fp16 LayerNorm rows of two chunks take the one pass under the default thresholds
     (bounded waits, so that the interpreter runs it too), gradients against float64."""
-    config = _launch.shrunk(128, 128)  # rows over 128 columns in 128-wide chunks
-    config = dataclasses.replace(config, layer_norm=dataclasses.replace(config.layer_norm, split_wait_polls=2))
+    # rows over 128 columns in 128-wide chunks
+    config = launch_config.shrunk(128, 128).with_knobs("layer_norm", split_wait_polls=2)
     x, w, b = _inputs(9, 200, dtype, device)  # 2 chunks, the second ragged
-    with _launch.use_config(config):
+    with launch_config.use_config(config):
         launches = _kernels.norm.record_launches(x, w, b, 1e-5, False, False, False, False, dtype)
         assert [kw.get("ONE_PASS") for _, _, kw in launches if "ONE_PASS" in kw] == [True]
         check(F.layer_norm, _definition(), dict(x=x, weight=w, bias=b), summed=dict(weight=9, bias=9), lowp=True)
@@ -222,8 +223,8 @@ def test_long_row_backward_one_and_two_passes(one_pass, ahead, polls, rms, dtype
     inputs = dict(x=x, weight=w) if rms else dict(x=x, weight=w, bias=b)
     norm, definition = (F.rms_norm, lambda x, w: TF.rms_norm(x, x.shape[-1:], w, torch.finfo(torch.float32).eps)
                         ) if rms else (F.layer_norm, _definition())
-    with _launch.use_config(dataclasses.replace(LOOPED["medium"], layer_norm=config)):
-        assert _launch.one_pass_split(4, rms, x.element_size(), config, x.device) == one_pass
+    with launch_config.use_config(dataclasses.replace(LOOPED["medium"], layer_norm=config)):
+        assert rules.one_pass_split(4, rms, x.element_size(), config, launch_config.GPU.of(x.device)) == one_pass
         check(norm, definition, inputs, summed=dict(weight=13, bias=13), lowp=dtype != torch.float32)
         dy = torch.randn_like(x)
         again = [torch.autograd.grad(norm(*inputs.values()), tuple(inputs.values()), dy) for _ in range(2)]
@@ -404,50 +405,50 @@ def test_backward_is_bitwise_deterministic(device):
 def test_rows_of_a_16384_tile(dtype, device):
     """Rows of 12,000 (forward tiles of 16,384 columns: 8 warps in bf16, 16 in fp32) against
     float64, and the warps the forward picks by tile and element size."""
-    cfg = _launch.DEFAULT.layer_norm
-    assert [_launch.ln_fwd_warps(b, 2, cfg) for b in (2048, 8192, 16384, 32768)] == [4, 16, 8, 16]
-    assert [_launch.ln_fwd_warps(b, 4, cfg) for b in (2048, 8192, 16384, 32768)] == [4, 16, 16, 32]
-    assert _launch.ln_fwd_warps(16384, 2, dataclasses.replace(cfg, fwd_warps=4)) == 4
+    cfg = launch_config.DEFAULT.layer_norm
+    assert [rules.fwd_warps(b, 2, cfg) for b in (2048, 8192, 16384, 32768)] == [4, 16, 8, 16]
+    assert [rules.fwd_warps(b, 4, cfg) for b in (2048, 8192, 16384, 32768)] == [4, 16, 16, 32]
+    assert rules.fwd_warps(16384, 2, dataclasses.replace(cfg, fwd_warps=4)) == 4
     _check_against_float64(*_inputs(3, 12000, dtype, device))
 
 
-def test_forward_warps_by_gpu(monkeypatch):
+def test_forward_warps_by_gpu():
     """2-byte tiles of whole rows of 8,192 without a residual take 4 warps on the GPUs of
-    fwd_4_warps_8192_gpus (an H200); 16 elsewhere, with a residual, as chunks of longer rows,
-    in fp32, on the CPU."""
-    cfg = _launch.DEFAULT.layer_norm
+    fwd_4_warps_8192_gpus (an H200, named by its model token: not a GH200); 16 elsewhere, with a
+    residual, as chunks of longer rows, in fp32, on the CPU."""
+    cfg = launch_config.DEFAULT.layer_norm
     assert cfg.fwd_4_warps_8192_gpus == ("H200",)
-    cuda = torch.device("cuda", 0)
-    for name, expected in (("NVIDIA H200", 4), ("NVIDIA H100 80GB HBM3", 16)):
-        monkeypatch.setattr(_launch, "_device_name", lambda index, name=name: name)
-        assert _launch.ln_fwd_warps(8192, 2, cfg, True, cuda) == expected, name
-        assert _launch.ln_fwd_warps(8192, 2, cfg, False, cuda) == 16  # the fused adds, chunks of long rows
-        assert _launch.ln_fwd_warps(8192, 4, cfg, True, cuda) == 16
-        assert _launch.ln_fwd_warps(4096, 2, cfg, True, cuda) == 8  # (by the tile, as elsewhere)
-    assert _launch.ln_fwd_warps(8192, 2, cfg, True, torch.device("cpu")) == 16
+    for name, expected in (("NVIDIA H200", 4), ("NVIDIA H200 NVL", 4), ("NVIDIA H100 80GB HBM3", 16),
+                           ("NVIDIA GH200 480GB", 16)):
+        gpu = dataclasses.replace(H200, name=name)
+        assert rules.fwd_warps(8192, 2, cfg, True, gpu) == expected, name
+        assert rules.fwd_warps(8192, 2, cfg, False, gpu) == 16  # the fused adds, chunks of long rows
+        assert rules.fwd_warps(8192, 4, cfg, True, gpu) == 16
+        assert rules.fwd_warps(4096, 2, cfg, True, gpu) == 8  # (by the tile, as elsewhere)
+    assert rules.fwd_warps(8192, 2, cfg, True, launch_config.GPU.of(torch.device("cpu"))) == 16
     # the forward's plan, as on an H200: whole rows of 8,192 at 4 warps, chunks of 8,192 of
     # longer rows (the two-read loop) at 16 (meta tensors: recorded, not launched)
-    monkeypatch.setattr(_launch, "named_gpu", lambda device, names: "H200" in names)
     for n_cols, expected in ((8192, 4), (40000, 16)):
         x = torch.empty(4, n_cols, device="meta", dtype=torch.bfloat16)
         w = torch.empty(n_cols, device="meta", dtype=torch.bfloat16)
-        forward = _kernels.norm.record_launches(x, w, w, 1e-5, False, False, False, False, x.dtype)[0]
+        with launch_config.plan_as(H200):
+            forward = _kernels.norm.record_launches(x, w, w, 1e-5, False, False, False, False, x.dtype)[0]
         assert forward[2]["BLOCK_N"] == 8192 and forward[2]["num_warps"] == expected, (n_cols, forward[2])
 
 
 def test_small_backward_tiles_get_more_programs():
     # bf16 rows of 1,024 (2-row tiles: 8 KB of z and dy) run with twice the persistent
     # programs of fp32 ones (16 KB) or of bf16 ones with the residual's gradient (12 KB);
-    # tiles of LONG_ROW elements and more (whole rows of 8,192+), bwd_long_row_programs_per_sm.
-    cfg = _launch.DEFAULT.layer_norm
+    # tiles of bwd_long_row elements and more (whole rows of 8,192+), bwd_long_row_programs_per_sm.
+    cfg = launch_config.DEFAULT.layer_norm
     base = cfg.bwd_programs_per_sm
-    assert [_launch.bwd_programs_per_sm_for(2048, b, cfg) for b in (1, 2, 4, 6, 8, 32)] == \
+    assert [rules.bwd_programs_per_sm_for(2048, b, cfg) for b in (1, 2, 4, 6, 8, 32)] == \
         [8 * base, 4 * base, 2 * base, base, base, base]
     assert cfg.bwd_long_row_programs_per_sm == 1 < base
-    assert [_launch.bwd_programs_per_sm_for(_launch.LONG_ROW * k, 4, cfg) for k in (1, 2)] == [1, 1]
-    assert _launch.bwd_programs_per_sm_for(_launch.LONG_ROW // 2, 4, cfg) == base
+    assert [rules.bwd_programs_per_sm_for(cfg.bwd_long_row * k, 4, cfg) for k in (1, 2)] == [1, 1]
+    assert rules.bwd_programs_per_sm_for(cfg.bwd_long_row // 2, 4, cfg) == base
     off = dataclasses.replace(cfg, bwd_tile_bytes=0)
-    assert _launch.bwd_programs_per_sm_for(16, 4, off) == base
+    assert rules.bwd_programs_per_sm_for(16, 4, off) == base
 
 
 # --- the module ---------------------------------------------------------------------------

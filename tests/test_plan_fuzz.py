@@ -18,7 +18,8 @@ import os
 import pytest
 import torch
 
-from triton_layers.kernels import _eager, _launch
+from triton_layers import launch_config
+from triton_layers.kernels import _eager
 
 from .test_training_setups import HOOKS, under
 from .training_cases import LAYOUTS, OPS, check_grads, make, plain_run, rel_err, tolerance
@@ -97,7 +98,7 @@ def _devices(device):
 def test_random_call_sequences_match_float64(name, seed, device):
     gen = torch.Generator().manual_seed(1000 * seed + OPS.index(name))
     dtypes = [torch.float32, torch.bfloat16] + ([torch.float16] if name != "coor_descent" else [])
-    configs = [_launch.DEFAULT, _launch.TINY]
+    configs = [launch_config.DEFAULT, launch_config.TINY]
     with _eager.checking_plans():
         for step in range(STEPS):
             dtype, layout = _choice(gen, dtypes), _choice(gen, list(LAYOUTS))
@@ -108,10 +109,10 @@ def test_random_call_sequences_match_float64(name, seed, device):
             autocast = name.endswith("norm") and _choice(gen, [False, False, True])
             config = _choice(gen, configs)
             where = f"seed {seed} step {step}: {dtype} {layout} {rows}x{cols} {dev} {setting} grad={grad_mode} " \
-                    f"autocast={autocast} config={'TINY' if config is _launch.TINY else 'DEFAULT'}"
+                    f"autocast={autocast} config={'TINY' if config is launch_config.TINY else 'DEFAULT'}"
             ours, exact, inputs = make(name, dev, dtype, layout, gen, rows=rows, cols=cols)
             amp = torch.autocast(torch.device(dev).type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-            with _launch.use_config(config), amp:
+            with launch_config.use_config(config), amp:
                 if not grad_mode:
                     with torch.no_grad():
                         got = ours(*inputs)

@@ -12,10 +12,10 @@ from torch import nn
 import triton_layers
 from triton_layers import TritonRMSNorm, reference
 from triton_layers import functional as F
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
 from triton_layers.kernels import ops as kernel_ops
 
-from .conftest import DTYPES
+from .conftest import DTYPES, H100
 from .oracle import check, compare
 
 SIZES = [1, 7, 127, 1000]
@@ -76,29 +76,28 @@ def test_long_rows_looped_path(n, looped, device):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rows_kept_whole_past_layer_norms_limit(dtype, device):
     """Rows of 12,000 at the real limits: RMSNorm's backward keeps them whole (over
-    LayerNorm's bwd_max_fused_cols and LONG_ROW, up to bwd_rms_max_fused_cols)."""
-    limits = _launch.DEFAULT.layer_norm
-    assert max(limits.bwd_max_fused_cols, _launch.LONG_ROW) < 12000 <= limits.bwd_rms_max_fused_cols
+    LayerNorm's bwd_max_fused_cols and bwd_long_row, up to bwd_rms_max_fused_cols)."""
+    limits = launch_config.DEFAULT.layer_norm
+    assert max(limits.bwd_max_fused_cols, limits.bwd_long_row) < 12000 <= limits.bwd_rms_max_fused_cols
     _check_against_float64(*_inputs(3, 12000, dtype, device))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_long_row_weight_per_tile(dtype, monkeypatch, device):
-    """Whole rows of more than LONG_ROW columns load the weight per tile instead of holding it
-    (bwd_long_row_weight_per_tile; LONG_ROW lowered to 32, rows of 40): the launch says so, not
-    for rows of LONG_ROW, and the gradients are those of the weight held (the same arithmetic on
+def test_long_row_weight_per_tile(dtype, device):
+    """Whole rows of more than bwd_long_row columns load the weight per tile instead of holding
+    it (bwd_long_row_weight_per_tile; bwd_long_row lowered to 32, rows of 40): the launch says so,
+    not for rows of bwd_long_row, and the gradients are those of the weight held (the same arithmetic on
     the same values: the same bits under the interpreter, within one rounding on a GPU), against
     float64 too."""
-    monkeypatch.setattr(_launch, "LONG_ROW", 32)
-    limits = dataclasses.replace(_launch.TINY.layer_norm, bwd_rms_max_fused_cols=64)
+    limits = launch_config.TINY.with_knobs("layer_norm", bwd_rms_max_fused_cols=64, bwd_long_row=32).layer_norm
     assert limits.bwd_long_row_weight_per_tile
     x, w = _inputs(6, 40, dtype, device)
     dy = torch.randn_like(x)
     grads = {}
     for per_tile in (True, False):
-        config = dataclasses.replace(_launch.TINY, layer_norm=dataclasses.replace(
+        config = dataclasses.replace(launch_config.TINY, layer_norm=dataclasses.replace(
             limits, bwd_long_row_weight_per_tile=per_tile))
-        with _launch.use_config(config):
+        with launch_config.use_config(config):
             for n, expected in ((40, per_tile), (32, False)):
                 launches = kernel_ops.norm.record_launches(x[:, :n], w[:n], None, 1e-5, True, False, False, False,
                                                            dtype)
@@ -117,16 +116,13 @@ def test_long_row_prefetch_counts_the_weight():
     it: fp32 rows of 16,384 with the residual's gradient (z, dy, dh and the weight: 256 KB a
     stage) at bwd_long_row_stages = 2 get 1 stage on a GPU of 227 KB a program (2 do not fit:
     the launch failed), 2 with the weight held (192 KB). Planned on meta tensors as on an H100
-    (benchmarks/dev/registers.py's as_on_a_gpu: its SMs, shared memory and name)."""
-    from benchmarks.dev.registers import H100_SHARED, as_on_a_gpu
-
-    assert H100_SHARED == 232448
+    (launch_config.plan_as: its SMs, shared memory and name)."""
+    assert H100.shared_memory == 232448
 
     def planned(per_tile: bool) -> list:
-        limits = dataclasses.replace(_launch.DEFAULT.layer_norm, bwd_long_row_stages=2,
-                                     bwd_long_row_weight_per_tile=per_tile)
         meta = lambda *shape: torch.empty(*shape, device="meta").requires_grad_()  # noqa: E731
-        with as_on_a_gpu(), _launch.use_config(dataclasses.replace(_launch.DEFAULT, layer_norm=limits)):
+        with launch_config.plan_as(H100), launch_config.use_knobs(
+                "layer_norm", bwd_long_row_stages=2, bwd_long_row_weight_per_tile=per_tile):
             launches = kernel_ops.residual_norm.record_launches(
                 meta(4, 16384), meta(4, 16384), meta(16384), None, 1e-6, True, False, False, False,
                 torch.float32, torch.float32)

@@ -11,7 +11,9 @@ import torch.nn.functional as TF
 import triton_layers
 from triton_layers import CausalSoftmax, _checks, reference
 from triton_layers import functional as F
-from triton_layers.kernels import _doors, _launch
+from triton_layers import launch_config
+from triton_layers.kernels import _common, _doors
+from triton_layers.kernels import _softmax_launch as rules
 from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import DTYPES, spy_main_inputs
@@ -119,7 +121,7 @@ LOOPED_CASES = [(dtype, shape) for dtype in DTYPES for shape in LOOPED_SHAPES
 @pytest.mark.parametrize("dtype,shape", LOOPED_CASES, ids=str)
 @pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (True, True)])
 def test_looped_path(device, looped, dtype, shape, causal, masked):
-    assert not _launch.softmax_tile(1, shape[-1], looped.softmax)[2], "expected the looped path"
+    assert not rules.tile(1, shape[-1], looped.softmax)[2], "expected the looped path"
     x = (3 * torch.randn(shape, device=device)).to(dtype)
     mask = random_padding(shape[0], shape[-1], device, all_padded=0 if shape[0] > 1 else None) if masked else None
     check_against_torch(x, causal, 1.3, mask, name=f"looped {shape} {dtype}")
@@ -137,12 +139,10 @@ def test_causal_prefix_splits(device, splits, dtype, shape, masked, monkeypatch)
     """causal_prefix_splits 2 and 4: tiles whose rows see at most half (a quarter) of the
     columns compute on that part and write zeros past it; forward and dx as with the whole row,
     and the same bits as the default launch, which computes every tile over its whole rows."""
-    import dataclasses
-    cfg = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(_launch.DEFAULT.softmax,
-                                                                           causal_prefix_splits=splits))
-    assert _launch.softmax_prefix_splits(128, True, True, cfg.softmax) == splits
-    assert _launch.softmax_prefix_splits(32, True, True, cfg.softmax) == 2  # parts of 16 columns at least
-    assert _launch.softmax_prefix_splits(128, True, False, cfg.softmax) == 1  # plain softmax: whole rows
+    cfg = launch_config.DEFAULT.with_knobs("softmax", causal_prefix_splits=splits)
+    assert rules.prefix_splits(128, True, True, cfg.softmax) == splits
+    assert rules.prefix_splits(32, True, True, cfg.softmax) == 2  # parts of 16 columns at least
+    assert rules.prefix_splits(128, True, False, cfg.softmax) == 1  # plain softmax: whole rows
     x = (3 * torch.randn(shape, device=device)).to(dtype)
     mask = random_padding(shape[0], shape[-1], device) if masked else None
     dy = torch.randn_like(x)
@@ -165,12 +165,12 @@ def test_causal_prefix_splits(device, splits, dtype, shape, masked, monkeypatch)
                 return launch
         return Recording()
     monkeypatch.setattr(_doors, "direct", spy)
-    with _launch.use_config(cfg):
+    with launch_config.use_config(cfg):
         check_against_torch(x, True, 0.7, mask, name=f"prefix splits {splits} {shape} {dtype}")
         y, dx = run_once()
     assert set(launched) == {splits}  # forward and backward launches
     whole = dataclasses.replace(cfg, softmax=dataclasses.replace(cfg.softmax, causal_prefix_splits=1))
-    with _launch.use_config(whole):
+    with launch_config.use_config(whole):
         y_whole, dx_whole = run_once()
     assert torch.equal(y, y_whole)
     if device == "cuda":  # a GPU's tree sum over a narrower block rounds dx's row sum otherwise
@@ -183,8 +183,8 @@ def test_causal_classes_rule():
     """The causal forward's launches by class of rows (softmax_causal_classes): from
     causal_class_min_cols on, the queries whose rows see at most half the block, then the
     others, each with the warps for its width; one launch otherwise."""
-    cfg = _launch.DEFAULT.softmax
-    classes = _launch.softmax_causal_classes
+    cfg = launch_config.DEFAULT.softmax
+    classes = rules.causal_classes
     assert cfg.causal_class_min_cols == 32768 and cfg.causal_class_thread_bytes == 64
     assert classes(32768, 32768, 2, 32768, True, True, cfg) == ((0, 16384, 16384, 16), (16384, 16384, 32768, 32))
     assert classes(32768, 32768, 4, 32768, True, True, cfg) == ((0, 16384, 16384, 32), (16384, 16384, 32768, 32))
@@ -201,8 +201,7 @@ def test_causal_classes_rule():
 # Nq > Nk (the top rows see no key), several score matrices
 CLASS_SHAPES = [(1, 2, 40, 40), (1, 2, 20, 50), (2, 40, 36), (3, 1, 33, 33)]
 # The default config with the causal forward by classes from blocks of 64 columns.
-BY_CLASSES = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(_launch.DEFAULT.softmax,
-                                                                              causal_class_min_cols=64))
+BY_CLASSES = launch_config.DEFAULT.with_knobs("softmax", causal_class_min_cols=64)
 
 
 @pytest.mark.parametrize("dtype,masked", [(torch.float32, True), (torch.bfloat16, False)], ids=str)
@@ -216,9 +215,9 @@ def test_causal_forward_by_classes(device, dtype, shape, masked):
     n_q, n_k = shape[-2], shape[-1]
     rows = x.reshape(-1, n_k)
     pad = None if mask is None else mask.view(torch.uint8)
-    with _launch.use_config(BY_CLASSES):
+    with launch_config.use_config(BY_CLASSES):
         launched = kernel_ops.softmax.record_launches(rows, pad, n_q, rows.shape[0] // shape[0], True, 0.7)
-        expected = _launch.softmax_causal_classes(n_k, n_q, x.element_size(), _launch.next_power_of_2(n_k), True,
+        expected = rules.causal_classes(n_k, n_q, x.element_size(), _common.next_power_of_2(n_k), True,
                                                   True, BY_CLASSES.softmax)
         assert [kw["WIDTH"] for _, _, kw in launched if "WIDTH" in kw] == [width for _, _, width, _ in expected]
         assert sum(a[-1] for _, a, kw in launched if "WIDTH" in kw) == n_q  # every query in one class
@@ -231,7 +230,7 @@ def test_causal_forward_by_classes_both_doors(device):
     """The custom op (torch.compile's door) launches the classes as the eager door does."""
     x = torch.randn(2 * 40, 40, device=device)
     mask = random_padding(2, 40, device)
-    with _launch.use_config(BY_CLASSES):
+    with launch_config.use_config(BY_CLASSES):
         eager = kernel_ops.softmax(x, mask, 40, 40, True, 0.6)
         compiled = kernel_ops.softmax.forward_op(x, mask, 40, 40, True, 0.6)
     assert torch.equal(eager, compiled)
@@ -240,16 +239,15 @@ def test_causal_forward_by_classes_both_doors(device):
 def test_backward_reload_rule():
     """RELOAD (softmax_bwd_reload): the backward of rows held whole in blocks of at least
     bwd_reload_min_cols reads y and dy again for dx; not narrower blocks, not looped rows."""
-    cfg = _launch.DEFAULT.softmax
+    cfg = launch_config.DEFAULT.softmax
     assert cfg.bwd_reload_min_cols == 32768
-    assert _launch.softmax_bwd_reload(32768, True, cfg)
-    assert not _launch.softmax_bwd_reload(16384, True, cfg)
-    assert not _launch.softmax_bwd_reload(4096, False, cfg)  # looped rows: their own two passes
+    assert rules.bwd_reload(32768, True, cfg)
+    assert not rules.bwd_reload(16384, True, cfg)
+    assert not rules.bwd_reload(4096, False, cfg)  # looped rows: their own two passes
 
 
 # The default config with the backward's second read of y and dy from blocks of 64 columns.
-RELOADING = dataclasses.replace(_launch.DEFAULT, softmax=dataclasses.replace(_launch.DEFAULT.softmax,
-                                                                             bwd_reload_min_cols=64))
+RELOADING = launch_config.DEFAULT.with_knobs("softmax", bwd_reload_min_cols=64)
 
 
 @pytest.mark.parametrize("dtype,causal,masked", [(torch.float32, True, True), (torch.bfloat16, False, False),
@@ -270,7 +268,7 @@ def test_backward_reload(device, dtype, shape, causal, masked):
         leaf = x.detach().requires_grad_()
         y = F.softmax(leaf, causal=causal, scale=0.7, key_padding_mask=mask)
         return torch.autograd.grad(y, leaf, dy)[0]
-    with _launch.use_config(RELOADING):
+    with launch_config.use_config(RELOADING):
         launched = kernel_ops.softmax.record_launches(rows, pad, shape[-2], rows.shape[0] // shape[0], causal, 0.7)
         assert [kw["RELOAD"] for _, _, kw in launched if "RELOAD" in kw] == [True]
         check_against_torch(x, causal, 0.7, mask, name=f"reload {shape} {dtype}")
@@ -290,9 +288,9 @@ def test_very_long_rows(device, dtype, n_k, causal):
 
 
 def test_largest_fused_row(device):
-    cfg = _launch.current().softmax
+    cfg = launch_config.current().softmax
     n_k = cfg.max_fused_cols
-    assert _launch.softmax_tile(2, n_k, cfg)[2]
+    assert rules.tile(2, n_k, cfg)[2]
     x = 4 * torch.randn(2, n_k, device=device)
     check_against_torch(x, True, 0.5, None, name="largest fused row")
 
@@ -300,7 +298,7 @@ def test_largest_fused_row(device):
 @pytest.mark.parametrize("looped", ["fused", "small"], indirect=True)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_fully_masked_rows_give_zeros_and_zero_grad(device, dtype, looped):
-    n_k = 6 if looped is _launch.DEFAULT else 21  # looped: three chunks of the small preset, the last partial
+    n_k = 6 if looped is launch_config.DEFAULT else 21  # looped: three chunks of the small preset, the last partial
     # Causal with Nq > Nk: the top Nq - Nk rows see no key; batch entry 1 is all padding.
     x = torch.randn(2, 1, n_k + 4, n_k, device=device).to(dtype).requires_grad_()
     mask = torch.zeros(2, n_k, dtype=torch.bool, device=device)
@@ -320,7 +318,7 @@ def test_fully_masked_rows_give_zeros_and_zero_grad(device, dtype, looped):
 @pytest.mark.parametrize("looped", ["fused", "small"], indirect=True)
 def test_masked_entries_are_never_used(device, looped):
     """inf/NaN in masked scores and NaN in dy at masked keys leave every result finite."""
-    n = 12 if looped is _launch.DEFAULT else 70
+    n = 12 if looped is launch_config.DEFAULT else 70
     x = torch.randn(2, n, n, device=device)
     hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
     x = x.masked_fill(hidden, float("inf")).requires_grad_()

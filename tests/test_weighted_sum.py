@@ -7,7 +7,6 @@ interpreter (conftest.py), on the GPU where there is one.
 """
 from __future__ import annotations
 
-import dataclasses
 import io
 import math
 
@@ -19,7 +18,8 @@ from torch import nn
 import triton_layers
 from triton_layers import WeightedSum, reference
 from triton_layers import functional as F
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
+from triton_layers.kernels import _weighted_sum_launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.kernels._doors import direct
 
@@ -97,16 +97,16 @@ def test_looped_and_split_paths(shape, dtype, param_dtype, device, looped):
 @pytest.mark.parametrize("looped", ["tiny"], indirect=True)
 def test_tiny_tiles_take_the_split_and_multi_program_paths(looped, device):
     """The looped-path test above must actually reach the paths it is there for."""
-    dev = torch.device(device)
-    cfg = looped.weighted_sum
-    block_m, block_d, _ = _launch.tile_2d(3, 1000, 4, cfg)
-    wanted = math.ceil(_launch.num_sms(dev) * cfg.fwd_programs_per_sm / math.ceil(3 / block_m))
-    assert _launch.split_range(1000, block_d, wanted)[1] > 1  # forward splits columns
-    block_m, block_d, _ = _launch.tile_2d(200, 70, 4, cfg)
+    sms = launch_config.GPU.of(torch.device(device)).sm_count
+    cfg, rules = looped.weighted_sum, _weighted_sum_launch
+    block_m, block_d, _ = rules.tile_2d(3, 1000, 4, cfg)
+    wanted = math.ceil(sms * cfg.fwd_programs_per_sm / math.ceil(3 / block_m))
+    assert rules.split_range(1000, block_d, wanted)[1] > 1  # forward splits columns
+    block_m, block_d, _ = rules.tile_2d(200, 70, 4, cfg)
     assert block_d < 70  # column loop
     col_blocks = math.ceil(70 / block_d)
-    wanted = math.ceil(_launch.num_sms(dev) * cfg.bwd_programs_per_sm / col_blocks)
-    assert _launch.split_range(200, block_m, wanted)[1] > 1  # several dw partial rows
+    wanted = math.ceil(sms * cfg.bwd_programs_per_sm / col_blocks)
+    assert rules.split_range(200, block_m, wanted)[1] > 1  # several dw partial rows
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
@@ -162,8 +162,7 @@ def test_two_pass_backward_equals_the_fused_pass(dtype, device):
     dy = torch.randn(45, device=device).to(dtype)
     grads, launches = {}, {}
     for name, limit in (("fused", 1 << 40), ("two passes", 0)):
-        cfg = dataclasses.replace(_launch.TINY.weighted_sum, bwd_two_pass_min_bytes=limit)
-        with _launch.use_config(dataclasses.replace(_launch.TINY, weighted_sum=cfg)):
+        with launch_config.use_config(launch_config.TINY.with_knobs("weighted_sum", bwd_two_pass_min_bytes=limit)):
             grads[name] = torch.autograd.grad(F.weighted_sum(x, w, b), (x, w, b), dy)
             launches[name] = kernel_ops.weighted_sum.record_launches(x, w, b)
     for fused, two in zip(grads["fused"], grads["two passes"]):

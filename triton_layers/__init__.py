@@ -3,7 +3,7 @@
 Set TRITON_INTERPRET=1 before importing to run the kernels on CPU tensors (slowly)
 through the Triton interpreter; otherwise CPU tensors use the pure-torch reference.
 """
-from . import functional
+from . import functional, launch_config
 from .conversion import convert, register_norm
 from .functional import uses_kernels
 from .layers import CausalSoftmax, CoordinateDescentRouter, RouterReturn, TritonLayerNorm, TritonRMSNorm, WeightedSum
@@ -11,5 +11,5 @@ from .layers import CausalSoftmax, CoordinateDescentRouter, RouterReturn, Triton
 __version__ = "0.1.0"
 __all__ = [
     "TritonLayerNorm", "TritonRMSNorm", "CausalSoftmax", "WeightedSum", "CoordinateDescentRouter", "RouterReturn",
-    "convert", "register_norm", "uses_kernels", "functional",
+    "convert", "register_norm", "uses_kernels", "functional", "launch_config",
 ]

@@ -20,19 +20,18 @@ Run: python -m benchmarks.dev.registers [--ops norm,residual_norm,softmax,weight
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 from typing import Callable, Iterator
-from unittest import mock
 
 import torch
 
 from benchmarks import bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_weighted_sum, parts
 from benchmarks.dev import offline
+from triton_layers.launch_config import GPU, plan_as
 
-H100_SMS = 132
-H100_SHARED = 232448  # bytes of shared memory a program may use (227 KB)
-H100_NAME = "NVIDIA H100 80GB HBM3"  # torch.cuda.get_device_name on one
+# The GPU the forms are planned for: its name as torch.cuda.get_device_name gives it, its SMs
+# and the shared memory a program may use (227 KB).
+H100 = GPU("NVIDIA H100 80GB HBM3", sm_count=132, shared_memory=232448)
 DTYPES = (torch.bfloat16, torch.float32)
 
 
@@ -87,37 +86,15 @@ OPS: dict[str, tuple[list, tuple, Callable]] = {
 }
 
 
-@contextlib.contextmanager
-def as_on_a_gpu(sms: int = H100_SMS, shared: int = H100_SHARED, name: str = H100_NAME) -> Iterator[None]:
-    """Plans on meta tensors as on a GPU of ``sms`` SMs, ``shared`` bytes of shared memory a
-    program and that ``name`` (default: an H100), the GPU-only choices (the long-row norm
-    forward's and backward's one pass, its prefetch stages) made as for a CUDA tensor."""
-    from triton_layers.kernels import _launch
-
-    one_pass, one_pass_fwd, stages = _launch.one_pass_split, _launch.one_pass_forward, _launch.prefetch_stages
-    cuda = torch.device("cuda", 0)
-    cached = (_launch.persistent_grid, _launch.row_groups, _launch.split_row)  # they read num_sms
-    for f in cached:
-        f.cache_clear()
-    with mock.patch.object(_launch, "num_sms", lambda device: sms), \
-            mock.patch.object(_launch, "_shared_memory", lambda index: shared), \
-            mock.patch.object(_launch, "_device_name", lambda index: name), \
-            mock.patch.object(_launch, "one_pass_split", lambda n, rms, size, cfg, device: one_pass(n, rms, size, cfg, cuda)), \
-            mock.patch.object(_launch, "one_pass_forward", lambda n, res, cfg, device: one_pass_fwd(n, res, cfg, cuda)), \
-            mock.patch.object(_launch, "prefetch_stages", lambda n, size, device: stages.__wrapped__(n, size, cuda)):
-        try:
-            yield
-        finally:
-            for f in cached:
-                f.cache_clear()
-
-
-def rows(ops: list[str]) -> Iterator[tuple[str, str, offline.Form]]:
-    """(case label, shape and dtype, form) of every distinct kernel form of ``ops``' benchmark cases."""
+def rows(ops: list[str], gpu: GPU = H100) -> Iterator[tuple[str, str, offline.Form]]:
+    """(case label, shape and dtype, form) of every distinct kernel form of ``ops``' benchmark
+    cases, planned on meta tensors as on ``gpu`` (:func:`plan_as`: its SMs, shared memory and
+    name make the GPU-only choices: the long-row norm forward's and backward's one pass, the
+    prefetch stages, the named rules)."""
     from triton_layers.kernels import ops as K
 
     seen = set()
-    with as_on_a_gpu():
+    with plan_as(gpu):
         for name in ops:
             shapes, dtypes, cases = OPS[name]
             for shape in shapes:

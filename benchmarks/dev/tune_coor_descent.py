@@ -1,4 +1,4 @@
-"""Sweep coor_descent's launch knobs (kernels/_launch.py: CoorDescentLaunch) on this GPU (a dev tool).
+"""Sweep coor_descent's launch knobs (triton_layers/launch_config.py: CoorDescentLaunch) on this GPU (a dev tool).
 
 The op is bound by its chain of n_iters dependent row reductions, not by bytes: at the
 benchmark shapes every kernel takes 15-130 us, so the sweep ranks GPU times (CUDA-graph
@@ -13,7 +13,7 @@ constant) changed the forward by at most 1-2 us either way and made the backward
 slower at 16-32 elements a thread (registers); the time goes to the per-element work of
 each iteration, not to loop control or to the scalar loads.
 
-Results are in the CoorDescentLaunch comments (kernels/_launch.py).
+Results are in docs/TUNING.md (CoorDescentLaunch).
 
 Run: python -m benchmarks.dev.tune_coor_descent [--shapes 256x1024,...]
 """
@@ -24,7 +24,7 @@ import torch
 from benchmarks import bench_coor_descent
 from benchmarks.dev import tuning
 from triton_layers import functional as TF
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
 
 FWD_GRID = {"fwd_elems_per_thread": [4, 8, 16, 32], "fwd_max_warps": [16, 32], "max_fused_cols": [8192, 32768]}
 BWD_GRID = {"bwd_elems_per_thread": [4, 8, 16], "split_programs_per_sm": [1, 2, 4, 8]}
@@ -33,7 +33,7 @@ BWD_GRID = {"bwd_elems_per_thread": [4, 8, 16], "split_programs_per_sm": [1, 2, 
 def main(argv=None) -> None:
     opts, shapes, _ = tuning.parse(__doc__.splitlines()[0], bench_coor_descent.SHAPES, argv)
     dev, copy = tuning.start()
-    knobs = _launch.DEFAULT.coor_descent
+    knobs = launch_config.DEFAULT.coor_descent
     for shape in shapes:
         case = bench_coor_descent.build((torch.float32, shape), dev)
         print(f"coor_descent {shape[0]}x{shape[1]} float32", flush=True)

@@ -1,4 +1,4 @@
-"""Sweep the norms' launch knobs (kernels/_launch.py: LayerNormLaunch) on this GPU (a dev tool).
+"""Sweep the norms' launch knobs (triton_layers/launch_config.py: LayerNormLaunch) on this GPU (a dev tool).
 
 For LayerNorm (weight and bias) and RMSNorm (weight), in bf16 and fp32, at each shape:
 the GPU time (CUDA-graph replay, ``harness.gpu_time_us``) of the forward and of the
@@ -76,7 +76,7 @@ fp32 on both GPUs (the fused add 1024x131072: H100 798 us against 847, H200 642 
 and lost elsewhere (H200 fused add LayerNorm fp32 765 against 621): fwd_one_pass_rms_fp32_ahead.
 
 Warps of the forward (fwd_warps; 2026-11-25, 08237c3, GPU time, M*D = 2^25, D 1,024-32,768, the
-four norms in bf16 and fp32, 2-32 warps): the rule (ln_fwd_warps) was within 2% of each case's
+four norms in bf16 and fp32, 2-32 warps): the rule (fwd_warps, kernels/_layer_norm_launch.py) was within 2% of each case's
 best except at bf16 tiles of 16,384, where 16 warps left LayerNorm one program an SM (105
 registers a thread): 8 warps ran 2048x16384 in 53.9 us against 68.1 (H100) and 44.2 against
 62.6 (H200), RMSNorm and the fused adds level or up to 4% faster; hence 8 there. fp32 LayerNorm
@@ -106,11 +106,12 @@ import torch
 from benchmarks import bench_layernorm, bench_norms, harness
 from benchmarks.dev import tuning
 from triton_layers import functional as TF
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
+from triton_layers.kernels import _layer_norm_launch
 
 NORMS = ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm")  # norm_case's names
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 16384), (4096, 32768), (1024, 131072)]
-# Grids over fields of _launch.LayerNormLaunch.
+# Grids over fields of launch_config.LayerNormLaunch.
 FWD_GRID = {"tile_elements": [2048, 4096, 8192], "fwd_warps": [None, 4, 8, 16, 32]}
 FWD_LONG_GRID = {"fwd_one_pass": [False, True], "fwd_one_pass_ahead": [1, 2],
                  "fwd_one_pass_sm_bytes": [16384, 32768, 65536]}
@@ -138,7 +139,7 @@ def main(argv=None) -> None:
                                 help="layer, rms, both, or a comma-separated list of " + ", ".join(NORMS)),
             parser.add_argument("--dirs", default="fwd,bwd", help="the directions swept: fwd, bwd or both")))
     dev, copy = tuning.start()
-    limits = _launch.DEFAULT.layer_norm
+    limits = launch_config.DEFAULT.layer_norm
     norms = {"layer": ["layernorm"], "rms": ["rmsnorm"], "both": ["layernorm", "rmsnorm"]}.get(
         opts.norm, opts.norm.split(","))
     unknown = set(norms) - set(NORMS)
@@ -166,7 +167,8 @@ def main(argv=None) -> None:
                     nbytes = next(d.nbytes for d in case.directions if d.name == name)
                     res = tuning.sweep(case, name, ours, "layer_norm", grid)
                     # (fwd_one_pass None: what it means on this GPU)
-                    default = tuple(_launch.plain_one_pass_forward(limits, dev) if k == "fwd_one_pass"
+                    default = tuple(_layer_norm_launch.plain_one_pass_forward(limits, launch_config.GPU.of(dev))
+                                    if k == "fwd_one_pass"
                                     else getattr(limits, k) for k in grid)
                     print(tuning.report(name, grid, default, res, nbytes, copy), flush=True)
                 del case

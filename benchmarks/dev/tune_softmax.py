@@ -1,4 +1,4 @@
-"""Sweep the softmax's launch knobs (kernels/_launch.py: SoftmaxLaunch) on this GPU (a dev tool).
+"""Sweep the softmax's launch knobs (triton_layers/launch_config.py: SoftmaxLaunch) on this GPU (a dev tool).
 
 At the benchmark's shapes (``bench_softmax.SHAPES``), bf16 and fp32, plain and causal: the
 GPU time (CUDA-graph replay) of our forward and backward under every combination of the tile
@@ -65,7 +65,7 @@ import torch
 
 from benchmarks import bench_softmax, harness
 from benchmarks.dev import tuning
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
 
 # Plain and causal softmax have their own tile sizes; max_fused_cols 4096 sends rows of 8192
 # and more to the looped path (H100, 2026-11-23: slower for plain rows, mixed for causal ones,
@@ -79,7 +79,7 @@ GRIDS = {"triton_layers": {"tile_elements": [4096, 16384], "elems_per_thread": [
 def main(argv=None) -> None:
     _, shapes, dtypes = tuning.parse(__doc__.splitlines()[0], bench_softmax.SHAPES, argv)
     dev, copy = tuning.start()
-    knobs = _launch.DEFAULT.softmax
+    knobs = launch_config.DEFAULT.softmax
     impls = bench_softmax.implementations(argparse.Namespace(no_compile=True))
     for dtype in dtypes:
         for shape in shapes:

@@ -1,4 +1,4 @@
-"""Sweep WeightedSum's launch knobs (kernels/_launch.py: WeightedSumLaunch) on this GPU (a dev tool).
+"""Sweep WeightedSum's launch knobs (triton_layers/launch_config.py: WeightedSumLaunch) on this GPU (a dev tool).
 
 At the benchmark's shapes (``bench_weighted_sum.SHAPES``), bf16 and fp32: the GPU time
 (CUDA-graph replay) of our forward and of our backward under every combination of the knobs
@@ -36,7 +36,7 @@ import torch
 
 from benchmarks import bench_weighted_sum, harness
 from benchmarks.dev import tuning
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
 
 # The forward's grid by bytes an element (fp32 has its own tile and stages).
 FWD_GRIDS = {2: {"tile_bytes": [4096, 8192, 16384], "elems_per_thread": [16, 32], "fwd_stages": [None, 2]},
@@ -49,7 +49,7 @@ BWD_GRID = {"tile_bytes": [8192, 16384, 32768], "elems_per_thread": [16, 32], "b
 def main(argv=None) -> None:
     _, shapes, dtypes = tuning.parse(__doc__.splitlines()[0], bench_weighted_sum.SHAPES, argv)
     dev, copy = tuning.start()
-    knobs = _launch.DEFAULT.weighted_sum
+    knobs = launch_config.DEFAULT.weighted_sum
     ours = bench_weighted_sum.implementations(argparse.Namespace(no_compile=True))[bench_weighted_sum.OURS]
     for dtype in dtypes:
         for shape in shapes:

@@ -9,14 +9,13 @@ the host's pace, and an eager sweep there ranks the host's noise.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 from typing import Callable, Optional
 
 import torch
 
 from benchmarks import harness
-from triton_layers.kernels import _launch
+from triton_layers import launch_config
 
 
 def parse(description: str, default_shapes: list[tuple[int, int]], argv: Optional[list[str]],
@@ -43,12 +42,12 @@ def start() -> tuple[torch.device, float]:
     return device, copy
 
 
-def config_with(op: str, **knobs) -> _launch.LaunchConfig:
+def config_with(op: str, **knobs) -> launch_config.LaunchConfig:
     """DEFAULT with these fields of its ``op`` knobs (``"layer_norm"``, ``"weighted_sum"``, ...)."""
-    return dataclasses.replace(_launch.DEFAULT, **{op: dataclasses.replace(getattr(_launch.DEFAULT, op), **knobs)})
+    return launch_config.DEFAULT.with_knobs(op, **knobs)
 
 
-def direction(case: harness.Case, name: str, config: _launch.LaunchConfig) -> harness.Direction:
+def direction(case: harness.Case, name: str, config: launch_config.LaunchConfig) -> harness.Direction:
     """The case's direction ``name`` ("fwd" or "bwd"), its call and forward made under ``config``."""
     return next(d for d in harness.under_config(case, config, "").directions if d.name == name)
 

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from .._tracing import tracing
-from . import _launch
+from .. import launch_config
 from ._fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
@@ -65,7 +65,7 @@ EAGER_OPS: dict = {}
 def clear_plans() -> None:
     """Forget every plan kept, the eager door's and the compiled door's (the next call of each
     signature plans anew)."""
-    for cache in list(_launch._on_change):
+    for cache in list(launch_config._on_change):
         cache.clear()
 
 
@@ -233,7 +233,7 @@ class PlanCache(dict):
 
     def __init__(self):
         super().__init__()
-        _launch._on_change.add(self)
+        launch_config._on_change.add(self)
 
     # (members of a WeakSet: caches are told apart by identity, not by their contents)
     __hash__, __eq__ = object.__hash__, object.__eq__

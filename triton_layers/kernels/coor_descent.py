@@ -38,7 +38,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 from .. import reference
-from . import _doors, _launch
+from .. import launch_config
+from . import _common, _doors
+from . import _coor_descent_launch as _rules
 
 # log k uses k clamped to at least this (as colt5-attention does).
 K_MIN = tl.constexpr(1e-20)
@@ -293,19 +295,19 @@ class _ForwardPlan(NamedTuple):
 def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float, n_iters: int, eps: float,
                   eps_init: float, eps_decay: float) -> _ForwardPlan:
     """The forward's launch for ``s`` (..., n) whose rows are a matrix as it is
-    (:func:`_launch.rows_as_is`), ``mask`` bool of s's shape or None (it reaches the kernel
+    (:func:`_common.rows_as_is`), ``mask`` bool of s's shape or None (it reaches the kernel
     contiguous: see mask_bytes), ``k`` one value per row (1-D) or None to use ``k_value``."""
-    cfg = _launch.current().coor_descent
+    cfg = launch_config.current().coor_descent
     n_cols = s.shape[-1]
     n_rows = s.numel() // n_cols if n_cols else 0
-    block, single_pass = _launch.row_block(n_cols, cfg.max_fused_cols, cfg.loop_block)
+    block, single_pass = _common.row_block(n_cols, cfg.max_fused_cols, cfg.loop_block)
     kernel = _doors.KernelCall(
         _coor_descent_fwd_kernel, (n_rows,),
-        (_launch.row_stride(s), 0 if mask is None else n_cols, _k_stride(k), n_cols,
+        (_common.row_stride(s), 0 if mask is None else n_cols, _k_stride(k), n_cols,
          n_cols, n_iters, k_value, eps, eps_init, eps_decay),
         dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, BLOCK_N=block, SINGLE_PASS=single_pass,
-             num_warps=_launch.warps_for(block, cfg.fwd_elems_per_thread, cfg.fwd_max_warps)),
-        _launch.device_index(s))
+             num_warps=_common.warps_for(block, cfg.fwd_elems_per_thread, cfg.fwd_max_warps)),
+        _common.device_index(s))
     # (the rows as s has them: a shard of s along a row dim is the same shard of stats)
     return _ForwardPlan(kernel, (*s.shape[:-1], 2, n_iters), (n_iters + 1,))
 
@@ -314,7 +316,7 @@ def _run_forward(launch, plan: _ForwardPlan, s: Tensor, mask: Optional[Tensor], 
                  *_) -> tuple[Tensor, Tensor, Tensor]:
     """``(y, stats, eps_schedule)``: y of s's shape; stats (rows, 2, n_iters) fp32 holds a_t
     and L_t; eps_schedule (n_iters + 1,) fp32 holds e_0..e_T."""
-    y = _launch.new_output(s)
+    y = _common.new_output(s)
     stats = s.new_empty(plan.stats_shape, dtype=torch.float32)
     eps_schedule = s.new_empty(plan.schedule_shape, dtype=torch.float32)
     plan.kernel(launch, s, _doors.mask_bytes(mask, launch), k, y, stats, eps_schedule)
@@ -332,17 +334,17 @@ def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
                    stats: Tensor, eps_schedule: Tensor, k_value: float, *_) -> _BackwardPlan:
     """The backward's launches for this gradient's layout: one when each row is one chunk,
     else a first one writing the chunks' partial sums."""
-    cfg = _launch.current().coor_descent
+    cfg = launch_config.current().coor_descent
     dy = grads[0]
-    copy_dy = not _launch.rows_as_is(dy)
+    copy_dy = not _common.rows_as_is(dy)
     n_cols = s.shape[-1]
     n_rows = s.numel() // n_cols if n_cols else 0
     n_iters = stats.shape[-1]
-    block, n_chunks = _launch.split_row(n_rows, n_cols, cfg, s.device)
-    stride_s, stride_m = _launch.row_stride(s), 0 if mask is None else n_cols
-    stride_dy = n_cols if copy_dy else _launch.row_stride(dy)
-    warps = _launch.warps_for(block, cfg.bwd_elems_per_thread)
-    device = _launch.device_index(s)
+    block, n_chunks = _rules.split_row(n_rows, n_cols, cfg, launch_config.GPU.of(s.device))
+    stride_s, stride_m = _common.row_stride(s), 0 if mask is None else n_cols
+    stride_dy = n_cols if copy_dy else _common.row_stride(dy)
+    warps = _common.warps_for(block, cfg.bwd_elems_per_thread)
+    device = _common.device_index(s)
     partials = None
     if n_chunks > 1:
         partials = _doors.KernelCall(
@@ -354,7 +356,7 @@ def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
         (stride_s, stride_m, stride_dy, _k_stride(k), n_cols, n_cols, n_iters, n_chunks, k_value),
         dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=needs["k"], ONE_CHUNK=n_chunks == 1,
              BLOCK_N=block,
-             CHUNKS_BLOCK=max(_launch.next_power_of_2(n_chunks), 2), num_warps=warps),
+             CHUNKS_BLOCK=max(_common.next_power_of_2(n_chunks), 2), num_warps=warps),
         device)
     return _BackwardPlan(partials, grads_kernel, copy_dy, (n_rows, n_iters, n_chunks))
 
@@ -363,7 +365,7 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Ten
                   k: Optional[Tensor], stats: Tensor, eps_schedule: Tensor, k_value: float, *_) -> dict:
     """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
     dy = grads[0].contiguous() if plan.copy_dy else grads[0]
-    ds = _launch.new_output(s)
+    ds = _common.new_output(s)
     dk = s.new_empty(k.shape, dtype=torch.float32) if needs["k"] else None  # (one a row, as k)
     mask_u8 = _doors.mask_bytes(mask, launch)
     partial = None

@@ -34,7 +34,9 @@ import triton.language as tl
 from torch import Tensor
 
 from .. import reference
-from . import _doors, _launch
+from .. import launch_config
+from . import _common, _doors
+from . import _layer_norm_launch as _rules
 from ._fast_launch import current_device, direct
 from ._norm_helpers import (
     STABLE_MIN_SCALE, affine, div, dz_coefficients, load_affine, load_bwd_tile, load_chunk, load_input, load_weight,
@@ -475,16 +477,17 @@ def _plan_forward(
     residual_dtype: Optional[torch.dtype], store_stats: bool = True, one_pass_allowed: bool = True,
 ) -> _ForwardPlan:
     """The forward's launch for inputs of these shapes, strides and dtypes. ``x`` and
-    ``residual`` are rows as they are (:func:`_launch.rows_as_is`); y and h are new, contiguous.
+    ``residual`` are rows as they are (:func:`_common.rows_as_is`); y and h are new, contiguous.
     ``store_stats=False`` (a call no gradient will flow from): no statistics are written or
     allocated. ``one_pass_allowed=False``: never the one-pass split kernel, whose programs read
     each other's chunks of x and the residual (h written over the residual must not be)."""
-    cfg = _launch.current().layer_norm
+    cfg = launch_config.current().layer_norm
+    gpu = launch_config.GPU.of(x.device)
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
-    block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
-    strides = (_launch.row_stride(x), 0 if residual is None else _launch.row_stride(residual),
+    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    strides = (_common.row_stride(x), 0 if residual is None else _common.row_stride(residual),
                0 if residual is None else n_cols, n_cols)
     switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
@@ -492,27 +495,27 @@ def _plan_forward(
     # (k, *x.shape[:-1]): the rows as x has them, so that a shard of x along a row dim is the
     # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
     stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1]) if store_stats else None
-    n_chunks = _launch.cdiv(n_cols, cfg.fwd_one_pass_block)
+    n_chunks = _common.cdiv(n_cols, cfg.fwd_one_pass_block)
     if (not single_pass and not stable and one_pass_allowed
-            and _launch.one_pass_forward(n_chunks, residual is not None, cfg, x.device)):
+            and _rules.one_pass_forward(n_chunks, residual is not None, cfg, gpu)):
         # (one row at a time: no BLOCK_M)
         block = cfg.fwd_one_pass_block
-        groups = _launch.row_groups(n_rows, n_chunks, 1,
-                                    _launch.one_pass_forward_programs_per_sm(x.element_size(), cfg), x.device)
+        groups = _rules.row_groups(n_rows, n_chunks, 1, _rules.one_pass_forward_programs_per_sm(x.element_size(), cfg),
+                                  gpu)
         kernel = _doors.KernelCall(
             _norm_fwd_split_kernel, (groups * n_chunks,),
-            (*strides, n_rows, n_cols, eps, n_chunks, _launch.cdiv(n_rows, groups)),
-            dict(switches, BLOCK_N=block, CHUNKS_POW2=_launch.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
+            (*strides, n_rows, n_cols, eps, n_chunks, _common.cdiv(n_rows, groups)),
+            dict(switches, BLOCK_N=block, CHUNKS_POW2=_common.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
                  AHEAD=cfg.fwd_one_pass_rms_fp32_ahead if rms and x.element_size() == 4 else cfg.fwd_one_pass_ahead,
-                 num_warps=_launch.ln_fwd_warps(block, x.element_size(), cfg)),
-            _launch.device_index(x))
+                 num_warps=_rules.fwd_warps(block, x.element_size(), cfg)),
+            _common.device_index(x))
         return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
     kernel = _doors.KernelCall(
-        _norm_fwd_kernel, (_launch.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps),
+        _norm_fwd_kernel, (_common.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps),
         dict(switches, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
-             num_warps=_launch.ln_fwd_warps(block_m * block_n, x.element_size(), cfg,
-                                            single_pass and residual is None, x.device)),
-        _launch.device_index(x))
+             num_warps=_rules.fwd_warps(block_m * block_n, x.element_size(), cfg,
+                                       single_pass and residual is None, gpu)),
+        _common.device_index(x))
     return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, None)
 
 
@@ -521,9 +524,9 @@ def _run_forward(launch, plan: _ForwardPlan, x: Tensor, residual: Optional[Tenso
     """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top).
     y and h have x's shape; the kernel sees them as matrices (it reads pointers and row strides).
     ``h_out``: the contiguous tensor h is written into (the residual itself, in place)."""
-    y = _launch.new_output(x, plan.out_dtype)
+    y = _common.new_output(x, plan.out_dtype)
     stats = None if plan.stats_shape is None else x.new_empty(plan.stats_shape, dtype=torch.float32)
-    h = h_out if h_out is not None or residual is None else _launch.new_output(x, plan.residual_dtype)
+    h = h_out if h_out is not None or residual is None else _common.new_output(x, plan.residual_dtype)
     stats_arg = y if stats is None else stats  # (a placeholder pointer where none are written)
     if plan.sums_shape is None:
         plan.kernel(launch, x, residual, h, y, weight, bias, stats_arg)
@@ -550,15 +553,16 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
                    stable: bool, unit_offset: bool, cast_before_weight: bool, eps: float, x_dtype: torch.dtype,
                    r_dtype: Optional[torch.dtype]) -> _BackwardPlan:
     """The backward's launches for these gradients (their strides) and saved tensors."""
-    cfg = _launch.current().layer_norm
+    cfg = launch_config.current().layer_norm
+    gpu = launch_config.GPU.of(z.device)
     dy, dh = grads[0], grads[1] if len(grads) > 1 else None
-    copy_dy = dy is not None and not _launch.rows_as_is(dy)
-    copy_dh = dh is not None and not _launch.rows_as_is(dh)
+    copy_dy = dy is not None and not _common.rows_as_is(dy)
+    copy_dh = dh is not None and not _common.rows_as_is(dh)
     n_cols = z.shape[-1]
     n_rows = z.numel() // n_cols if n_cols else 0
     # (a missing dy is zeros, and a copied gradient, contiguous: row stride n_cols)
-    dy_stride = n_cols if dy is None or copy_dy else _launch.row_stride(dy)
-    dh_stride = 0 if dh is None else n_cols if copy_dh else _launch.row_stride(dh)
+    dy_stride = n_cols if dy is None or copy_dy else _common.row_stride(dy)
+    dh_stride = 0 if dh is None else n_cols if copy_dh else _common.row_stride(dh)
     need_x, need_r = needs["x"], needs.get("residual", False)
     compute_dx, compute_dw, compute_db = need_x or need_r, needs["weight"], needs["bias"]
     store_dr = need_x and need_r and r_dtype != x_dtype
@@ -566,22 +570,22 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
         max_fused = cfg.bwd_rms_max_fused_cols
     else:
         max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
-    block_m, block_n, single_pass = _launch.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
     switches = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                  CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
                  COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
     # dx, dr: new and contiguous (row stride n_cols), in the inputs' shape.
-    strides = (dy_stride, dh_stride, _launch.row_stride(z), n_cols, n_cols if store_dr else 0)
+    strides = (dy_stride, dh_stride, _common.row_stride(z), n_cols, n_cols if store_dr else 0)
     n_partials = int(compute_dw) + int(compute_db)
-    device = _launch.device_index(z)
+    device = _common.device_index(z)
     sums_shape, one_pass = None, False
     if single_pass:
-        n_tiles = _launch.cdiv(n_rows, block_m)
+        n_tiles = _common.cdiv(n_rows, block_m)
         # bytes the prefetched loads bring per element: z, dy and (with a residual) dh
         loaded = z.element_size() + (z if dy is None else dy).element_size() + (0 if dh is None else dh.element_size())
-        programs, tiles_per_program = _launch.persistent_grid(
-            n_tiles, z.device, _launch.bwd_programs_per_sm_for(block_m * block_n, loaded, cfg))
-        long_row = block_n > _launch.LONG_ROW
+        programs, tiles_per_program = _rules.persistent_grid(
+            n_tiles, gpu, _rules.bwd_programs_per_sm_for(block_m * block_n, loaded, cfg))
+        long_row = block_n > cfg.bwd_long_row
         stages = cfg.bwd_long_row_stages if long_row else cfg.bwd_stages
         weight_per_tile = long_row and cfg.bwd_long_row_weight_per_tile
         # a weight loaded per tile is prefetched with the tile (a buffer per stage, as z's)
@@ -591,31 +595,31 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
         kernels = (_doors.KernelCall(
             _norm_bwd_kernel, (programs,), (*strides, n_rows, n_cols, tiles_per_program),
             dict(BLOCK_M=block_m, BLOCK_N=block_n,
-                 NUM_STAGES=_launch.prefetch_stages(stages, stage_bytes, z.device),
+                 NUM_STAGES=_rules.prefetch_stages(stages, stage_bytes, gpu, cfg.bwd_reduction_scratch_bytes),
                  WEIGHT_PER_TILE=weight_per_tile,
-                 num_warps=_launch.num_warps(block_m * block_n, cfg.bwd_max_warps), **switches),
+                 num_warps=_rules.num_warps(block_m * block_n, cfg, cfg.bwd_max_warps), **switches),
             device),)
     else:
         # Rows longer than a block: two streaming launches, so that every SM has many
         # independent chunks in flight (one program walking long rows stalls on latency).
-        n_chunks = _launch.cdiv(n_cols, block_n)
+        n_chunks = _common.cdiv(n_cols, block_n)
         sums_shape = (n_rows if compute_dx else 0, n_chunks, 2)
-        one_pass = compute_dx and _launch.one_pass_split(n_chunks, rms, z.element_size(), cfg, z.device)
+        one_pass = compute_dx and _rules.one_pass_split(n_chunks, rms, z.element_size(), cfg, gpu)
         row_sums = None
         if compute_dx and not one_pass:
             row_sums = _doors.KernelCall(
-                _norm_bwd_row_sums_kernel, (n_rows, n_chunks), (dy_stride, _launch.row_stride(z), n_rows, n_cols, n_chunks),
+                _norm_bwd_row_sums_kernel, (n_rows, n_chunks), (dy_stride, _common.row_stride(z), n_rows, n_cols, n_chunks),
                 dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
-                     BLOCK_N=block_n, num_warps=_launch.num_warps(block_n)),
+                     BLOCK_N=block_n, num_warps=_rules.num_warps(block_n, cfg)),
                 device)
-        split_m = _launch.split_rows(block_n, z.element_size(), one_pass, cfg)
-        groups = _launch.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, z.device)
+        split_m = _rules.split_rows(block_n, z.element_size(), one_pass, cfg)
+        groups = _rules.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, gpu)
         writers = groups
         kernels = (row_sums, _doors.KernelCall(
-            _norm_bwd_split_kernel, (n_chunks, groups), (*strides, n_rows, n_cols, n_chunks, _launch.cdiv(n_rows, groups)),
-            dict(BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_launch.next_power_of_2(n_chunks),
+            _norm_bwd_split_kernel, (n_chunks, groups), (*strides, n_rows, n_cols, n_chunks, _common.cdiv(n_rows, groups)),
+            dict(BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_common.next_power_of_2(n_chunks),
                  ONE_PASS=one_pass, PUBLISH_AHEAD=cfg.split_publish_ahead, MAX_POLLS=cfg.split_wait_polls,
-                 num_warps=_launch.num_warps(split_m * block_n), **switches),
+                 num_warps=_rules.num_warps(split_m * block_n, cfg), **switches),
             device))
     return _BackwardPlan(kernels, copy_dy, copy_dh, (x_dtype if need_x else r_dtype) if compute_dx else None,
                          r_dtype if store_dr else None, (n_partials, writers * n_cols),
@@ -628,9 +632,10 @@ def _partials_sum(n_partials: int, writers: int, z: Tensor) -> Optional[_doors.K
     if not n_partials or writers == 1:
         return None
     n_cols = z.shape[-1]
-    block_w, block_n = _launch.partials_tile(n_partials, writers, n_cols, _launch.current().layer_norm, z.device)
-    return _doors.KernelCall(_partials_sum_kernel, (_launch.cdiv(n_cols, block_n), n_partials), (writers, n_cols),
-                             dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4), _launch.device_index(z))
+    block_w, block_n = _rules.partials_tile(n_partials, writers, n_cols, launch_config.current().layer_norm,
+                                          launch_config.GPU.of(z.device))
+    return _doors.KernelCall(_partials_sum_kernel, (_common.cdiv(n_cols, block_n), n_partials), (writers, n_cols),
+                             dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4), _common.device_index(z))
 
 
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],
@@ -647,8 +652,8 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Ten
     if plan.copy_dh:
         dh = dh.contiguous()
     compute_dx = plan.dx_dtype is not None
-    dx = _launch.new_output(z, plan.dx_dtype) if compute_dx else z.new_empty((0, z.shape[-1]), dtype=z.dtype)
-    dr = None if plan.dr_dtype is None else _launch.new_output(z, plan.dr_dtype)
+    dx = _common.new_output(z, plan.dx_dtype) if compute_dx else z.new_empty((0, z.shape[-1]), dtype=z.dtype)
+    dr = None if plan.dr_dtype is None else _common.new_output(z, plan.dr_dtype)
     n_partials = plan.partials_shape[0]
     partials = z.new_empty(plan.partials_shape, dtype=torch.float32)
     if plan.sums_shape is None:

@@ -12,7 +12,7 @@ Backward: dx = s * y * (dy - sum(y * dy)), from the saved output y alone.
 Causal rows read only their visible prefix [0, limit) and write zeros past it, so a
 causal softmax reads about half of what a plain one does.
 
-Rows up to ``SoftmaxLaunch.max_fused_cols`` (kernels/_launch.py) are held in registers whole, several short
+Rows up to ``SoftmaxLaunch.max_fused_cols`` (triton_layers/launch_config.py) are held in registers whole, several short
 rows per program; longer rows take one program each and are walked in chunks (an online
 max/sum pass, then an output pass re-reading the row, mostly from L2).
 """
@@ -24,7 +24,9 @@ from typing import Callable, Optional
 import triton
 import triton.language as tl
 from torch import Tensor
-from . import _doors, _launch
+from .. import launch_config
+from . import _common, _doors
+from . import _softmax_launch as _rules
 
 LOG2E = math.log2(math.e)
 
@@ -186,7 +188,7 @@ def _softmax_fwd_kernel(
 ):
     # PREFIX_SPLITS (causal, single pass): 2 or 4 = a tile whose rows all see at most 1/2
     # (1/4) of the columns computes on that part only: the causal tiles' arithmetic bounded by
-    # their visible prefix, not the row length (see softmax_prefix_splits in _launch).
+    # their visible prefix, not the row length (see prefix_splits in _softmax_launch).
     scale_log2 = tl.cast(scale_log2, tl.float32)  # Inductor may pass Python floats as fp64
     pid = _program_tile(CAUSAL)
     if SINGLE_PASS:
@@ -303,9 +305,9 @@ def _plan(y_like: Tensor, causal: bool) -> tuple:
     """``(grid, BLOCK_M, BLOCK_N, single_pass, num_warps, PREFIX_SPLITS)`` for rows like ``y_like``'s."""
     n_cols = y_like.shape[-1] if y_like.dim() else 1
     n_rows = y_like.numel() // n_cols if n_cols else 0
-    block_m, block_n, single_pass, warps, prefix_splits = _launch.softmax_tile(
-        n_rows, n_cols, _launch.current().softmax, causal)
-    return n_rows, n_cols, (_launch.cdiv(n_rows, block_m),), dict(
+    block_m, block_n, single_pass, warps, prefix_splits = _rules.tile(
+        n_rows, n_cols, launch_config.current().softmax, causal)
+    return n_rows, n_cols, (_common.cdiv(n_rows, block_m),), dict(
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, PREFIX_SPLITS=prefix_splits, num_warps=warps)
 
 
@@ -323,7 +325,7 @@ def _local_counts(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_
 def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool,
                   scale: float) -> tuple[_doors.KernelCall, ...]:
     """The forward's launches for ``x`` (..., Nk) whose rows are a matrix as it is
-    (:func:`_launch.rows_as_is`). ``key_padding_mask`` is bool (B, Nk), True = padding; row
+    (:func:`_common.rows_as_is`). ``key_padding_mask`` is bool (B, Nk), True = padding; row
     ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the number of queries per score
     matrix (rows ``r % n_q``), used when ``causal``. Either 0: taken from x's own shape (x as
     given, (B, [H,] Nq, Nk)): so a DTensor's local shard, with fewer heads or batch entries
@@ -331,11 +333,11 @@ def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_
     n_q, rows_per_batch = _local_counts(x, key_padding_mask, n_q, rows_per_batch, causal)
     n_rows, n_cols, grid, tile = _plan(x, causal)
     # (y is new and contiguous; the mask reaches the kernel contiguous: see mask_bytes)
-    strides = (_launch.row_stride(x), n_cols, 0 if key_padding_mask is None else key_padding_mask.shape[-1])
+    strides = (_common.row_stride(x), n_cols, 0 if key_padding_mask is None else key_padding_mask.shape[-1])
     args = (*strides, n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E)
-    has_mask, device = key_padding_mask is not None, _launch.device_index(x)
-    classes = _launch.softmax_causal_classes(n_cols, n_q, x.element_size(), tile["BLOCK_N"], tile["SINGLE_PASS"],
-                                             causal, _launch.current().softmax)
+    has_mask, device = key_padding_mask is not None, _common.device_index(x)
+    classes = _rules.causal_classes(n_cols, n_q, x.element_size(), tile["BLOCK_N"], tile["SINGLE_PASS"], causal,
+                                   launch_config.current().softmax)
     if classes:
         n_matrices = n_rows // n_q
         return tuple(_doors.KernelCall(_softmax_fwd_class_kernel, (n_matrices * count,), (*args, q_lo, count),
@@ -349,7 +351,7 @@ def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_
 def _run_forward(launch: Callable, kernels: tuple[_doors.KernelCall, ...], x: Tensor,
                  key_padding_mask: Optional[Tensor], *_) -> tuple[Tensor]:
     """``(y,)``, y of x's shape."""
-    y = _launch.new_output(x)
+    y = _common.new_output(x)
     mask = _doors.mask_bytes(key_padding_mask, launch)
     for kernel in kernels:
         kernel(launch, x, y, mask)
@@ -359,14 +361,14 @@ def _run_forward(launch: Callable, kernels: tuple[_doors.KernelCall, ...], x: Te
 def _plan_backward(grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool, scale: float) -> tuple:
     """``(launch, whether dy is copied first)`` for this gradient's layout."""
     dy = grads[0]
-    copy_dy = not _launch.rows_as_is(dy)
+    copy_dy = not _common.rows_as_is(dy)
     n_q = _local_counts(y, None, n_q, 1, causal)[0]
     n_rows, n_cols, grid, tile = _plan(y, causal)
-    reload = _launch.softmax_bwd_reload(tile["BLOCK_N"], tile["SINGLE_PASS"], _launch.current().softmax)
+    reload = _rules.bwd_reload(tile["BLOCK_N"], tile["SINGLE_PASS"], launch_config.current().softmax)
     kernel = _doors.KernelCall(
         _softmax_bwd_kernel, grid,
-        (n_cols if copy_dy else _launch.row_stride(dy), n_cols, n_cols, n_rows, n_cols, n_q, scale),
-        dict(CAUSAL=causal, RELOAD=reload, **tile), _launch.device_index(y))
+        (n_cols if copy_dy else _common.row_stride(dy), n_cols, n_cols, n_rows, n_cols, n_q, scale),
+        dict(CAUSAL=causal, RELOAD=reload, **tile), _common.device_index(y))
     return kernel, copy_dy
 
 
@@ -374,7 +376,7 @@ def _run_backward(launch: Callable, plan: tuple, grads: tuple, needs: dict, y: T
     """``dx`` from the saved output ``y`` (new, contiguous) and ``dy``."""
     kernel, copy_dy = plan
     dy = grads[0].contiguous() if copy_dy else grads[0]
-    dx = _launch.new_output(y)
+    dx = _common.new_output(y)
     kernel(launch, dy, y, dx)
     return {"x": dx}
 

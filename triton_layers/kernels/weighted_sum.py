@@ -3,7 +3,7 @@
 Forward:  y[m] = sum_d x[m, d] * w[d] (+ b), accumulated in fp32, written in x's dtype.
 Backward: dx[m, d] = dy[m] * w[d],  dw[d] = sum_m dy[m] * x[m, d],  db = sum_m dy[m].
 
-Both kernels stream x in 2-D tiles of BLOCK_M rows x BLOCK_D columns (``_launch.tile_2d``)
+Both kernels stream x in 2-D tiles of BLOCK_M rows x BLOCK_D columns (``_weighted_sum_launch.tile_2d``)
 and read (or write) every element of x exactly once:
 - forward: a grid of (row blocks, column ranges). With enough rows each program owns
   whole rows and writes y directly; with few long rows the columns are split into ranges
@@ -27,7 +27,9 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from . import _doors, _launch
+from .. import launch_config
+from . import _common, _doors
+from . import _weighted_sum_launch as _rules
 
 @triton.jit
 def _store_rows(Y, B, rows, mask, y, HAS_BIAS: tl.constexpr):
@@ -133,27 +135,27 @@ class _ForwardPlan(NamedTuple):
 
 def _plan_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> _ForwardPlan:
     """The forward's launches: ``x`` (..., D) whose rows are a matrix as it is
-    (:func:`_launch.rows_as_is`), ``weight`` (D,) contiguous, ``bias`` 0-dim or None."""
-    cfg = _launch.current().weighted_sum
+    (:func:`_common.rows_as_is`), ``weight`` (D,) contiguous, ``bias`` 0-dim or None."""
+    cfg = launch_config.current().weighted_sum
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
-    aligned = _launch.rows_aligned(_launch.matrix(x), n_cols)
+    aligned = _rules.rows_aligned(_common.matrix(x), n_cols)
     wide = x.element_size() >= 4  # fp32 keeps its own forward tile and loop (see the knobs)
-    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, x.element_size(), cfg, aligned,
+    block_m, block_d, warps = _rules.tile_2d(n_rows, n_cols, x.element_size(), cfg, aligned,
                                               cfg.fwd_tile_bytes_4byte if wide else None)
-    row_blocks = _launch.cdiv(n_rows, block_m)
-    wanted = _launch.cdiv(_launch.num_sms(x.device) * cfg.fwd_programs_per_sm, row_blocks)
-    cols_per_program, splits = _launch.split_range(n_cols, block_d, wanted)
-    device = _launch.device_index(x)
+    row_blocks = _common.cdiv(n_rows, block_m)
+    wanted = _common.cdiv(launch_config.GPU.of(x.device).sm_count * cfg.fwd_programs_per_sm, row_blocks)
+    cols_per_program, splits = _rules.split_range(n_cols, block_d, wanted)
+    device = _common.device_index(x)
     kernel = _doors.KernelCall(
-        _weighted_sum_fwd_kernel, (row_blocks, splits), (_launch.row_stride(x), n_rows, n_cols, cols_per_program),
+        _weighted_sum_fwd_kernel, (row_blocks, splits), (_common.row_stride(x), n_rows, n_cols, cols_per_program),
         dict(HAS_BIAS=bias is not None, SPLIT=splits > 1, BLOCK_M=block_m, BLOCK_D=block_d,
              NUM_STAGES=cfg.fwd_stages_4byte if wide else cfg.fwd_stages, num_warps=warps),
         device)
     reduce = None
     if splits > 1:
-        block = min(cfg.reduce_block, _launch.next_power_of_2(n_rows))
-        reduce = _doors.KernelCall(_weighted_sum_fwd_reduce_kernel, (_launch.cdiv(n_rows, block),), (n_rows, splits),
+        block = min(cfg.reduce_block, _common.next_power_of_2(n_rows))
+        reduce = _doors.KernelCall(_weighted_sum_fwd_reduce_kernel, (_common.cdiv(n_rows, block),), (n_rows, splits),
                                    dict(HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4), device)
     # (no buffer, not even an empty one, where it is not written: each allocation costs host time)
     return _ForwardPlan(tuple(x.shape[:-1]), (splits, n_rows) if splits > 1 else None, kernel, reduce)
@@ -181,7 +183,7 @@ def _plan_backward(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tenso
                    x_dtype: torch.dtype) -> _BackwardPlan:
     """The backward's launch for this gradient's layout. ``x`` as the forward took it, or
     None when the weight needs no gradient."""
-    cfg = _launch.current().weighted_sum
+    cfg = launch_config.current().weighted_sum
     dy = grads[0]
     compute_dx, compute_dw, compute_db = needs["x"], needs["weight"], needs["bias"]
     dx_shape = (*dy.shape, weight.shape[0])
@@ -192,20 +194,20 @@ def _plan_backward(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tenso
     dy_stride = dy.stride(0) if dy.dim() == 1 else 1
     n_rows, n_cols = dy.numel(), weight.shape[0]
     elem_size = torch.finfo(x_dtype).bits // 8
-    aligned = _launch.rows_aligned(_launch.matrix(x) if compute_dw else None, n_cols)
-    block_m, block_d, warps = _launch.tile_2d(n_rows, n_cols, elem_size, cfg, aligned)
-    col_blocks = _launch.cdiv(n_cols, block_d)
-    wanted = _launch.cdiv(_launch.num_sms(dy.device) * cfg.bwd_programs_per_sm, col_blocks)
-    rows_per_program, programs = _launch.split_range(n_rows, block_m, wanted)
+    aligned = _rules.rows_aligned(_common.matrix(x) if compute_dw else None, n_cols)
+    block_m, block_d, warps = _rules.tile_2d(n_rows, n_cols, elem_size, cfg, aligned)
+    col_blocks = _common.cdiv(n_cols, block_d)
+    wanted = _common.cdiv(launch_config.GPU.of(dy.device).sm_count * cfg.bwd_programs_per_sm, col_blocks)
+    rows_per_program, programs = _rules.split_range(n_rows, block_m, wanted)
     two_pass = compute_dx and compute_dw and n_rows * n_cols * elem_size >= cfg.bwd_two_pass_min_bytes
 
     def launch(dx: bool, dw: bool, db: bool, stages: Optional[int]) -> _doors.KernelCall:
         return _doors.KernelCall(
             _weighted_sum_bwd_kernel, (col_blocks, programs),
-            (dy_stride, _launch.row_stride(x) if dw else 0, n_cols, n_rows, n_cols, rows_per_program),
+            (dy_stride, _common.row_stride(x) if dw else 0, n_cols, n_rows, n_cols, rows_per_program),
             dict(COMPUTE_DX=dx, COMPUTE_DW=dw, COMPUTE_DB=db, BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=stages,
                  num_warps=warps),
-            _launch.device_index(dy))
+            _common.device_index(dy))
 
     if two_pass:  # dx (and db, from the dy it reads anyway), then dw
         return _BackwardPlan(launch(True, False, compute_db, cfg.bwd_stages),
