@@ -395,18 +395,21 @@ class Op:
         return OpPlan(plan_forward(*args), d.run_forward, d.plan_backward, d.run_backward, needs, dtypes,
                       autograd, x.get_device() if x.is_cuda else None)
 
-    def record_launches(self, *args) -> list[tuple]:
+    def record_launches(self, *args, grids: bool = False) -> list[tuple]:
         """The launches an eager forward and backward on ``args`` would make, recorded as
-        ``(kernel, arguments, keyword arguments)`` instead of launched: the backward for a
-        random gradient of every output, with every input that requires a gradient needing
-        one. Nothing is computed, and the tensors may be on any device, ``meta`` included:
-        for building the kernels offline (``tests/test_compile_analysis.py``,
-        ``benchmarks/dev/registers.py``)."""
+        ``(kernel, arguments, keyword arguments)`` (``grids=True``: ``(kernel, grid, arguments,
+        keyword arguments)``) instead of launched: the backward for a random gradient of every
+        output, with every input that requires a gradient needing one. Nothing is computed, and
+        the tensors may be on any device, ``meta`` included: for building the kernels offline
+        (``tests/test_compile_analysis.py``, ``benchmarks/dev/registers.py``; as on another GPU:
+        ``launch_config.plan_as``) and for comparing decisions (``tests/test_launch_decisions.py``)."""
         launches: list[tuple] = []
 
         def record(kernel):
             class Grid:
                 def __getitem__(self, grid):
+                    if grids:
+                        return lambda *a, **kw: launches.append((kernel, tuple(grid), a, kw))
                     return lambda *a, **kw: launches.append((kernel, a, kw))
             return Grid()
 

@@ -1,0 +1,196 @@
+"""The launch decisions are what they were before the launch config went public (issue 39 item 3:
+the knobs in ``triton_layers/launch_config.py``, each op's heuristics beside it, the GPU passed
+as a value), and GPU rules name whole names or model tokens.
+
+``launch_decisions.json`` holds a fingerprint of every launch (kernel, grid, arguments after
+the tensors, constexprs and options) of a forward and backward at each case below: on meta
+tensors as on an H100, an H200, an A100 and an RTX 4090, under the default and the tiny
+configs, and on CPU tensors in the Triton interpreter. They were recorded from 8ba01aa's
+``kernels/_launch.py`` with its device lookups mocked as ``benchmarks/dev/registers.py`` did
+then (SMs, shared memory, name; the name rules applied to meta tensors as to CUDA ones); the
+same cases recorded there and here gave byte-identical JSON. A mismatch prints the launches
+made now: to see the old ones, run this file's ``_record`` at that commit with those mocks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from triton_layers import launch_config
+from triton_layers.kernels import ops as K
+
+from .conftest import H100, H200
+
+BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
+EXPECTED = json.loads((Path(__file__).parent / "launch_decisions.json").read_text(encoding="utf-8"))
+GPUS = {"H100": H100, "H200": H200,
+        "A100": launch_config.GPU("NVIDIA A100-SXM4-80GB", sm_count=108, shared_memory=166912),
+        "RTX4090": launch_config.GPU("NVIDIA GeForce RTX 4090", sm_count=128, shared_memory=101376)}
+CONFIGS = {"DEFAULT": launch_config.DEFAULT, "TINY": launch_config.TINY}
+
+
+def _t(shape, dtype, device, grad=True):
+    if device == "meta":
+        t = torch.empty(shape, device="meta", dtype=dtype)
+    else:
+        g = torch.Generator().manual_seed(sum(shape) + len(shape))
+        t = torch.randn(shape, generator=g).to(dtype)
+    return t.requires_grad_(grad)
+
+
+def _cases(device: str) -> dict:
+    """label -> (op, a builder of its arguments): the benchmarks' shapes and the limits around
+    them on meta tensors, small ones on the CPU."""
+    out = {}
+    big = device == "meta"
+    norm_shapes = ([(4096, 1024), (65536, 512), (2048, 4096), (8192, 8192), (2048, 16384), (4096, 32768),
+                    (1024, 131072), (512, 262144), (4, 300000)] if big else [(6, 300), (5, 70), (3, 40), (2, 9)])
+    for m, d in norm_shapes:
+        for dtype in (BF16, FP32) + ((FP16,) if (m, d) in ((8192, 8192), (5, 70)) else ()):
+            x = lambda m=m, d=d, dtype=dtype: _t((m, d), dtype, device)  # noqa: E731
+            w = lambda d=d, dtype=dtype: _t((d,), dtype, device)  # noqa: E731
+            out[f"layernorm {m}x{d} {dtype}"] = ("norm", lambda x=x, w=w, dtype=dtype: (
+                x(), w(), w(), 1e-5, False, False, False, False, dtype))
+            out[f"rmsnorm {m}x{d} {dtype}"] = ("norm", lambda x=x, w=w, dtype=dtype: (
+                x(), w(), None, 1e-6, True, False, False, False, dtype))
+            out[f"add_rmsnorm {m}x{d} {dtype}"] = ("residual_norm", lambda x=x, w=w, dtype=dtype: (
+                x(), x(), w(), None, 1e-6, True, False, False, False, dtype, dtype))
+            out[f"add_layernorm {m}x{d} {dtype}"] = ("residual_norm", lambda x=x, w=w, dtype=dtype: (
+                x(), x(), w(), w(), 1e-5, False, False, False, False, dtype, dtype))
+    soft = [(4, 1024), (2, 4096), (1, 16384), (1, 32768), (1, 65536)] if big else [(2, 33), (1, 70), (3, 20)]
+    for bh, n in soft:
+        for dtype in (BF16, FP32):
+            for causal in (False, True):
+                out[f"softmax{' causal' if causal else ''} {bh}x{n} {dtype}"] = (
+                    "softmax", lambda bh=bh, n=n, dtype=dtype, causal=causal: (
+                        _t((bh * n, n), dtype, device), None, n, n, causal, 1.0))
+    ws = ([(262144, 1024), (2048, 131072), (32, 262144), (4096, 4096), (3, 1000), (100000, 70)] if big
+          else [(9, 300), (3, 1000), (200, 70)])
+    for m, d in ws:
+        for dtype in (BF16, FP32):
+            out[f"weighted_sum {m}x{d} {dtype}"] = ("weighted_sum", lambda m=m, d=d, dtype=dtype: (
+                _t((m, d), dtype, device), _t((d,), dtype, device), _t((), dtype, device)))
+    cd = [(256, 1024), (16, 32768), (16, 65536), (1024, 4096), (1, 100000)] if big else [(3, 90), (1, 1000), (4, 40)]
+    for m, n in cd:
+        out[f"coor_descent {m}x{n}"] = ("coor_descent", lambda m=m, n=n: (
+            _t((m, n), FP32, device), None, None, n / 8 * 9 / 8, 5, 0.03, 4.0, 0.7))
+    return out
+
+
+def _describe(launches: list) -> list:
+    """JSON-able (kernel name, grid, arguments, keyword arguments) of recorded launches."""
+    def value(v):
+        if isinstance(v, torch.Tensor):
+            return f"tensor {str(v.dtype)[6:]}"
+        if isinstance(v, float):
+            return repr(v)
+        if isinstance(v, torch.dtype):
+            return str(v)
+        return v
+    return [[k.__name__, list(grid), [value(a) for a in args], sorted([n, value(v)] for n, v in kw.items())]
+            for k, grid, args, kw in launches]
+
+
+def _record(op: str, args: tuple) -> list:
+    return _describe(getattr(K, op).record_launches(*args, grids=True))
+
+
+# (the tiny config at the shapes whose chunked paths differ most)
+TINY_SHAPES = ("x131072", "x1024 ", "4096x32768", "x40")
+
+
+def _gpu_decisions(gpu: launch_config.GPU, config_name: str) -> dict:
+    out = {}
+    with launch_config.plan_as(gpu), launch_config.use_config(CONFIGS[config_name]):
+        for label, (op, build) in _cases("meta").items():
+            if config_name == "DEFAULT" or any(s in label for s in TINY_SHAPES):
+                out[label] = _record(op, build())
+    return out
+
+
+def _fingerprint(decisions: list) -> str:
+    return hashlib.sha256(json.dumps(decisions).encode()).hexdigest()[:16]
+
+
+def _mismatches(prefix: str, decisions: dict) -> list:
+    keys = {k for k in EXPECTED if k.startswith(prefix + " ")}
+    assert keys == {f"{prefix} {label}" for label in decisions}, "the cases differ from the recorded ones"
+    return [f"{prefix} {label}: now {json.dumps(d)}" for label, d in decisions.items()
+            if _fingerprint(d) != EXPECTED[f"{prefix} {label}"]]
+
+
+@pytest.mark.parametrize("config_name", list(CONFIGS))
+@pytest.mark.parametrize("gpu_name", list(GPUS))
+def test_gpu_launch_decisions_are_unchanged(gpu_name, config_name):
+    bad = _mismatches(f"{gpu_name} {config_name}", _gpu_decisions(GPUS[gpu_name], config_name))
+    assert not bad, "\n".join(bad[:5])
+
+
+@pytest.mark.skipif(not launch_config.GPU.of(torch.device("cpu")).interpreted,
+                    reason="recorded for CPU tensors in the Triton interpreter")
+@pytest.mark.parametrize("config_name", list(CONFIGS))
+def test_interpreter_launch_decisions_are_unchanged(config_name):
+    with launch_config.use_config(CONFIGS[config_name]):
+        decisions = {label: _record(op, build()) for label, (op, build) in _cases("cpu").items()}
+    bad = _mismatches(f"cpu {config_name}", decisions)
+    assert not bad, "\n".join(bad[:5])
+
+
+def test_the_recorded_gpus_differ_where_their_rules_say():
+    """The fingerprints are not all alike: an H200 runs bf16 whole rows of 8,192 forward at 4
+    warps (fwd_4_warps_8192_gpus), an H100 the plain long-row forward in one pass
+    (fwd_one_pass_gpus), an A100 and an RTX 4090 fewer prefetch stages (their shared memory)."""
+    def key(gpu, label):
+        return EXPECTED[f"{gpu} DEFAULT {label}"]
+    assert key("H100", "layernorm 8192x8192 torch.bfloat16") != key("H200", "layernorm 8192x8192 torch.bfloat16")
+    assert key("H100", "rmsnorm 1024x131072 torch.bfloat16") != key("H200", "rmsnorm 1024x131072 torch.bfloat16")
+    assert key("H100", "add_rmsnorm 2048x4096 torch.float32") == key("H200", "add_rmsnorm 2048x4096 torch.float32")
+    assert len({key(g, "add_rmsnorm 8192x8192 torch.float32") for g in ("H100", "A100", "RTX4090")}) == 3
+
+
+def test_a_gh200_takes_the_fallback_not_the_h200_rule():
+    """ "NVIDIA GH200 480GB" is not named by the "H200" of fwd_4_warps_8192_gpus (a whole-token
+    rule; a substring rule matched it): it plans as every GPU no rule names does, with its own
+    SMs and shared memory, and bf16 whole rows of 8,192 forward at 16 warps, where an H200 takes 4."""
+    gh200 = launch_config.GPU("NVIDIA GH200 480GB", sm_count=132, shared_memory=232448)
+    unnamed = dataclasses.replace(gh200, name="a GPU no rule names")
+    assert not gh200.named(("H200",)) and not gh200.named(("H100",)) and gh200.named(("GH200",))
+    assert H200.named(("H200",)) and dataclasses.replace(H200, name="NVIDIA H200 NVL").named(("H200",))
+    assert gh200.named(("NVIDIA GH200 480GB",))  # a whole name matches too
+    assert _gpu_decisions(gh200, "DEFAULT") == _gpu_decisions(unnamed, "DEFAULT")
+    label = "layernorm 8192x8192 torch.bfloat16"
+    forward = {name: dict(_gpu_decisions(gpu, "DEFAULT")[label][0][3])["num_warps"]
+               for name, gpu in (("GH200", gh200), ("H200", H200))}
+    assert forward == {"GH200": 16, "H200": 4}
+
+
+def test_a_cuda_device_is_queried_once(monkeypatch):
+    """GPU.of asks CUDA about a device once and keeps the value (plans are kept per call
+    signature, and a new signature's plan asks again: no query on that path)."""
+    calls = []
+
+    class Props:
+        multi_processor_count = 7
+        shared_memory_per_block_optin = 1234
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: (calls.append(index), Props())[1])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: (calls.append(index), "NVIDIA H100 PCIe")[1])
+    launch_config._cuda_gpu.cache_clear()
+    try:
+        first = launch_config.GPU.of(torch.device("cuda", 3))
+        assert launch_config.GPU.of(torch.device("cuda", 3)) is first
+        assert len(calls) == 2  # (its properties and its name, once)
+        assert (first.name, first.sm_count, first.device_type) == ("NVIDIA H100 PCIe", 7, "cuda")
+        assert first.named(("H100",)) and not first.named(("H200",))
+        with launch_config.plan_as(H200):  # meta and CUDA tensors planned as on another GPU
+            assert launch_config.GPU.of(torch.device("cuda", 3)) is H200
+            assert launch_config.GPU.of(torch.device("meta")) is H200
+            assert launch_config.GPU.of(torch.device("cpu")).device_type == "cpu"  # (the interpreter's)
+        assert launch_config.GPU.of(torch.device("cuda", 3)) is first and len(calls) == 2
+    finally:
+        launch_config._cuda_gpu.cache_clear()
