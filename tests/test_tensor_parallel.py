@@ -144,7 +144,8 @@ def _norm_cases(mesh, device):
                     what = f"{name} ({door} door)"
                     if "normalized dim" in name:  # (no strategy takes it as it is: replicated whole)
                         assert taken == ([False] if kernels_run else []), f"{what}: {taken}"
-                        assert got_y.placements == (Replicate(),), f"{what}: {got_y.placements}"
+                        if kernels_run:  # (the reference's torch ops: whatever DTensor's own rules give)
+                            assert got_y.placements == (Replicate(),), f"{what}: {got_y.placements}"
                     else:
                         assert comms == 0, f"{what}: {comms} collectives inside the op"
                         if not name.endswith("compiled"):  # (compiled: whichever door Dynamo's graph leaves it)
