@@ -26,9 +26,8 @@ Modes ``eager`` and ``compile`` (``torch.compile`` default) by default; ``--llam
 rounds of ``steps_per_round`` steps of each in turn; its docstring says what each column
 means); rows go to ``llama_step.csv``.
 
-Reference point (issue 16: one H100, torch 2.11, transformers 5.17, this config): hf 35.3 ms
-eager (GPU busy 94%, 1,181 kernels per step), 24.2 ms compiled; with LigerRMSNorm 34.75 ms
-eager, 25.7 ms compiled.
+Results: BENCHMARKS.md, each GPU's "Training step ... of a Hugging Face Llama" table, with
+issue 16's first reference point in the H100 notes under it.
 
 Needs transformers. Time on one H100, estimated: 3-4 minutes (about 90 s on 2026-11-23 with a
 warm cache, plus ~30 s for the kernels variant), nearly all of it compiling the compiled variants (the hf and triton_layers graphs are the same while convert() swaps
