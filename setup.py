@@ -22,9 +22,12 @@ setup(
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
     packages=find_packages(include=["triton_layers", "triton_layers.*"]),
-    # The floor is what is tested: torch 2.11 + Triton 3.6 on the GPU machines (H100, H200), torch
-    # 2.13 + Triton 3.9 in CI. Older ones are not: torch 2.6 could not import the package
-    # (infer_schema refused list[bool]), torch 2.7-2.8 failed 22-23 tests under the interpreter.
+    # The floors (torch 2.11, Triton 3.6, Python 3.10) are what is tested: .ci/run reads them from
+    # here and runs the suite under exactly them (torch 2.11.0 + Triton 3.6.0 on Python 3.10), as
+    # well as under the newest (torch 2.13 + Triton 3.9); the GPU machines (H100, H200) run torch
+    # 2.11 + Triton 3.6. Raising a floor here raises what CI installs. Older ones are not supported:
+    # torch 2.6 could not import the package (infer_schema refused list[bool]), torch 2.7-2.8
+    # failed 22-23 tests under the interpreter.
     python_requires=">=3.10",
     # numpy: Triton's interpreter (TRITON_INTERPRET=1, how the kernels run on a CPU) imports
     # it, and neither torch nor triton requires it.
