@@ -1,19 +1,15 @@
 """Sweep coor_descent's launch knobs (triton_layers/launch_config.py: CoorDescentLaunch) on this GPU (a dev tool).
 
 The op is bound by its chain of n_iters dependent row reductions, not by bytes: at the
-benchmark shapes every kernel takes 15-130 us, so the sweep ranks GPU times (CUDA-graph
-replay), not eager ones. For each of bench_coor_descent's shapes (its inputs and settings,
-n_iters 20): the forward under every combination of warps (elements a thread, most warps) and the
+benchmark shapes every kernel is short (BENCHMARKS.md, the coor_descent tables), so the
+sweep ranks GPU times (CUDA-graph replay), not eager ones. For each of bench_coor_descent's
+shapes (its inputs and settings, n_iters 20): the forward under every combination of warps (elements a thread, most warps) and the
 longest row held in registers; the forward + backward under every combination of the
 backward's warps and programs an SM (which decides how many chunks a row is split into: one
 chunk is one launch). Best first.
 
-Tried and dropped (H100, 2026-11-25): the iteration loops unrolled (n_iters a compile-time
-constant) changed the forward by at most 1-2 us either way and made the backward up to 2x
-slower at 16-32 elements a thread (registers); the time goes to the per-element work of
-each iteration, not to loop control or to the scalar loads.
-
-Results are in docs/TUNING.md (CoorDescentLaunch).
+What it found, and what was tried and dropped: docs/TUNING.md, "CoorDescentLaunch" (each knob's
+section; the unrolled loops under "CoorDescentLaunch.fwd_elems_per_thread").
 
 Run: python -m benchmarks.dev.tune_coor_descent [--shapes 256x1024,...]
 """
