@@ -8,8 +8,8 @@ launches to build come from the ops' own plans (:meth:`Op.record_launches`): eac
 their dtype, None and the constexprs as constexprs, other numbers as scalars) and its
 options (``num_warps``, ``num_stages``), and the specialization Triton's launcher would
 give it: integers divisible by 16 and 16-byte-aligned pointers marked as such (without those
-marks the norm backward's build spilled 232 bytes a thread at 16,384 columns where the
-launched one spills 48; docs/ARCHITECTURE.md, "Launch knobs"). Meta tensors count as aligned,
+marks a build can spill where the launched kernel does not: the figures are in
+docs/ARCHITECTURE.md, "Launch knobs"). Meta tensors count as aligned,
 as fresh allocations are.
 
 Used by ``tests/test_compile_analysis.py`` (every planned form must build) and

@@ -9,35 +9,10 @@ at 1-2 prefetch stages and 16 or 32 warps (``bwd_stages`` / ``bwd_long_row_stage
 spills and shared memory (or the error when it does not fit). GPU times (CUDA-graph replay)
 beside eager ones, ``--quick`` repetitions: enough to choose, not a benchmark.
 
-H100, 2026-11-23, after the backward's reordering (parameter gradients before dz; main at
-a15d6d8), % of copy by the GPU time, split / whole at 16 warps 1 stage (2 stages, 32 warps):
-RMSNorm bf16 54 / 74 (68, 73), fp32 57 / 83 (77, 80); with the residual bf16 60 / 78 (72, 78),
-fp32 63 / 84 (81, 85); LayerNorm bf16 52 / 44 (39, 48), fp32 56 / 53 (54, 50), spilling
-66-76 registers a thread against RMSNorm's 18-34. At 32,768 kept whole (32 warps) every norm
-spills over 100 and runs at 14-38%. Hence RMSNorm's limit 16,384 with one stage and 16 warps,
-LayerNorm's 8,192. (Before the reordering, 2026-11-23 on an H100 and an H200: the whole-row
-kernel at 16,384 spilled 32-76 registers and ran at 42-59%, no better than split.)
-
-Whole rows' knobs (``--whole-rows``: the weight loaded per tile or held, warps, programs an
-SM, at 4096x16384 and 8192x8192; GPU time, 2026-11-25, main at 4f9d28f plus the knobs).
-Held for the whole program, the weight took 32 registers a thread at 16,384 columns, and
-RMSNorm's kernel spilled 72-148 bytes (offline sm_90 build, Triton 3.6); loaded per tile
-(from L1 or L2), 0-8 in bf16, 24-48 in fp32. RMSNorm 4096x16384, held -> per tile: H100 bf16
-180 -> 164 us (75% -> 82% of copy), fp32 323 -> 304, the fused add bf16 226 -> 207, fp32 428 ->
-391; H200 144 -> 127 (66% -> 75%), fp32 242 -> 244 (level), the fused add 179 -> 158, fp32
-312 -> 288. Hence ``bwd_long_row_weight_per_tile``. At 8,192 columns (nothing spills) per tile and held were
-level. One program an SM against two (a 512-thread program of over 64 registers leaves no
-room for a second: the second ran as a second wave), 8192x8192: LayerNorm bf16 H100 158 us
-against 164, H200 120 against 129; the fused add LayerNorm 202 against 210, 149 against 155;
-the rest 1-3% faster. Hence ``bwd_long_row_programs_per_sm`` = 1. 8 warps against 16: level.
-Tried and dropped the same day: reading z and dy a second time for dz (evict_last, then
-evict_first, as the softmax backward at 32,768 does) instead of holding zhat and g across the
-row sums. Registers fell (RMSNorm bf16 at 16,384: 104 a thread, no spill), yet the kernel
-was 1.2-1.3x slower at 1 stage (H100 bf16 215 us against 180, H200 190 against 144) and no
-faster than the weight per tile at 2 (169 / 149 us), where its second read doubled the
-prefetch buffers: fp32 at 2 stages did not fit in shared memory. (A standalone RMSNorm
-kernel of that form, written for the trial, reached 88% on the H100 at 16 warps and 2 stages
-but 74% on the H200.)
+What it found: docs/TUNING.md, "LayerNormLaunch.bwd_rms_max_fused_cols" (the row limits, with
+the whole sweep), "LayerNormLaunch.bwd_max_fused_cols", "LayerNormLaunch.bwd_max_warps",
+"LayerNormLaunch.bwd_long_row_stages"; ``--whole-rows``: "LayerNormLaunch.bwd_long_row_weight_per_tile"
+(with the second read of z and dy, tried and dropped) and "LayerNormLaunch.bwd_long_row_programs_per_sm".
 
 Run: python -m benchmarks.dev.tune_norm_backward [--whole-rows]
 """
@@ -55,7 +30,8 @@ from triton_layers.kernels import layer_norm as norm_kernels
 
 # (row length, row limit, stages, bwd_max_warps): the split path first, then the row
 # kept whole at 1 and 2 prefetch stages (3 need more shared memory than a program gets), at 16
-# and at 32 warps; 32,768 at 32 warps, 1 stage (at 16 the 2026-11-23 runs spilled 418-526).
+# and at 32 warps; 32,768 at 32 warps, 1 stage (at 16 it spilled: docs/TUNING.md,
+# "LayerNormLaunch.bwd_rms_max_fused_cols").
 CASES = [(16384, 8192, 3, 16)] + [(16384, 16384, stages, warps) for warps in (16, 32) for stages in (1, 2)] \
     + [(32768, 8192, 3, 16), (32768, 32768, 1, 32)]
 ELEMENTS = 4096 * 16384  # every case moves the same bytes

@@ -3,8 +3,8 @@ changed, a benchmark case's direction under it, and its GPU time.
 
 The sweeps time the benchmarks' own cases (their inputs and bytes models, ``bench_*.build``)
 by GPU time (CUDA-graph replay, ``harness.gpu_time_us``), quick repetitions: enough to choose a
-default, not a benchmark. GPU time, not eager time: many of the kernels take under ~150 us, under
-the host's pace, and an eager sweep there ranks the host's noise.
+default, not a benchmark. GPU time, not eager time: many of the kernels are shorter than the
+host's pace (BENCHMARKS.md, the first list), and an eager sweep there ranks the host's noise.
 """
 from __future__ import annotations
 
