@@ -4,9 +4,9 @@ Eager calls go through an ``autograd.Function`` that launches the kernels direct
 ``torch.compile`` sees a ``torch.library.triton_op`` pair (forward, backward) tied by
 ``register_autograd``, whose kernels are launched through ``wrap_triton`` so that
 Inductor can trace them. Why two: measured on an H200 (torch 2.11), calling the custom
-op eagerly costs 604 us of host time per forward + backward at 8x256 against 259 us for
-the ``autograd.Function``; the difference is the custom op's dispatch and its registered
-autograd (eager calls of a ``triton_op`` already launch without ``wrap_triton``).
+op eagerly costs far more host time per forward + backward than the ``autograd.Function``
+(BENCHMARKS.md, "What the H200 parts are"); the difference is the custom op's dispatch and
+its registered autograd (eager calls of a ``triton_op`` already launch without ``wrap_triton``).
 
 Both doors are built here from one :class:`OpDescription` per op: its arguments, its
 forward and backward (each a plan and a run), what the backward needs, and each gradient

@@ -31,20 +31,18 @@ def num_warps(block: int, cfg: LayerNormLaunch, max_warps: int = 16) -> int:
 def fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch, plain_whole_rows: bool = False,
               gpu: Optional[GPU] = None) -> int:
     """Warps for a LayerNorm forward tile: up to 16, or 32 once a tile holds more than
-    64 KiB of input (an fp32 row of 32768: 64 values a thread at 16 warps; measured on an
-    H200, 32 warps read it at 89% of copy against 80%, while bf16 rows run best at 16).
-    2-byte tiles of 16,384 take 8 warps: at 16 (32 values a thread) LayerNorm's kernel holds
-    105 registers a thread (offline sm_90 build, Triton 3.6), so one 512-thread program
-    fills an SM's registers and its loads stall while it reduces; at 8 warps (128
-    registers) two programs fit. GPU time, 2048x16384 bf16: H100 53.9 us against 68.1, H200
-    44.2 against 62.6; RMSNorm and the fused adds level or 1-4% faster; fp32 tiles of 16,384
-    mixed (H200 4 warps 5% faster, H100 3% slower), kept at 16 (``tune_layernorm --dirs
-    fwd`` sweeps ``cfg.fwd_warps``: no other tile of 1,024-32,768 columns gained over 5%
-    on an H100). On the GPUs of ``cfg.fwd_4_warps_8192_gpus`` (:meth:`GPU.named`), 2-byte
-    tiles of 8,192 that are ``plain_whole_rows`` (rows kept whole, no residual) take 4 warps;
-    not the chunks of longer rows (H200, LayerNorm 1024x131072 bf16: 283 us at 4 warps
-    against 215); every other GPU (no ``gpu`` given, or one the names do not name) takes 16.
-    ``cfg.fwd_warps`` set overrides this rule (sweeps)."""
+    64 KiB of input (an fp32 row of 32768: 64 values a thread at 16 warps; docs/TUNING.md,
+    "LayerNormLaunch.elems_per_thread"). 2-byte tiles of 16,384 take 8 warps: at 16 (32
+    values a thread) LayerNorm's kernel holds more registers a thread than two programs an
+    SM allow (offline sm_90 build, Triton 3.6), so one 512-thread program fills an SM's
+    registers and its loads stall while it reduces; at 8 warps (128 registers) two programs
+    fit. fp32 tiles of 16,384 keep 16 (``tune_layernorm --dirs fwd``, which sweeps
+    ``cfg.fwd_warps``; the figures: docs/TUNING.md, "LayerNormLaunch.fwd_warps"). On the GPUs
+    of ``cfg.fwd_4_warps_8192_gpus`` (:meth:`GPU.named`), 2-byte tiles of 8,192 that are
+    ``plain_whole_rows`` (rows kept whole, no residual) take 4 warps; not the chunks of longer
+    rows (docs/TUNING.md, "LayerNormLaunch.fwd_4_warps_8192_gpus"); every other GPU (no
+    ``gpu`` given, or one the names do not name) takes 16. ``cfg.fwd_warps`` set overrides
+    this rule (sweeps)."""
     if cfg.fwd_warps is not None:
         return cfg.fwd_warps
     if elem_size == 2 and block == 16384:

@@ -147,7 +147,7 @@ def _norm_fwd_split_kernel(
     # missing chunks itself (the interpreter, one program at a time, runs this form so).
     # One row at a time, its statistics scalars: with a (1, n) tile's row vectors instead,
     # Triton 3.6 broadcast them to the tile through 2,048 shared-memory stores a thread per
-    # row, and the kernel ran 30-60x slower than the loop (H100, 2026-11-25).
+    # row, and the kernel ran many times slower than the loop (BENCHMARKS.md, the H100 notes' norms).
     Mean, Rstd, _ = stat_rows(Stats, M, IS_RMS)
     ticket = tl.atomic_add(Arrivals, 1, sem="relaxed", scope="gpu")
     chunk = ticket % n_chunks
@@ -276,8 +276,8 @@ def _norm_bwd_kernel(
             BLOCK_M)
         # The parameter gradients first: dy's last use is then g = w * dy, so its registers
         # hold g. In the other order dy, g, zhat, w and the accumulators were all live at
-        # once: ptxas (sm_90) spilled 520-1,600 bytes a thread on rows of 16,384, and
-        # 16-64 at 8,192; in this order 220-300 and none.
+        # once, and ptxas (sm_90) spilled several times more on rows of 8,192 and 16,384
+        # (the figures: BENCHMARKS.md, the H100 notes' norms, a15d6d8).
         dw_acc, db_acc = param_grads(dy, zhat, dw_acc, db_acc, Z, COMPUTE_DW, COMPUTE_DB, CAST_BEFORE_WEIGHT)
         if COMPUTE_DX:
             if WEIGHT_PER_TILE:
@@ -393,8 +393,9 @@ def _norm_bwd_split_kernel(
 def _partials_sum_kernel(Partials, Out, n_writers, N, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr):
     # The parameters' gradients: each column of each parameter's (n_writers, N) partials summed
     # over the writers, in the same order on every run. torch's sum over that (strided) dim
-    # took 7-12 us on an H200, 10-20% of the backward kernel itself (32768x1024 bf16: 10 us
-    # against 51); narrow column blocks give many programs, each with many rows in flight.
+    # took a large share of the short-row backward (BENCHMARKS.md, "What the H200 parts are",
+    # the parameters' partials); narrow column blocks give many programs, each with many rows
+    # in flight.
     param = tl.program_id(1).to(tl.int64)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N

@@ -246,7 +246,7 @@ def _softmax_fwd_class_kernel(
     # above every program is sized for the widest row: at 32,768 columns one program of 1,024
     # threads fills an SM, and a row that reads a short prefix still spends a whole load's
     # latency alone there. A launch of the short rows' class, with half the warps, fits two
-    # programs an SM (H100 bf16 1x32768x32768: 1,205 us against 1,364; H200 1,075 against 1,205).
+    # programs an SM (docs/TUNING.md, "SoftmaxLaunch.causal_class_min_cols").
     scale_log2 = tl.cast(scale_log2, tl.float32)  # Inductor may pass Python floats as fp64
     pid = _program_tile(True)  # (both ends in turn: the class's rows still grow with q)
     row = (pid // q_count) * n_q + q_lo + pid % q_count
