@@ -37,7 +37,7 @@ from .. import launch_config
 from ._fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
-           "signature", "signatures", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of"]
+           "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
 # Any other subclass (DTensor, FakeTensor, FunctionalTensor, a wrapper) has no plain data
@@ -95,25 +95,17 @@ def checking_plans(enabled: bool = True) -> Iterator[None]:
         _CHECK[0] = saved
 
 
-def signatures(tensors) -> list:
-    """Each tensor's part of a plan's key (None for None): everything a plan can bake in of it.
-    Its class, shape, strides, dtype, device, 16-byte alignment (kernels are compiled for it)
-    and whether it requires a gradient. Raises TypeError on what is not a plain tensor or
-    Parameter (subclasses are not planned: :data:`PLAIN_TENSORS`). (One comprehension for all of
-    a call's tensors: a Python call per tensor costs host time on every eager call.)"""
-    return [None if t is None
-            else (type(t), t.shape, t.stride(), t.dtype, t.get_device() if t.is_cuda else t.device,
-                  t.data_ptr() & 15, t.requires_grad) if type(t) in PLAIN_TENSORS
-            else _not_plain(t) for t in tensors]
-
-
-def _not_plain(t) -> None:
-    raise TypeError(type(t).__name__)
-
-
 def signature(t: Optional[Tensor]) -> Optional[tuple]:
-    """One tensor's :func:`signatures`."""
-    return signatures((t,))[0]
+    """A tensor's part of a plan's key: everything a plan can bake in of it. Its class, shape,
+    strides, dtype, device, 16-byte alignment (kernels are compiled for it) and whether it
+    requires a gradient. Raises on what is not a plain tensor or Parameter (subclasses are not
+    planned: :data:`PLAIN_TENSORS`)."""
+    if t is None:
+        return None
+    if type(t) not in PLAIN_TENSORS:
+        raise TypeError(type(t).__name__)
+    return (type(t), t.shape, t.stride(), t.dtype, t.get_device() if t.is_cuda else t.device,
+            t.data_ptr() & 15, t.requires_grad)
 
 
 def backward_key(grads: tuple, saved: tuple) -> tuple:
@@ -145,10 +137,10 @@ def arguments_key(args) -> tuple:
 
 
 def call_key(tensors: tuple, values: tuple) -> tuple:
-    """The key of an eager call: the tensors' :func:`signatures`, the values and their types
+    """The key of an eager call: each tensor's :func:`signature`, the values and their types
     (``True == 1 == 1.0`` in a dict, and a check may accept one and refuse another), the call
     state."""
-    return (*signatures(tensors), *values, *map(type, values), *call_state(tensors[0]))
+    return (*map(signature, tensors), *values, *map(type, values), *call_state(tensors[0]))
 
 
 class Launch(NamedTuple):
