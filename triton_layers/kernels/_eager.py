@@ -64,9 +64,8 @@ EAGER_OPS: dict = {}
 
 def clear_plans() -> None:
     """Forget every plan kept, the eager door's and the compiled door's (the next call of each
-    signature plans anew)."""
-    for cache in list(launch_config._on_change):
-        cache.clear()
+    signature plans anew): what a change of the launch config does."""
+    launch_config._changed()
 
 
 class PlanMismatch(RuntimeError):
