@@ -293,14 +293,12 @@ class Op:
             @staticmethod
             def backward(ctx, *grads):
                 plan = ctx.plan
-                tensors = op._as_saved(ctx.saved_tensors)  # (hooks may have re-laid them)
-                saved = (*tensors, *ctx.others)
+                tensors = ctx.saved_tensors  # (as hooks hand them back: maybe re-laid, see OpPlan.backward)
                 grads = grads[:n_out]
-                if torch.is_grad_enabled() and _builds_graph(grads, tensors):
-                    out = op.backward_graph(grads, plan.needs, saved)
+                if _is_grad_enabled() and _builds_graph(grads, tensors):
+                    out = op.backward_graph(grads, plan.needs, (*op._as_saved(tensors), *ctx.others))
                 else:
-                    out = plan.run_backward(direct, plan.backward_plan(grads, tensors, saved), grads, plan.needs,
-                                            *saved)
+                    out = plan.backward(grads, tensors, ctx.others)
                 return (None, *op._grads_in_order(out, plan.needs, plan.dtypes))
 
         _PlannedFunction.__name__ = _PlannedFunction.__qualname__ = f"{self._camel()}PlannedFunction"
@@ -392,8 +390,8 @@ class Op:
         dtypes = tuple(None if a is None else a.dtype for a in grad_args)
         x = args[0]
         plan_forward = d.plan_forward if autograd or d.plan_forward_no_grad is None else d.plan_forward_no_grad
-        return OpPlan(plan_forward(*args), d.run_forward, d.plan_backward, d.run_backward, needs, dtypes,
-                      autograd, x.get_device() if x.is_cuda else None)
+        return OpPlan(plan_forward(*args), d.run_forward, d.plan_backward, d.run_backward, self._as_saved, needs,
+                      dtypes, autograd, x.get_device() if x.is_cuda else None)
 
     def record_launches(self, *args, grids: bool = False) -> list[tuple]:
         """The launches an eager forward and backward on ``args`` would make, recorded as
@@ -438,6 +436,7 @@ class Op:
 
 
 _new_tuple = tuple.__new__
+_is_grad_enabled = torch.is_grad_enabled
 
 
 def _traced_launch(args: tuple) -> Callable:
@@ -561,32 +560,45 @@ class OpPlan:
     records the call, the CUDA device (None off CUDA), and the backward plans by the
     layouts of the gradients and saved tensors they were made for."""
 
-    __slots__ = ("forward", "run_forward", "plan_backward", "run_backward", "needs", "dtypes", "autograd",
+    __slots__ = ("forward", "run_forward", "plan_backward", "run_backward", "as_saved", "needs", "dtypes", "autograd",
                  "device", "_backwards")
 
-    def __init__(self, forward, run_forward, plan_backward, run_backward, needs: dict, dtypes: tuple,
-                 autograd: bool, device: Optional[int]):
+    def __init__(self, forward, run_forward, plan_backward, run_backward, as_saved: Callable[[tuple], tuple],
+                 needs: dict, dtypes: tuple, autograd: bool, device: Optional[int]):
         self.forward, self.run_forward = forward, run_forward
-        self.plan_backward, self.run_backward = plan_backward, run_backward
+        self.plan_backward, self.run_backward, self.as_saved = plan_backward, run_backward, as_saved
         self.needs, self.dtypes, self.autograd, self.device = needs, dtypes, autograd, device
         self._backwards: dict = {}
 
-    def backward_plan(self, grads: tuple, tensors: tuple, saved: tuple):
-        """The backward's plan for ``grads`` and the saved ``tensors`` as autograd hands them
-        back (``saved``: those, then the saved values). Neither is fixed by the forward's
-        signature: a consumer may hand back a transposed or strided gradient, and a
-        saved-tensor hook (``save_on_cpu``, activation offloading) a copy of a saved tensor in
-        another layout and alignment. So both are keyed (:func:`_eager.backward_key`)."""
+    def backward(self, grads: tuple, tensors: tuple, others: tuple) -> dict:
+        """The backward (``{argument name: gradient}``) for the output ``grads``, the saved
+        ``tensors`` as autograd hands them back and the other saved values, by the backward plan
+        kept for their layouts.
+
+        Neither layout is fixed by the forward's signature: a consumer may hand back a
+        transposed or strided gradient, and a saved-tensor hook (``save_on_cpu``, activation
+        offloading, a hook registered on one saved tensor after the forward) a copy of a saved
+        tensor in another layout and alignment. So both are keyed, as autograd hands them back
+        (:func:`_eager.backward_key`), and each key keeps whether its saved tensors must first be
+        made readable (``as_saved``: a contiguous copy of one the kernels cannot read by its
+        strides; a fact of the shapes and strides the key holds) beside the plan made for the
+        tensors as they are then read."""
         key = _eager.backward_key(grads, tensors)
-        plan = self._backwards.get(key, _NONE_YET)
-        if plan is _NONE_YET:
-            plan = self._backwards[key] = self.plan_backward(grads, self.needs, *saved)
-        elif _eager.plans_checked():
-            fresh = self.plan_backward(grads, self.needs, *saved)
-            if fresh != plan:
-                raise _eager.PlanMismatch(f"a cached backward plan differs from a new one: cached {plan!r}, "
-                                          f"new {fresh!r}: a backward key misses something the plan bakes in")
-        return plan
+        kept = self._backwards.get(key)
+        if kept is None:
+            readable = self.as_saved(tensors)
+            kept = self._backwards[key] = (readable is not tensors,
+                                           self.plan_backward(grads, self.needs, *readable, *others))
+            tensors = readable
+        else:
+            if kept[0]:
+                tensors = self.as_saved(tensors)
+            if _eager._CHECK[0]:  # (plans_checked(), less a call)
+                fresh = self.plan_backward(grads, self.needs, *tensors, *others)
+                if fresh != kept[1]:
+                    raise _eager.PlanMismatch(f"a cached backward plan differs from a new one: cached {kept[1]!r}, "
+                                              f"new {fresh!r}: a backward key misses something the plan bakes in")
+        return self.run_backward(direct, kept[1], grads, self.needs, *tensors, *others)
 
     def same_decisions(self, other: "OpPlan") -> bool:
         """Whether ``other`` (a plan made anew for the same call) decided what this one did."""

@@ -14,7 +14,7 @@ An eager call of a functional op (``functional.layer_norm``, ...) goes through i
 
 The invariant (docs/ARCHITECTURE.md, "The invariant: a plan never launches on tensors it
 was not made for"): a plan is used only for tensors whose :func:`signature` equals the one
-it was made for. Forward plans are keyed here; backward plans by ``_doors.OpPlan.backward_plan`` on the
+it was made for. Forward plans are keyed here; backward plans by ``_doors.OpPlan.backward`` on the
 output gradients and the saved tensors as autograd hands them back (saved-tensor hooks may
 return a copy in another layout), through :func:`backward_key`. ``TRITON_LAYERS_CHECK_PLANS=1``
 (or :func:`checking_plans`) re-plans every planned call, forward and backward, and raises
@@ -120,6 +120,8 @@ def backward_key(grads: tuple, saved: tuple) -> tuple:
 def call_state(x: Tensor) -> tuple:
     """The global state an eager call's plan depends on: the grad mode, and autocast's dtype on
     ``x``'s device type (None when off)."""
+    if not _any_autocast():  # (one C call where autocast is off everywhere: most calls)
+        return _is_grad_enabled(), None
     device_type = "cuda" if x.is_cuda else "cpu"
     return _is_grad_enabled(), _get_autocast_dtype(device_type) if _is_autocast_enabled(device_type) else None
 
@@ -127,6 +129,7 @@ def call_state(x: Tensor) -> tuple:
 # (module-level names: a global lookup each, not torch's attribute lookups, on every eager call)
 _is_grad_enabled, _is_autocast_enabled, _get_autocast_dtype = (
     torch.is_grad_enabled, torch.is_autocast_enabled, torch.get_autocast_dtype)
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
 def arguments_key(args) -> tuple:

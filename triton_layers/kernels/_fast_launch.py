@@ -175,6 +175,10 @@ class _Runtime:
         self._compilation_knobs = knobs.compilation
         self._debug = bool(knobs.runtime.debug)
         self._instrumentation = getattr(knobs.compilation, "instrumentation_mode", "") or ""
+        # What the last look found quiet (see stepped_aside): the knobs objects' assignments
+        # (None: not looked yet) and the launch hooks' lists of hooks (Triton adds in place).
+        self._runtime_seen = self._compilation_seen = None
+        self._enter_hooks = self._exit_hooks = ()
 
     def stepped_aside(self, pre_run_hooks) -> bool:
         """Whether a kernel must launch through Triton's own ``JITFunction.run`` now: while
@@ -185,17 +189,31 @@ class _Runtime:
         they ask for (and calls the hooks), and ours resumes once they are off. ``pre_run_hooks``:
         the kernel's list of them (Triton appends to it in place), or ().
 
-        (On every eager launch: plain attribute and dict reads, no generator, no environment
-        read (see :meth:`read_knobs`); knobs that Triton reads from the environment on each
-        access, such as 3.9's ``fpsan_homomorphic_casts``, are not read here: set them before
-        the first launch.)"""
+        On every eager launch, so in two steps: while nothing was assigned on the knobs objects
+        since a full look (:meth:`_look`) found every switch off, and no launch hook was added to
+        their lists, the answer is that look's (two dict comparisons, three list tests); else a
+        full look. (Knobs that Triton reads from the environment on each access, such as 3.9's
+        ``fpsan_homomorphic_casts``, are not read: set them before the first launch. Assigning on
+        the knobs *classes* rather than ``triton.knobs.runtime``/``.compilation`` is not seen.)"""
+        if (pre_run_hooks or self._enter_hooks or self._exit_hooks or self._runtime_knobs.__dict__ != self._runtime_seen
+                or self._compilation_knobs.__dict__ != self._compilation_seen):
+            return self._look(pre_run_hooks)
+        return False
+
+    def _look(self, pre_run_hooks) -> bool:
+        """:meth:`stepped_aside`'s full look at every switch; when all are off, what it saw is
+        kept for the fast test."""
         k = self._runtime_knobs
         enter, leave = k.launch_enter_hook, k.launch_exit_hook
-        return bool(pre_run_hooks or k.__dict__.get("debug", self._debug)
-                    or (enter is not None and getattr(enter, "calls", True))
-                    or (leave is not None and getattr(leave, "calls", True))
-                    or getattr(k, "add_stages_inspection_hook", None) is not None
-                    or self._compilation_knobs.__dict__.get("instrumentation_mode", self._instrumentation))
+        aside = bool(pre_run_hooks or k.__dict__.get("debug", self._debug)
+                     or (enter is not None and getattr(enter, "calls", True))
+                     or (leave is not None and getattr(leave, "calls", True))
+                     or getattr(k, "add_stages_inspection_hook", None) is not None
+                     or self._compilation_knobs.__dict__.get("instrumentation_mode", self._instrumentation))
+        if not aside:
+            self._runtime_seen, self._compilation_seen = dict(k.__dict__), dict(self._compilation_knobs.__dict__)
+            self._enter_hooks, self._exit_hooks = (() if h is None else h.calls for h in (enter, leave))
+        return aside
 
 
 _RUNTIME: list = []
