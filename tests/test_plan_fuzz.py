@@ -8,7 +8,7 @@ aligned), the grad mode, autocast, the launch config, saved-tensor hooks that re
 between calls, a second backward (``retain_graph``); on a GPU also CUDA-graph replay, a side
 stream and a second GPU where there is one. Seeded: a failure names its seed and step, and
 replays. ``TRITON_LAYERS_FUZZ_STEPS`` (default 10 a sequence) and ``TRITON_LAYERS_FUZZ_SEEDS``
-(default 2) make a larger run (the GPU run before a release: ``scripts/fuzz_plans.sh``).
+(default 2) make a larger run (the GPU run before a release, with memcheck: ``scripts/fuzz_plans.sh``).
 """
 from __future__ import annotations
 
