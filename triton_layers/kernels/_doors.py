@@ -551,9 +551,6 @@ def mask_bytes(mask: Optional[Tensor], launch: Callable) -> Optional[Tensor]:
     return mask.to(torch.uint8) if traced(launch) else mask.view(torch.uint8)
 
 
-_NONE_YET = object()
-
-
 class OpPlan:
     """One call signature's decisions (:meth:`Op.plan`): the forward's plan and how to run
     it, which differentiable inputs need a gradient and their dtypes, whether autograd
