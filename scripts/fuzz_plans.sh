@@ -12,6 +12,7 @@
 # access is not hidden inside a larger block), which leaves out the CUDA-graph setting.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/_sanitizer.sh
 out="${OUT:-fuzz-results}/fuzz"
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -27,14 +28,11 @@ echo "fuzz ($seeds seeds x $steps steps): $(tail -n 1 "$out/fuzz.log") (exit $st
   | tee -a "$summary"
 
 if [ "$memcheck_seeds" -gt 0 ]; then
-  san="${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}"
   start=$(date +%s)
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 TRITON_LAYERS_FUZZ_SEEDS=$memcheck_seeds TRITON_LAYERS_FUZZ_STEPS=$steps \
-    "$san" --tool memcheck --target-processes application-only --report-api-errors no --print-limit 100 \
-    --error-exitcode 97 "${fuzz[@]}" > "$out/memcheck.log" 2>&1
+    sanitized memcheck "$out/memcheck.log" "${fuzz[@]}"
   rc=$?
-  line=$(grep -E "ERROR SUMMARY" "$out/memcheck.log" | tail -n 1)
-  echo "memcheck ($memcheck_seeds seeds x $steps steps): ${line:-no summary line} | fuzz:" \
+  echo "memcheck ($memcheck_seeds seeds x $steps steps): $(sanitizer_summary "$out/memcheck.log") | fuzz:" \
     "$(grep -E "passed|failed" "$out/memcheck.log" | tail -n 1) (exit $rc, $(( $(date +%s) - start )) s)" | tee -a "$summary"
   [ $rc -ne 0 ] && status=1
 fi

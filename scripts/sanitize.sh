@@ -18,7 +18,7 @@ out="${OUT:-sanitize-results}/sanitize"
 mkdir -p "$out"
 tools=("$@")
 [ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck)
-san="${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}"
+source scripts/_sanitizer.sh
 
 # Every tensor its own cudaMalloc, sized exactly: torch's caching allocator would hand out
 # slices of larger blocks, inside which an out-of-bounds access is invisible to memcheck.
@@ -35,14 +35,9 @@ echo "plain: $(tail -n 1 "$out/plain.log") (exit $status)" | tee -a "$summary"
 
 for tool in "${tools[@]}"; do
   start=$(date +%s)
-  # application-only: the Python process, not Triton's compiler subprocesses.
-  # --report-api-errors no: CUDA API calls that fail on purpose (driver probes by torch
-  # and Triton) are not kernel errors; --error-exitcode makes a real one fail the run.
-  "$san" --tool "$tool" --target-processes application-only --report-api-errors no \
-    --print-limit 100 --error-exitcode 97 "${driver[@]}" > "$out/$tool.log" 2>&1
+  sanitized "$tool" "$out/$tool.log" "${driver[@]}"
   rc=$?
-  line=$(grep -E "(ERROR|RACECHECK|LEAK) SUMMARY" "$out/$tool.log" | tail -n 1)
-  echo "$tool: ${line:-no summary line} | driver: $(grep -E "passed, [0-9]+ failed" "$out/$tool.log" | tail -n 1)" \
+  echo "$tool: $(sanitizer_summary "$out/$tool.log") | driver: $(grep -E "passed, [0-9]+ failed" "$out/$tool.log" | tail -n 1)" \
     "(exit $rc, $(( $(date +%s) - start )) s)" | tee -a "$summary"
   [ $rc -ne 0 ] && status=1
 done
