@@ -584,18 +584,19 @@ class OpPlan:
         kept = self._backwards.get(key)
         if kept is None:
             readable = self.as_saved(tensors)
-            kept = self._backwards[key] = (readable is not tensors,
-                                           self.plan_backward(grads, self.needs, *readable, *others))
+            plan = self.plan_backward(grads, self.needs, *readable, *others)
+            self._backwards[key] = (readable is not tensors, plan)
             tensors = readable
         else:
-            if kept[0]:
+            relaid, plan = kept
+            if relaid:
                 tensors = self.as_saved(tensors)
             if _eager._CHECK[0]:  # (plans_checked(), less a call)
                 fresh = self.plan_backward(grads, self.needs, *tensors, *others)
-                if fresh != kept[1]:
-                    raise _eager.PlanMismatch(f"a cached backward plan differs from a new one: cached {kept[1]!r}, "
+                if fresh != plan:
+                    raise _eager.PlanMismatch(f"a cached backward plan differs from a new one: cached {plan!r}, "
                                               f"new {fresh!r}: a backward key misses something the plan bakes in")
-        return self.run_backward(direct, kept[1], grads, self.needs, *tensors, *others)
+        return self.run_backward(direct, plan, grads, self.needs, *tensors, *others)
 
     def same_decisions(self, other: "OpPlan") -> bool:
         """Whether ``other`` (a plan made anew for the same call) decided what this one did."""
