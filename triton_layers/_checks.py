@@ -17,7 +17,7 @@ from torch import Tensor
 from ._tracing import tracing
 # (the value checkers: use_kernels's, and re-exported for the functional ops' checks)
 from ._values import check_flag, check_int, check_int_sequence, check_number, check_use_triton  # noqa: F401
-from .kernels._eager import subclass_of  # (no Triton there: importable without it)
+from .kernels._eager import is_async_collective, subclass_of  # (no Triton there: importable without it)
 
 # Whether a torch.func transform (vmap, grad, ...) is running.
 functorch_active = torch._C._are_functorch_transforms_active
@@ -126,8 +126,10 @@ def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional
     """
     check_use_triton(use_triton)  # (as the modules' constructors: "yes" is no flag)
     kind = None if tracing() else subclass_of((x, *others))
-    if kind is not None and dtensors and is_dtensor(kind):
-        kind = None  # (the custom op's door: the device decides, below)
+    if kind is not None and ((dtensors and is_dtensor(kind)) or is_async_collective(kind)):
+        # (a DTensor: the custom op's door; a collective in flight: the doors wait for it
+        # before launching, kernels/_eager.ready. The device decides, below.)
+        kind = None
     if kind is not None:
         can_run = False
         why = (f"cannot launch a kernel on a {kind.__name__} (a tensor subclass); use_triton=None takes the "

@@ -198,13 +198,18 @@ class Op:
         arguments and the call state (grad mode, autocast), beside the compiled door's (cleared
         with them, checked under ``TRITON_LAYERS_CHECK_PLANS=1``): for callers that keep no plans
         of their own (the DTensor door's local shards; functional's calls are planned by
-        ``_eager.EagerOp``)."""
+        ``_eager.EagerOp``). A local shard comes in whatever layout its collective left (an
+        uneven reduce-scatter's is a narrowed view) and may still be in flight: it is waited
+        (:func:`_eager.ready`) and read as the plans read tensors (:meth:`_readable`), as the
+        custom op's body does."""
+        plain = _eager.ready(args)
+        if plain is None:  # a tensor subclass: the custom op, whose dispatch the subclass handles
+            return self(*args)
+        args = self._readable(plain, self._input_strided)
         try:
             key = ("eager", *_eager.arguments_key(args), *_eager.call_state(args[0]))
             hash(key)
-        except TypeError:
-            # An unhashable value or a tensor subclass (a local shard may be an
-            # AsyncCollectiveTensor): the call as it is, unplanned (a subclass: the custom op).
+        except TypeError:  # an unhashable value: the call as it is, unplanned
             return self(*args)
         return self.call_planned(self._door_plans.planned(key, lambda: self.plan(*args), OpPlan.same_decisions),
                                  *args)
@@ -227,10 +232,23 @@ class Op:
                 out[pos] = g if g.dtype == dtype else g.to(dtype)
         return tuple(out)
 
-    def _shared(self, ctx) -> list[tuple[str, str]]:
+    def _shared(self, needs: dict, dtypes: tuple) -> list[tuple[str, str]]:
         """The ``shared_grads`` pairs whose gradients are one tensor in this call."""
-        dtype = dict(zip(self.desc.differentiable, ctx.dtypes))
-        return [(a, b) for a, b in self.desc.shared_grads if ctx.needs[a] and ctx.needs[b] and dtype[a] == dtype[b]]
+        dtype = dict(zip(self.desc.differentiable, dtypes))
+        return [(a, b) for a, b in self.desc.shared_grads if needs[a] and needs[b] and dtype[a] == dtype[b]]
+
+    def _custom_op_backward(self, grads: tuple, needs: dict, dtypes: tuple, saved: tuple) -> tuple:
+        """The backward through the custom op (``<op>_bwd``), as autograd wants its gradients:
+        the compiled door's, and the eager door's for gradients of a tensor subclass, whose own
+        dispatch then decides what runs (a wrapper unwraps and our body launches on its data)."""
+        d = self.desc
+        needs_list = [needs[n] for n in d.differentiable]
+        out = self.backward_op(*grads, *saved, needs_list)
+        out = (out,) if isinstance(out, Tensor) else out
+        grads_by_name = {n: g for n, g, need in zip(d.differentiable, out, needs_list) if need}
+        for a, b in self._shared(needs, dtypes):
+            grads_by_name[a] = grads_by_name[b]
+        return self._grads_in_order(grads_by_name, needs, dtypes)
 
     def _stash(self, ctx, args: tuple, results: tuple) -> None:
         """The compiled door's ``setup_context``: what the backward needs, from the call.
@@ -295,6 +313,15 @@ class Op:
                 plan = ctx.plan
                 tensors = ctx.saved_tensors  # (as hooks hand them back: maybe re-laid, see OpPlan.backward)
                 grads = grads[:n_out]
+                # The launch boundary's rule (_eager.ready): a gradient may be a collective still
+                # in flight (the reduce-scatter of a sequence-parallel all-gather's backward),
+                # waited here; a gradient or saved tensor of another subclass takes the custom
+                # op, whose dispatch the subclass handles by its own protocol: never our launch.
+                both = _eager.ready((*grads, *tensors))
+                if both is None:
+                    return (None, *op._custom_op_backward(grads, plan.needs, plan.dtypes,
+                                                           (*op._as_saved(tensors), *ctx.others)))
+                grads, tensors = both[:n_out], both[n_out:]
                 if _is_grad_enabled() and _builds_graph(grads, tensors):
                     out = op.backward_graph(grads, plan.needs, (*op._as_saved(tensors), *ctx.others))
                 else:
@@ -347,13 +374,7 @@ class Op:
             saved = op._saved(ctx)
             if torch.is_grad_enabled() and _builds_graph(grads, saved[:op._n_saved_tensors]):
                 return op._grads_in_order(op.backward_graph(grads[:n_out], ctx.needs, saved), ctx.needs, ctx.dtypes)
-            needs_list = [ctx.needs[n] for n in d.differentiable]
-            out = backward_op(*grads[:n_out], *saved, needs_list)
-            out = (out,) if isinstance(out, Tensor) else out
-            grads_by_name = {n: g for n, g, need in zip(d.differentiable, out, needs_list) if need}
-            for a, b in op._shared(ctx):
-                grads_by_name[a] = grads_by_name[b]
-            return op._grads_in_order(grads_by_name, ctx.needs, ctx.dtypes)
+            return op._custom_op_backward(grads[:n_out], ctx.needs, ctx.dtypes, saved)
 
         forward_op.register_autograd(backward, setup_context=setup_context)
         return forward_op, backward_op
@@ -361,18 +382,22 @@ class Op:
     # -- the public callable -------------------------------------------------------------
     def __call__(self, *args):
         """The op on ``args`` (the description's inputs, in order; the first is a tensor).
-        Traced calls and tensor subclasses take the custom op (the subclass's dispatch decides
-        what runs: a DTensor its sharding rule, a FakeTensor no launch)."""
-        if tracing() or _eager.subclass_of(args) is not None:
-            if not tracing():  # DTensors already placed as the rule asks: run its strategy here
-                results = _dtensor_eager.call(self, args)
-                if results is not _dtensor_eager.NOT_LOCAL:
-                    return results
-            results = self.forward_op(*args)
-            results = (results,) if isinstance(results, Tensor) else results
-            return results[0] if self._n_out == 1 else tuple(results[: self._n_out])
+        Tensors a kernel may read now (plain ones, and collectives in flight once waited:
+        :func:`_eager.ready`) take the eager door; traced calls and other tensor subclasses take
+        the custom op (the subclass's dispatch decides what runs: a DTensor its sharding rule,
+        a FakeTensor no launch)."""
+        if not tracing():
+            plain = _eager.ready(args)
+            if plain is not None:
+                return self.call_planned(self.plan(*plain), *plain)
+            # DTensors already placed as the rule asks: run its strategy here
+            results = _dtensor_eager.call(self, args)
+            if results is not _dtensor_eager.NOT_LOCAL:
+                return results
         # (torch.func transforms never come here: functional runs the reference under them)
-        return self.call_planned(self.plan(*args), *args)
+        results = self.forward_op(*args)
+        results = (results,) if isinstance(results, Tensor) else results
+        return results[0] if self._n_out == 1 else tuple(results[: self._n_out])
 
     def plan(self, *args) -> "OpPlan":
         """What an eager call on ``args`` decides before launching, for every later call

@@ -37,7 +37,8 @@ from .. import launch_config
 from ._fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
-           "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of"]
+           "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of",
+           "is_async_collective", "ready"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
 # Any other subclass (DTensor, FakeTensor, FunctionalTensor, a wrapper) has no plain data
@@ -52,6 +53,56 @@ def subclass_of(values) -> Optional[type]:
         if isinstance(v, Tensor) and type(v) not in PLAIN_TENSORS:
             return type(v)
     return None
+
+
+def is_async_collective(kind: type) -> bool:
+    """Whether ``kind`` is torch's ``AsyncCollectiveTensor``: the result of a functional
+    collective (an all-gather's, a reduce-scatter's: DTensor's redistributions and their
+    backwards) that may still be in flight. Told by its name and module, so that nothing of
+    torch.distributed is imported to ask."""
+    return kind.__name__ == "AsyncCollectiveTensor" and kind.__module__.startswith("torch.distributed")
+
+
+def ready(values: tuple) -> Optional[tuple]:
+    """The launch boundary's one rule: ``values`` as a kernel may read them now, or None.
+
+    A kernel launch receives only plain tensors (:data:`PLAIN_TENSORS`) whose memory may be read
+    now. So an ``AsyncCollectiveTensor`` is waited first, as torch's own ops do (its
+    ``trigger_wait``: the collective's wait on the current stream, once), and its plain tensor
+    takes its place, keeping its autograd history (:class:`_Waited`). Any other tensor subclass
+    (DTensor, FakeTensor, a wrapper of the user's) gives None: the door then hands the call to
+    the subclass's own protocol (the custom op, which its dispatch unwraps) or to the reference.
+    ``values`` itself comes back where every tensor is plain (one type test each: the doors ask
+    on every unplanned call and every backward)."""
+    for v in values:
+        if isinstance(v, Tensor) and type(v) not in PLAIN_TENSORS:
+            break
+    else:
+        return values
+    out = []
+    for v in values:
+        if isinstance(v, Tensor) and type(v) not in PLAIN_TENSORS:
+            if not is_async_collective(type(v)):
+                return None
+            v = _Waited.apply(v) if v.requires_grad and torch.is_grad_enabled() else v.trigger_wait()
+            if type(v) not in PLAIN_TENSORS:  # (a collective of a subclass's local tensors)
+                return None
+        out.append(v)
+    return tuple(out)
+
+
+class _Waited(torch.autograd.Function):
+    """An ``AsyncCollectiveTensor`` waited, as a plain tensor (a new view of its data) that
+    autograd ties to it: the gradient passes through unchanged."""
+
+    @staticmethod
+    def forward(ctx, t):
+        data = t.trigger_wait()
+        return data.view_as(data)  # (a fresh tensor object: autograd writes its history into it)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
 
 
 # Whether a torch.func transform (vmap, grad, ...) is running: no plans there (the reference runs).
@@ -185,6 +236,9 @@ class EagerOp:
                 hit = self.plans.get(key)
             except Exception:  # a subclass, a non-tensor, an unhashable value: the route decides
                 key = hit = None
+                waited = ready(tensors)
+                if waited is not None and waited is not tensors:  # (collectives in flight, waited)
+                    return self.call(waited, values)
             if hit is not None:  # a signature met before: its checks passed, its launches are planned
                 op, plan, tail = hit
                 if _CHECK[0]:
