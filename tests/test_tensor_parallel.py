@@ -20,13 +20,23 @@ import torch.distributed as dist
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
 
-def _spawn(world: int, fn, shape: tuple = (), names: tuple = ()) -> None:
-    """``fn(mesh, device)`` on ``world`` ranks; the mesh 1-D, or of ``shape`` with dim ``names``."""
+def _spawn(world: int, fn, shape: tuple = (), names: tuple = (), timeout: float = 600) -> None:
+    """``fn(mesh, device)`` on ``world`` ranks; the mesh 1-D, or of ``shape`` with dim ``names``.
+    A run past ``timeout`` seconds fails (its ranks killed): a rank that dies inside a collective
+    can leave the others waiting for it forever, and a hung suite tells nothing."""
+    import time
+
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), fn, shape or (world,), names or None),
-                 nprocs=world, join=True)
+        ranks = mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), fn, shape or (world,), names or None),
+                         nprocs=world, join=False)
+        deadline = time.monotonic() + timeout
+        while not ranks.join(timeout=max(1.0, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                for p in ranks.processes:
+                    p.kill()
+                pytest.fail(f"{getattr(fn, '__name__', fn)} on {world} ranks took over {timeout:.0f} s (a rank hung)")
 
 
 def _worker(rank: int, world: int, store: str, fn, shape: tuple, names) -> None:
