@@ -84,19 +84,24 @@ def family_of(module: nn.Module) -> Optional[str]:
     if not isinstance(weight, Tensor) or weight.dim() != 1 or eps is None or not _takes_one_tensor(module):
         return None
     hidden = weight.shape[0]
-    g = torch.Generator().manual_seed(0)
-    w = 1.0 + 0.3 * torch.randn(hidden, generator=g)
-    x = 3.0 * torch.randn(_PROBE_ROWS, hidden, generator=g)
     try:
-        probe = copy.deepcopy(module)
-        probe.__dict__.pop("forward", None)  # (the class's own forward, not one a kernel hook put on the instance)
-        candidates = set(FAMILIES)
-        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        # On the CPU whatever the default device and dtype (torch.set_default_device("cuda") or
+        # `with torch.device("meta"):` around convert, a float64 default dtype): a CPU generator
+        # cannot draw on another device, and a module built on meta holds no values to run.
+        # The block also sends what the module's forward creates without a device to the CPU.
+        with torch.device("cpu"), torch.no_grad(), torch.autocast("cpu", enabled=False):
+            g = torch.Generator(device="cpu").manual_seed(0)
+            w = 1.0 + 0.3 * torch.randn(hidden, generator=g, device="cpu", dtype=torch.float32)
+            x = 3.0 * torch.randn(_PROBE_ROWS, hidden, generator=g, device="cpu", dtype=torch.float32)
+            # (the weight is not copied: the probes' replace it, on the CPU; a meta one has no data)
+            probe = copy.deepcopy(module, {id(weight): None})
+            probe.__dict__.pop("forward", None)  # (the class's own forward, not one a kernel hook put on the instance)
+            candidates = set(FAMILIES)
             for w_dtype, x_dtype in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32),
                                      (torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32)):
                 wp = w.to(w_dtype)
                 probe.weight = nn.Parameter(wp, requires_grad=False)
-                probe.to("cpu")
+                probe.to("cpu")  # (any other tensor the module holds; one on meta raises: left alone)
                 got = probe(x.to(x_dtype))
                 for family in list(candidates):
                     want = FORMULAS[family](x.to(x_dtype), wp, eps)
