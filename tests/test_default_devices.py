@@ -10,19 +10,32 @@
 - Our modules built under a default device put their parameters where torch's would, and
   meta init, ``to_empty``, ``reset_parameters()`` (FSDP2's and torchtitan's way) gives
   exactly the initial values of a module built directly (torch's layer where ours replaces one).
+- float64 (a default dtype, ``module.double()``), which torch's layers take: every op and
+  module gives torch's answer and gradients through the reference (the kernels compute in
+  fp32), ``use_triton=True`` on it is a ValueError, and the eager door's plans never hand a
+  float64 call a kernel plan.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 
+import warnings
+
 import pytest
 import torch
+import torch.nn.functional as TF
 from torch import nn
 
 import triton_layers
 from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
+from triton_layers import functional as F
+from triton_layers import reference
+from triton_layers._checks import KERNELS
 from triton_layers._families import family_of
+from triton_layers.kernels._eager import EAGER_OPS, checking_plans
+
+from .conftest import DEVICE, spy_main_inputs
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -218,3 +231,218 @@ def test_modules_built_on_meta_run_on_meta(name):
         return
     y = module(scores if name == "softmax" else x.reshape(2, 5, 2, 4) if name == "layer_norm_no_bias" else x)
     assert y.device.type == "meta"
+
+
+# --- float64: torch's answer, through the reference ---------------------------------------
+
+F64 = torch.float64
+
+
+def _f64(*shape, scale=1.0):
+    return (scale * torch.randn(*shape, dtype=F64, device=DEVICE)).requires_grad_()
+
+
+def _causal(x, scale):
+    n_q, n_k = x.shape[-2:]
+    hidden = torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).triu(1 + n_k - n_q)
+    return TF.softmax((scale * x).masked_fill(hidden, float("-inf")), -1)
+
+
+# name -> (inputs, ours(*inputs, use_triton=...), torch's definition(*inputs)); small shapes (gradcheck)
+OPS = {
+    "layer_norm": (lambda: (_f64(3, 8), _f64(8), _f64(8)),
+                   lambda x, w, b, **kw: F.layer_norm(x, w, b, **kw),
+                   lambda x, w, b: TF.layer_norm(x, (8,), w, b)),
+    "rms_norm": (lambda: (_f64(3, 8), _f64(8)),
+                 lambda x, w, **kw: F.rms_norm(x, w, **kw),
+                 lambda x, w: TF.rms_norm(x, (8,), w)),
+    # eps=None is float64's epsilon for float64, as torch: rows this small tell it from fp32's
+    "rms_norm_default_eps": (lambda: (_f64(3, 8, scale=1e-6),),
+                             lambda x, **kw: F.rms_norm(x, **kw),
+                             lambda x: TF.rms_norm(x, (8,))),
+    "layer_norm_residual": (lambda: (_f64(2, 3, 8), _f64(2, 3, 8), _f64(8), _f64(8)),
+                            lambda x, r, w, b, **kw: F.layer_norm(x, w, b, residual=r, **kw),
+                            lambda x, r, w, b: (TF.layer_norm(x + r, (8,), w, b), x + r)),
+    "rms_norm_residual": (lambda: (_f64(3, 8), _f64(3, 8), _f64(8)),
+                          lambda x, r, w, **kw: F.rms_norm(x, w, residual=r, **kw),
+                          lambda x, r, w: (TF.rms_norm(x + r, (8,), w), x + r)),
+    "softmax": (lambda: (_f64(3, 7),),
+                lambda x, **kw: F.softmax(x, **kw),
+                lambda x: TF.softmax(x, -1)),
+    "causal_softmax": (lambda: (_f64(2, 3, 5),),
+                       lambda x, **kw: F.softmax(x, causal=True, scale=0.5, **kw),
+                       lambda x: _causal(x, 0.5)),
+    "weighted_sum": (lambda: (_f64(3, 8), _f64(8), _f64(1)),
+                     lambda x, w, b, **kw: F.weighted_sum(x, w, b, **kw),
+                     lambda x, w, b: TF.linear(x, w[None], b)[..., 0]),
+    # (the float64 reference is coor_descent's definition; tests/test_coor_descent.py checks it
+    # against an independent one)
+    "coor_descent": (lambda: (_f64(3, 6),),
+                     lambda s, **kw: F.coor_descent(s, n_iters=3, k=2.0, **kw),
+                     lambda s: reference.coor_descent(s, 3, 2.0, 0.1, None, 1.0, None)),
+}
+
+
+@pytest.mark.parametrize("use_triton", [None, False], ids=["auto", "reference"])
+@pytest.mark.parametrize("name", list(OPS))
+def test_float64_gives_torchs_answer(name, use_triton):
+    make, ours, theirs = OPS[name]
+    inputs = make()
+    got, want = ours(*inputs, use_triton=use_triton), theirs(*inputs)
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    dys = [torch.randn_like(w) for w in want]
+    for g, w in zip(got, want):
+        assert g.dtype == F64
+        torch.testing.assert_close(g, w)
+    for g, w in zip(torch.autograd.grad(got, inputs, dys), torch.autograd.grad(want, inputs, dys)):
+        torch.testing.assert_close(g, w)
+
+
+# (not the 1e-6 rows: gradcheck's finite differences are as large as they are)
+@pytest.mark.parametrize("name", [n for n in OPS if n != "rms_norm_default_eps"])
+def test_float64_gradcheck(name):
+    make, ours, _ = OPS[name]
+    assert torch.autograd.gradcheck(lambda *t: ours(*t), make())
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_float64_with_use_triton_true_is_a_value_error(name):
+    make, ours, _ = OPS[name]
+    inputs = make()
+    assert not F.uses_kernels(inputs[0])
+    with pytest.raises(ValueError, match=r"use_triton=True cannot compute in torch\.float64 \((x|s) has dtype"):
+        ours(*inputs, use_triton=True)
+
+
+MIXED = {  # an fp32 x with one float64 argument: (the call, the argument named in the error)
+    "weight": (lambda x, w, **kw: F.layer_norm(x, w.double(), **kw), "weight"),
+    "bias": (lambda x, w, **kw: F.layer_norm(x, w, w.double(), **kw), "bias"),
+    "residual": (lambda x, w, **kw: F.rms_norm(x, w, residual=x.double(), **kw), "residual"),
+    "out_dtype": (lambda x, w, **kw: F.rms_norm(x, w, out_dtype=F64, **kw), "out_dtype"),
+    "weighted_sum": (lambda x, w, **kw: F.weighted_sum(x, w.double(), **kw), "weight"),
+}
+
+
+@pytest.mark.parametrize("name", list(MIXED))
+def test_a_float64_argument_beside_fp32_takes_the_reference(name):
+    """use_triton=True names the float64 argument; use_triton=None gives the reference's result,
+    in the op's usual output dtype (x's, or out_dtype's where given)."""
+    call, argument = MIXED[name]
+    x, w = torch.randn(3, 8, device=DEVICE), torch.randn(8, device=DEVICE)
+    with pytest.raises(ValueError, match=rf"use_triton=True cannot compute in torch\.float64 \({argument} has"):
+        call(x, w, use_triton=True)
+    got, want = call(x, w, use_triton=None), call(x, w, use_triton=False)
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    assert got[0].dtype == (F64 if name == "out_dtype" else torch.float32)
+    for g, r in zip(got, want):
+        assert g.dtype == r.dtype and torch.equal(g, r)
+
+
+def test_mixed_float64_rms_norm_is_torchs():
+    """torch's rms_norm takes an fp32 x with a float64 weight (nn.LayerNorm and nn.Linear refuse
+    mixed dtypes): the statistics in fp32, the product in float64, rounded to x's dtype."""
+    x, w = torch.randn(3, 8, device=DEVICE), torch.randn(8, dtype=F64, device=DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's "Mismatch dtype between input and weight")
+        want = TF.rms_norm(x, (8,), w)
+    got = F.rms_norm(x, w)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    x64 = x.double()
+    torch.testing.assert_close(F.rms_norm(x64, w.float()), TF.rms_norm(x64, (8,), w.float()))
+
+
+@pytest.mark.skipif(KERNELS is None, reason="needs Triton")
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm_residual", "softmax", "weighted_sum", "coor_descent"])
+def test_float64_never_gets_a_kernel_plan(name, monkeypatch):
+    """The eager door keys its plans by each tensor's dtype: an fp32 call of a shape plans a
+    kernel launch, a float64 call of the same shape then goes through the route and returns
+    the reference's result, with no launch and no plan of its own; while plans are checked too."""
+    make, ours, theirs = OPS[name]
+    inputs = [t.detach() for t in make()]
+    op = {"layer_norm": "norm", "rms_norm_residual": "residual_norm"}.get(name, name)
+    eager = EAGER_OPS["norm" if "norm" in name else name]
+    seen = spy_main_inputs(monkeypatch, getattr(KERNELS, op))
+    if DEVICE == "cuda" or F.uses_kernels(inputs[0].float()):
+        ours(*[t.float() for t in inputs])
+        assert len(seen) == 1 and any(key[0][3] == torch.float32 for key in eager.plans)  # (planned)
+    seen.clear()
+    for checked in (False, True):
+        with checking_plans(checked):
+            got, ref, want = ours(*inputs), ours(*inputs, use_triton=False), theirs(*inputs)
+        for g, r, w in zip(*((got, ref, want) if isinstance(got, tuple) else ((got,), (ref,), (want,)))):
+            assert g.dtype == F64 and torch.equal(g, r)
+            torch.testing.assert_close(g, w)
+    assert not seen
+    assert not any(part is F64 or (isinstance(part, tuple) and F64 in part) for key in eager.plans for part in key)
+
+
+# torch's layer (its parameters drawn at random) -> ours, loaded from its state_dict
+MODULES_F64 = {
+    "layer_norm": (nn.LayerNorm, TritonLayerNorm),
+    "rms_norm": (nn.RMSNorm, TritonRMSNorm),  # (eps=None: float64's epsilon, as torch)
+    "weighted_sum": (lambda d: nn.Linear(d, 1), lambda d, **kw: WeightedSum(d, bias=True, **kw)),
+}
+
+
+@pytest.mark.parametrize("how", ["double", "default_dtype"])
+@pytest.mark.parametrize("name", list(MODULES_F64))
+def test_float64_modules_match_torchs(name, how):
+    """A float64 module (``.double()``, or built under a float64 default dtype) on float64
+    input: torch's layer's output and gradients; under CPU autocast still float64 (autocast
+    casts no float64 tensor); ``use_triton=True`` is a ValueError."""
+    make_theirs, make_ours = MODULES_F64[name]
+    with (default_dtype(F64) if how == "default_dtype" else contextlib.nullcontext()):
+        theirs, ours = make_theirs(8).to(DEVICE), make_ours(8, device=DEVICE)
+    if how == "double":
+        theirs, ours = theirs.double(), ours.double()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.copy_(torch.randn_like(p))
+    ours.load_state_dict(theirs.state_dict())
+    assert all(p.dtype == F64 for p in ours.parameters())
+    x = _f64(2, 5, 8)
+    y = ours(x)
+    want = theirs(x)[..., 0] if name == "weighted_sum" else theirs(x)
+    assert y.dtype == F64
+    torch.testing.assert_close(y, want)
+    dy = torch.randn_like(want)
+    for g, w in zip(torch.autograd.grad(y, [x, *ours.parameters()], dy),
+                    torch.autograd.grad(want, [x, *theirs.parameters()], dy)):
+        torch.testing.assert_close(g, w.reshape(g.shape))
+    for mode in ("autocast", "torch", "unchanged") if name != "weighted_sum" else ("",):
+        if mode:
+            ours.output_under_autocast = mode  # (layers/_autocast.py; "torch" is what convert sets)
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            assert ours(x).dtype == theirs(x).dtype == F64
+    ours.use_triton = True
+    with pytest.raises(ValueError, match=r"use_triton=True cannot compute in torch\.float64"):
+        ours(x)
+
+
+@pytest.mark.parametrize("how", ["double", "default_dtype"])
+def test_float64_softmax_and_router(how):
+    """The modules without a torch counterpart: CausalSoftmax against torch's masked softmax,
+    the router against itself on the reference; both float64 through, and ``use_triton=True``
+    a ValueError."""
+    with (default_dtype(F64) if how == "default_dtype" else contextlib.nullcontext()):
+        softmax = CausalSoftmax(scale=0.5)
+        torch.manual_seed(2)
+        router = CoordinateDescentRouter(8, n_iters=3, device=DEVICE)
+        torch.manual_seed(2)
+        reference_router = CoordinateDescentRouter(8, n_iters=3, use_triton=False, device=DEVICE)
+    if how == "double":
+        router, reference_router = router.double(), reference_router.double()
+    scores, x = _f64(2, 4, 5), _f64(2, 10, 8)
+    torch.testing.assert_close(softmax(scores), _causal(scores, 0.5))
+    got, want = router(x, num_tokens=3), reference_router(x, num_tokens=3)
+    assert got.scores.dtype == got.routed_tokens.dtype == F64
+    assert torch.equal(got.indices, want.indices) and torch.equal(got.scores, want.scores)
+    (gx,) = torch.autograd.grad(got.scores.sum(), x)
+    (wx,) = torch.autograd.grad(want.scores.sum(), x)
+    assert torch.equal(gx, wx)
+    for module, call in ((CausalSoftmax(use_triton=True), lambda m: m(scores)),
+                         (CoordinateDescentRouter(8, n_iters=3, use_triton=True, device=DEVICE).double(),
+                          lambda m: m(x, num_tokens=3))):
+        with pytest.raises(ValueError, match=r"use_triton=True cannot compute in torch\.float64"):
+            call(module)

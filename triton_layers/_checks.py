@@ -22,7 +22,10 @@ from .kernels._eager import is_async_collective, subclass_of  # (no Triton there
 # Whether a torch.func transform (vmap, grad, ...) is running.
 functorch_active = torch._C._are_functorch_transforms_active
 
+# What the kernels read and write. float64 is accepted too (INPUT_DTYPES), as torch's layers
+# accept it, and always takes the reference, which computes in float64 (use_kernels).
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INPUT_DTYPES = FLOAT_DTYPES + (torch.float64,)
 
 # Triton picks the interpreter when its kernels are defined, i.e. when triton_layers is
 # imported; read the variable once so our path choice agrees with how they were built.
@@ -110,8 +113,17 @@ def is_dtensor(kind: type) -> bool:
     return kind.__name__ == "DTensor" and kind.__module__.startswith("torch.distributed.tensor")
 
 
+def float64_among(names: Sequence[str], *items: object) -> Optional[str]:
+    """The name (from ``names``, in order) of the first of ``items`` (tensors, dtypes, None) that
+    is or has float64, or None: what :func:`use_kernels` takes as ``float64``."""
+    for name, item in zip(names, items):
+        if item is torch.float64 or getattr(item, "dtype", None) is torch.float64:
+            return name
+    return None
+
+
 def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional[Tensor]] = (),
-                dtensors: bool = False) -> bool:
+                dtensors: bool = False, float64: Optional[str] = None) -> bool:
     """Pick the path for ``x`` (and the op's ``others`` tensors): the Triton kernels or the
     pure-torch reference.
 
@@ -123,8 +135,14 @@ def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional
     custom op, whose sharding rule runs it on the local shards: ``kernels/_sharding``) where
     the op has a rule (``dtensors``), else the reference. ``True`` forces the kernels and
     raises where they cannot run; ``False`` forces the reference.
+
+    float64 takes the reference (in float64): the kernels compute in fp32 and write fp32, fp16
+    or bf16. ``x`` is checked here; ``float64`` names another argument of the call that is
+    float64 (a parameter, a residual, an output dtype: :func:`float64_among`), or is None.
     """
     check_use_triton(use_triton)  # (as the modules' constructors: "yes" is no flag)
+    if float64 is None and x.dtype is torch.float64:
+        float64 = "x"
     kind = None if tracing() else subclass_of((x, *others))
     if kind is not None and ((dtensors and is_dtensor(kind)) or is_async_collective(kind)):
         # (a DTensor: the custom op's door; a collective in flight: the doors wait for it
@@ -139,6 +157,10 @@ def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional
         # which torch.func's transforms refuse: under them the reference (torch ops) runs.
         can_run = False
         why = "cannot run under torch.func transforms (vmap, grad, jacrev, ...); use_triton=None takes the reference there"
+    elif float64 is not None:
+        can_run = False
+        why = (f"cannot compute in torch.float64 ({float64} has dtype torch.float64): the kernels compute in fp32 "
+               f"and write fp32, fp16 or bf16; use_triton=None takes the reference there, which computes in float64")
     elif x.is_cuda:
         if use_triton is None and KERNELS is not None:
             return True  # the common case, first

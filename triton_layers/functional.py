@@ -2,7 +2,8 @@
 
 Every op takes ``use_triton``: ``None`` picks the Triton kernels for CUDA tensors (and
 for CPU tensors under TRITON_INTERPRET=1), the pure-torch reference otherwise;
-``True``/``False`` force one path.
+``True``/``False`` force one path. float64 (as torch's layers take it) always takes the
+reference, which computes in float64; ``use_triton=True`` on it is a ValueError.
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from torch import Tensor
 
 from . import reference
 from ._checks import (
-    FLOAT_DTYPES, KERNELS as _kernels, as_rows, check_flag, check_int, check_int_sequence, check_number,
-    check_same_device, check_shape, check_tensor, kernel_rows, use_kernels,
+    INPUT_DTYPES, KERNELS as _kernels, as_rows, check_flag, check_int, check_int_sequence, check_number,
+    check_same_device, check_shape, check_tensor, float64_among, kernel_rows, use_kernels,
 )
 from ._tracing import tracing
 from .kernels._eager import EagerOp, Launch, subclass_of
@@ -24,18 +25,20 @@ __all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent", 
 
 
 # The eps of torch's RMSNorm when none is given: its implementations (CPU and CUDA) take
-# the epsilon of the fp32 computation for fp16/bf16/fp32 inputs alike.
+# the epsilon of the fp32 computation for fp16/bf16/fp32 inputs alike, and float64's for
+# float64 inputs (computed in float64).
 RMS_NORM_DEFAULT_EPS = torch.finfo(torch.float32).eps
+RMS_NORM_DEFAULT_EPS_FLOAT64 = torch.finfo(torch.float64).eps
 
 
 def uses_kernels(x: Tensor, use_triton: Optional[bool] = None) -> bool:
     """Whether the ops, called on ``x`` with ``use_triton``, run the Triton kernels (True) or the
     pure-torch reference (False): the kernels for CUDA tensors, and for CPU tensors when
     ``TRITON_INTERPRET=1`` was set before triton_layers was imported; the reference elsewhere,
-    under torch.func transforms and for tensor subclasses (DTensor, ...). ``use_triton=True``
+    under torch.func transforms, for tensor subclasses (DTensor, ...) and for float64. ``use_triton=True``
     where the kernels cannot run raises the ``ValueError`` an op would. (An empty input takes
     the reference whatever this says: there is nothing to launch.)"""
-    check_tensor(x, "x", FLOAT_DTYPES + (torch.float64,))
+    check_tensor(x, "x", INPUT_DTYPES)
     return use_kernels(x, use_triton)
 
 
@@ -65,7 +68,11 @@ def layer_norm(
 
     Statistics are computed in fp32; ``weight`` and ``bias`` may be fp32 with fp16/bf16
     ``x`` (mixed precision). ``y`` has ``x``'s shape and ``out_dtype``: by default x's
-    dtype, or autocast's where autocast is on (see the README).
+    dtype, or autocast's where autocast is on (see the README; autocast leaves float64 alone).
+
+    float64 anywhere (x, weight, bias, residual, out_dtype, residual_dtype) takes the
+    reference: statistics in float64 for a float64 x (or h), a float64 weight or bias
+    multiplied and added in float64, y still of ``out_dtype``.
 
     ``residual`` (x's shape and device): returns ``(y, h)`` with ``h = x + residual``
     computed in ``residual_dtype`` (default the residual's dtype) and ``y = norm(h)``,
@@ -98,12 +105,12 @@ def rms_norm(
 
     As ``torch.nn.functional.rms_norm``: computed in fp32 and rounded once; ``eps=None``
     takes the fp32 epsilon (``torch.finfo(torch.float32).eps``, what torch's implementations
-    use for fp16/bf16/fp32 inputs). ``unit_offset=True`` multiplies by ``1 + weight``
+    use for fp16/bf16/fp32 inputs; float64's for a float64 input, computed in float64 by the
+    reference, as torch does). ``unit_offset=True`` multiplies by ``1 + weight``
     instead (Gemma's form). The normalized dims, mixed precision, ``out_dtype``,
     ``residual``, ``residual_dtype`` and ``residual_in_place`` work as in :func:`layer_norm`.
     """
-    return _norm(x, weight, None, RMS_NORM_DEFAULT_EPS if eps is None else eps, residual, out_dtype,
-                 residual_dtype, use_triton, normalized_shape, rms=True, unit_offset=unit_offset,
+    return _norm(x, weight, None, eps, residual, out_dtype, residual_dtype, use_triton, normalized_shape, rms=True, unit_offset=unit_offset,
                  residual_in_place=residual_in_place)
 
 
@@ -114,8 +121,8 @@ def _sharded_along(t: Tensor, dim: int) -> bool:
 
 
 def _out_dtype(value: object, name: str) -> torch.dtype:
-    if not isinstance(value, torch.dtype) or value not in FLOAT_DTYPES:
-        names = ", ".join(str(d) for d in FLOAT_DTYPES)
+    if not isinstance(value, torch.dtype) or value not in INPUT_DTYPES:
+        names = ", ".join(str(d) for d in INPUT_DTYPES)
         raise TypeError(f"{name} must be one of {names}; got {value!r}")
     return value
 
@@ -124,7 +131,7 @@ def _norm(
     x: Tensor,
     weight: Optional[Tensor],
     bias: Optional[Tensor],
-    eps: float,
+    eps: Optional[float],
     residual: Optional[Tensor],
     out_dtype: Optional[torch.dtype],
     residual_dtype: Optional[torch.dtype],
@@ -153,18 +160,19 @@ def _norm(
 
 def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable,
                 unit_offset, cast_before_weight, autocast, residual_in_place):
-    """A norm call not planned yet: the checks, the path, the reshapes (see :class:`EagerOp`)."""
-    check_tensor(x, "x")
+    """A norm call not planned yet: the checks, the path, the reshapes (see :class:`EagerOp`).
+    ``eps=None`` (RMSNorm only) is torch's default for the normalized dtype."""
+    check_tensor(x, "x", INPUT_DTYPES)
     check_flag(stable, "stable")
     check_flag(unit_offset, "unit_offset")
     check_flag(residual_in_place, "residual_in_place")
     if weight is not None:
-        check_tensor(weight, "weight")
+        check_tensor(weight, "weight", INPUT_DTYPES)
     if bias is not None:
-        check_tensor(bias, "bias")
+        check_tensor(bias, "bias", INPUT_DTYPES)
     check_same_device(("x", "weight", "bias"), x, weight, bias)
     if residual is not None:
-        check_tensor(residual, "residual")
+        check_tensor(residual, "residual", INPUT_DTYPES)
         if residual.shape != x.shape or residual.device != x.device:
             raise ValueError(
                 f"residual must have x's shape and device; got x of shape {tuple(x.shape)} on {x.device}, "
@@ -182,11 +190,15 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
         n_cols, n_dims = last, 1  # the common case (the modules'): the last dim, checked without building shapes
     else:
         n_cols, n_dims = _normalized_cols(x, weight, bias, normalized_shape)
+    normalized_dtype = x.dtype if residual is None else residual_dtype  # (h's, with a residual)
+    if eps is None and rms:
+        eps = RMS_NORM_DEFAULT_EPS_FLOAT64 if normalized_dtype is torch.float64 else RMS_NORM_DEFAULT_EPS
     check_number(eps, "eps", minimum=0)
     device_type = "cuda" if x.is_cuda else x.device.type
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype, "out_dtype")
-    elif autocast and (device_type == "cuda" or device_type == "cpu") and torch.is_autocast_enabled(device_type):
+    elif (autocast and normalized_dtype is not torch.float64  # (torch's autocast casts no float64 tensor)
+          and (device_type == "cuda" or device_type == "cpu") and torch.is_autocast_enabled(device_type)):
         # What the next matmul reads under autocast: written directly, no cast kernel.
         out_dtype = torch.get_autocast_dtype(device_type)
     elif cast_before_weight and weight is not None:
@@ -195,7 +207,9 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
         out_dtype = x.dtype
 
     # Empty inputs take the reference: no launch, and autograd still gives (empty or zero) grads.
-    kernels = use_kernels(x, use_triton, (weight, bias, residual), dtensors=True) and x.numel() > 0
+    float64 = float64_among(("x", "weight", "bias", "residual", "out_dtype", "residual_dtype"),
+                            x, weight, bias, residual, out_dtype, residual_dtype)
+    kernels = use_kernels(x, use_triton, (weight, bias, residual), dtensors=True, float64=float64) and x.numel() > 0
     # (reshapes only where needed: each costs host time, which sets the pace at small shapes)
     w = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
     b = bias if bias is None or bias.dim() == 1 else bias.reshape(-1)
@@ -305,17 +319,18 @@ def weighted_sum(
     tensor, or shape (1,) as ``nn.Linear(D, 1).bias``. The output has shape ``x.shape[:-1]``
     and ``x``'s dtype; the products are summed in fp32, so ``weight`` and ``bias`` may be
     fp32 with fp16/bf16 ``x``. The same as ``nn.functional.linear(x, weight[None], bias)``
-    without its trailing dim of size 1.
+    without its trailing dim of size 1. float64 anywhere takes the reference, which sums in
+    float64.
     """
     return _WEIGHTED_SUM.call((x, weight, bias), (use_triton,))
 
 
 def _weighted_sum_route(x, weight, bias, use_triton):
     """A weighted_sum call not planned yet: the checks, the path, the reshapes."""
-    check_tensor(x, "x")
-    check_tensor(weight, "weight")
+    check_tensor(x, "x", INPUT_DTYPES)
+    check_tensor(weight, "weight", INPUT_DTYPES)
     if bias is not None:
-        check_tensor(bias, "bias")
+        check_tensor(bias, "bias", INPUT_DTYPES)
     check_same_device(("x", "weight", "bias"), x, weight, bias)
     if x.dim() < 1:
         raise ValueError("x must have at least one dim (the one summed over), got a 0-dim tensor")
@@ -324,7 +339,8 @@ def _weighted_sum_route(x, weight, bias, use_triton):
     if bias is not None and (bias.dim() > 1 or bias.numel() != 1):
         raise ValueError(f"bias must be a scalar: shape () or (1,), got {tuple(bias.shape)}")
 
-    kernels = use_kernels(x, use_triton, (weight, bias), dtensors=True)
+    float64 = float64_among(("x", "weight", "bias"), x, weight, bias)
+    kernels = use_kernels(x, use_triton, (weight, bias), dtensors=True, float64=float64)
     # Empty inputs take the reference: no launch, and autograd still gives (zero) grads.
     if x.numel() == 0 or not kernels:
         return reference.weighted_sum(x, weight, None if bias is None else bias.reshape(()))
@@ -368,7 +384,8 @@ def coor_descent(
     >= 1e-20 inside log k, and it gets a gradient when it requires one). ``mask`` (bool,
     ``s``'s shape, True = valid) excludes entries: they score 0, and fully masked rows are
     all zeros with zero gradients. fp16/bf16 ``s`` is computed in fp32 and returned in
-    its dtype; float64 ``s`` is computed by the torch reference in float64. Gradients are
+    its dtype; float64 ``s`` is computed by the torch reference in float64 (``use_triton=True``
+    on it is a ValueError). Gradients are
     those of the unrolled iterations (exact, not a fixed-point approximation), as
     colt5-attention's ``coor_descent``.
     """
@@ -381,7 +398,7 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
     """A coor_descent call not planned yet: the checks, the path, the reshapes. ``k`` is
     ``k_tensor`` when given, else the number ``k_value``."""
     k = k_value if k_tensor is None else k_tensor
-    check_tensor(s, "s", FLOAT_DTYPES + (torch.float64,))
+    check_tensor(s, "s", INPUT_DTYPES)
     if s.dim() < 1:
         raise ValueError(f"s must have at least one dim (rows x sequence), got shape {tuple(s.shape)}")
     check_int(n_iters, "n_iters", minimum=1)
@@ -390,7 +407,7 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
     check_number(eps_decay, "eps_decay", positive=True)
     lead = s.shape[:-1]
     if isinstance(k, Tensor):
-        check_tensor(k, "k", FLOAT_DTYPES + (torch.float64,))
+        check_tensor(k, "k", INPUT_DTYPES)
         if k.dim() > len(lead) or any(a not in (1, b) for a, b in zip(reversed(k.shape), reversed(lead))):
             raise ValueError(f"k of shape {tuple(k.shape)} must broadcast to s's leading dims {tuple(lead)}")
         k_rows = k.expand(lead)
@@ -402,8 +419,9 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
         check_shape(mask, "mask", s.shape)
     check_same_device(("s", "k", "mask"), s, k_rows, mask)
 
-    # float64 (an oracle's dtype, not a training one) takes the reference in float64.
-    kernels = use_kernels(s, use_triton, (mask, k_rows), dtensors=True) and s.dtype != torch.float64
+    # float64 s takes the reference in float64; a float64 k tensor (one value a row, read as
+    # fp32 by the kernels) does not decide the path.
+    kernels = use_kernels(s, use_triton, (mask, k_rows), dtensors=True, float64=float64_among(("s",), s))
     n_cols = s.shape[-1]
     if s.numel() == 0:
         return s * 0  # empty, and still in the autograd graph of s
@@ -457,14 +475,15 @@ def softmax(
 
     A row whose keys are all masked (the top rows when Nq > Nk with ``causal``, or a batch
     entry that is all padding) gives zeros and a zero gradient, never NaN. Statistics are
-    fp32; the output has ``x``'s shape and dtype (fp32, fp16 or bf16).
+    fp32; the output has ``x``'s shape and dtype (fp32, fp16 or bf16; float64 takes the
+    reference, in float64).
     """
     return _SOFTMAX.call((x, key_padding_mask), (causal, scale, use_triton))
 
 
 def _softmax_route(x, key_padding_mask, causal, scale, use_triton):
     """A softmax call not planned yet: the checks, the path, the reshapes."""
-    check_tensor(x, "x")
+    check_tensor(x, "x", INPUT_DTYPES)
     if key_padding_mask is not None:
         check_tensor(key_padding_mask, "key_padding_mask", (torch.bool,))
         check_same_device(("x", "key_padding_mask"), x, key_padding_mask)

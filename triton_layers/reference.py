@@ -1,7 +1,9 @@
 """Pure-torch definitions of every op: the CPU fallback and the tests' oracle.
 
 Each function takes the same 2-D (rows x columns) layout as the kernels, computes its
-statistics in fp32 (or in float64 when given float64) and returns the input's dtype.
+statistics in fp32 (or in float64 when given float64; a float64 parameter multiplies in
+float64) and returns the input's dtype. It is the only path for float64 (the kernels compute
+in fp32), so it takes every dtype torch's layers take.
 They are written for clarity, not speed, and are differentiable with torch autograd.
 """
 from __future__ import annotations
@@ -64,11 +66,14 @@ def norm(
         y = (xf - mean) * torch.rsqrt(var + eps)
     if cast_before_weight:
         y = y.to(x.dtype).to(xf.dtype)
+    # A parameter multiplies (adds) in the statistics' dtype, or in float64 where it is float64
+    # (y rounded to x's dtype after, as torch's rms_norm does with a float64 weight).
     if weight is not None:
-        w = weight.to(xf.dtype)
-        y = y * (1.0 + w if unit_offset else w)
+        w = weight.to(torch.promote_types(y.dtype, weight.dtype))
+        y = y.to(w.dtype) * (1.0 + w if unit_offset else w)
     if bias is not None:
-        y = y + bias.to(xf.dtype)
+        b = bias.to(torch.promote_types(y.dtype, bias.dtype))
+        y = y.to(b.dtype) + b
     y = y.to(out_dtype or x.dtype)
     return y if h is None else (y, h)
 
@@ -87,8 +92,11 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, unit_offset: bool 
 
 
 def weighted_sum(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
-    """``(x * weight).sum(-1) + bias`` over the last dim, in fp32 (float64 for float64 x)."""
+    """``(x * weight).sum(-1) + bias`` over the last dim, in fp32 (float64 where any is float64)."""
     ct = _compute_dtype(x)
+    for t in (weight, bias):
+        if t is not None:
+            ct = torch.promote_types(ct, t.dtype)
     y = (x.to(ct) * weight.to(ct)).sum(dim=-1)
     if bias is not None:
         y = y + bias.to(ct)

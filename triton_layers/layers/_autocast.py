@@ -7,7 +7,7 @@
 - ``"torch"``: what torch's ``nn.LayerNorm`` and ``nn.RMSNorm`` write under autocast: float32
   under CUDA autocast where it lists the op (``layer_norm``; ``rms_norm`` in torch 2.13 and,
   as the dispatcher is asked at import, any torch that registers it), else the dtype without
-  autocast (the CPU's autocast leaves both alone).
+  autocast (the CPU's autocast leaves both alone, and autocast casts no float64 tensor).
 - ``"unchanged"``: the dtype it has without autocast, as a Hugging Face RMSNorm writes (its
   own code casts; autocast changes none of its ops).
 
@@ -35,7 +35,8 @@ def autocast_dtype(mode: str, x: Tensor, rms: bool) -> tuple[Optional[torch.dtyp
     if mode == "autocast":
         return None, True
     if mode == "torch":
-        cuda_fp32 = x.is_cuda and _FP32_UNDER_CUDA_AUTOCAST[rms] and torch.is_autocast_enabled("cuda")
+        cuda_fp32 = (x.is_cuda and _FP32_UNDER_CUDA_AUTOCAST[rms] and x.dtype is not torch.float64
+                     and torch.is_autocast_enabled("cuda"))
         return (torch.float32 if cuda_fp32 else None), False
     if mode == "unchanged":
         return None, False

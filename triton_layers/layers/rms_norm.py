@@ -23,7 +23,8 @@ class TritonRMSNorm(nn.Module):
     Args:
         normalized_shape: int or tuple, the trailing dims normalized together.
         eps: added to the mean square; ``None`` takes torch's default (the fp32 epsilon,
-            ``torch.finfo(torch.float32).eps``, as ``nn.RMSNorm`` does for fp16/bf16/fp32).
+            ``torch.finfo(torch.float32).eps``, as ``nn.RMSNorm`` does for fp16/bf16/fp32;
+            float64's for float64 inputs, which take the reference in float64).
         elementwise_affine: learn ``weight``.
         unit_offset: Gemma's form ``norm(x) * (1 + weight)`` (in fp32, then cast);
             ``weight`` is zeros at init.
@@ -94,7 +95,7 @@ class TritonRMSNorm(nn.Module):
         ``(y, residual)`` (``functional.layer_norm`` says more)."""
         out_dtype, autocast = autocast_dtype(self.output_under_autocast, x, True)
         return F._norm(
-            x, self.weight, None, F.RMS_NORM_DEFAULT_EPS if self.eps is None else self.eps, residual, out_dtype, None,
+            x, self.weight, None, self.eps, residual, out_dtype, None,  # (eps None: torch's default for x's dtype)
             use_triton_for(self, residual), self.normalized_shape, rms=True, unit_offset=self.unit_offset,
             cast_before_weight=self.cast_before_weight, autocast=autocast, residual_in_place=residual_in_place,
         )

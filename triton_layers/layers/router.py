@@ -20,7 +20,7 @@ import torch.nn.functional as torch_F
 from torch import Tensor, nn
 
 from .. import functional as F
-from .._checks import FLOAT_DTYPES, check_tensor
+from .._checks import INPUT_DTYPES, check_tensor
 from ._config import check_flag, check_int, check_number, check_use_triton
 
 
@@ -199,7 +199,7 @@ class CoordinateDescentRouter(nn.Module):
         random ones (a negative control). ``keep_one_route_dim`` keeps a route dim of
         size 1 when there is one routing token. Returns a :class:`RouterReturn`.
         """
-        check_tensor(x, "x", FLOAT_DTYPES + (torch.float64,))
+        check_tensor(x, "x", INPUT_DTYPES)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (batch, seq, dim={self.dim}), got shape {tuple(x.shape)}")
         tokens = self.routing_token if self.routing_token is not None else routing_tokens
