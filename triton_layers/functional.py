@@ -110,8 +110,8 @@ def rms_norm(
     instead (Gemma's form). The normalized dims, mixed precision, ``out_dtype``,
     ``residual``, ``residual_dtype`` and ``residual_in_place`` work as in :func:`layer_norm`.
     """
-    return _norm(x, weight, None, eps, residual, out_dtype, residual_dtype, use_triton, normalized_shape, rms=True, unit_offset=unit_offset,
-                 residual_in_place=residual_in_place)
+    return _norm(x, weight, None, eps, residual, out_dtype, residual_dtype, use_triton, normalized_shape, rms=True,
+                 unit_offset=unit_offset, residual_in_place=residual_in_place)
 
 
 def _sharded_along(t: Tensor, dim: int) -> bool:
