@@ -26,6 +26,8 @@ every case under ``torch.compile``.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -223,17 +225,19 @@ def _run_case(mesh, device, plan: str, kind: str, dtype, compiled: bool) -> list
     return wrong
 
 
-def _matrix(mesh, device, dtypes, norms: tuple = NORMS) -> None:
-    """Every case on this rank; all their differences in one failure. Compiled too on GPUs: on
-    CPUs a traced call takes the reference (torch's ops: torch's business, and a minute of
-    Inductor's CPU compile a case), so the CPU runs are eager."""
+def _matrix(mesh, device, dtypes, norms: tuple = NORMS, compile_too: Optional[bool] = None) -> None:
+    """Every case on this rank; all their differences in one failure. Compiled too on GPUs
+    (``compile_too`` None): on CPUs a traced call takes the reference (torch's ops: torch's
+    business, and a minute of Inductor's CPU compile a case), so the CPU runs are eager."""
+    if compile_too is None:
+        compile_too = device == "cuda"
     failures = []
     for dtype in dtypes:
         for kind in norms:
             for plan in PLANS:
                 if plan == "fused_residual" and kind != "rms":
                     continue
-                for compiled in (False, True) if device == "cuda" else (False,):
+                for compiled in (False, True) if compile_too else (False,):
                     case = f"{plan}/{kind}/{str(dtype)[6:]}/{'compiled' if compiled else 'eager'}"
                     try:
                         failures += [f"{case}: {w}" for w in _run_case(mesh, device, plan, kind, dtype, compiled)]
@@ -259,3 +263,23 @@ def test_torch_styles_four_ranks():
     """Every plan on 4 ranks, in fp32, with the RMSNorm (the LayerNorm shares its door and rule,
     and CI's 2 cores its minutes)."""
     _spawn(4, _four_ranks)
+
+
+if __name__ == "__main__":
+    # Each rank of a torchrun (``torchrun --nproc_per_node 2 -m tests.test_tp_styles``), eager:
+    # how scripts/sanitize.sh runs the matrix under compute-sanitizer, one rank a process.
+    import os
+
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("nccl" if cuda else "gloo")
+    device = "cuda" if cuda else "cpu"
+    if cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    from torch.distributed.device_mesh import init_device_mesh
+
+    try:
+        _matrix(init_device_mesh(device, (dist.get_world_size(),)), device, (torch.float32, torch.bfloat16),
+                compile_too=False)
+        print(f"rank {dist.get_rank()}: every case agrees", flush=True)
+    finally:
+        dist.destroy_process_group()
