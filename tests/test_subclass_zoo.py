@@ -54,12 +54,14 @@ def launches(monkeypatch) -> list:
 
 @pytest.fixture(scope="module")
 def group():
-    """A one-rank gloo process group in this process, for real functional collectives."""
+    """A one-rank process group in this process, for real functional collectives (gloo for CPU
+    tensors, NCCL for CUDA ones: gloo's CUDA all-gather is not one to wait on)."""
     if dist.is_initialized():
         yield dist.group.WORLD
         return
+    backend = "cpu:gloo,cuda:nccl" if DEVICE == "cuda" else "gloo"
     with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=0, world_size=1)
+        dist.init_process_group(backend, init_method=f"file://{os.path.join(tmp, 'store')}", rank=0, world_size=1)
         try:
             yield dist.group.WORLD
         finally:

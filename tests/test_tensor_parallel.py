@@ -28,6 +28,11 @@ def _spawn(world: int, fn, shape: tuple = (), names: tuple = (), timeout: float 
 
     import torch.multiprocessing as mp
 
+    if 0 < torch.cuda.device_count() < world:
+        # (CPU ranks there run the reference, not the kernels: the interpreter is only set up
+        # where there is no GPU; a machine of `world` GPUs, or CI's CPUs, runs the case)
+        pytest.skip(f"{world} ranks need {world} GPUs here, or none")
+
     with tempfile.TemporaryDirectory() as tmp:
         ranks = mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), fn, shape or (world,), names or None),
                          nprocs=world, join=False)
@@ -462,6 +467,8 @@ def test_the_readme_plan_runs(tmp_path):
     import subprocess
     import sys
 
+    if 0 < torch.cuda.device_count() < 2:
+        pytest.skip("the plan takes a GPU a rank where there are GPUs: it needs 2 here, or none")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
         readme = f.read()
