@@ -22,6 +22,13 @@ FSDP2 on a data-parallel mesh of size 1, which installs the mixed precision poli
 ``to_empty`` and ``init_weights``. Then a plain loop: AdamW, torchtitan's gradient clipping,
 cross-entropy on the logits.
 
+torch 2.11 (the GPU machines' torch) lacks ``torch.distributed.fsdp.DataParallelMeshDims``,
+which torchtitan 0.3.0's FSDP module imports, so ``import torchtitan.models.llama3`` fails
+there. FSDP2 is only handed one under the ``full_dtensor`` and ``spmd_types`` backends, so
+where it is missing this script puts a stand-in there before importing torchtitan and keeps
+to ``partial_dtensor`` (:func:`fsdp_compat`); whether the rest of torchtitan 0.3.0 runs on
+torch 2.11 was not tried (it was written against a newer torch).
+
 ``--spmd-backend`` defaults to ``partial_dtensor`` (DTensors on the TP axis), not torchtitan's
 default ``spmd_types``: under TP that backend hands ``fully_shard`` plain tensors annotated
 with SPMD types, which torch 2.13's FSDP2 refuses ("all parameters must be DTensors on the
@@ -69,6 +76,24 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu", action="store_true", help="gloo on CPU ranks (a dry run)")
     return p.parse_args()
+
+
+def fsdp_compat() -> bool:
+    """Where ``torch.distributed.fsdp`` lacks ``DataParallelMeshDims`` (torch 2.11), put a
+    stand-in there so that torchtitan 0.3.0 imports (module docstring); True if it did."""
+    import torch.distributed.fsdp as fsdp
+
+    if hasattr(fsdp, "DataParallelMeshDims"):
+        return False
+    from dataclasses import dataclass
+
+    @dataclass
+    class DataParallelMeshDims:  # (torchtitan builds one only for full_dtensor / spmd_types)
+        shard: object = None
+        replicate: object = None
+
+    fsdp.DataParallelMeshDims = DataParallelMeshDims
+    return True
 
 
 def batches(steps: int, batch: int, seq: int, vocab: int, seed: int) -> list[torch.Tensor]:
@@ -147,6 +172,11 @@ def main() -> int:
     args = parse_args()
     if args.cpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # (before triton_layers is imported)
+    if fsdp_compat():
+        print(f"torch {torch.__version__} lacks torch.distributed.fsdp.DataParallelMeshDims (torchtitan 0.3.0 "
+              f"imports it): a stand-in put there; partial_dtensor only", file=sys.stderr)
+        if args.spmd_backend != "partial_dtensor":
+            sys.exit(f"--spmd-backend {args.spmd_backend} hands FSDP2 a DataParallelMeshDims: not with this torch")
     import torchtitan.distributed.parallel_dims as parallel_dims_module
     from torch.distributed.tensor import DTensor
     from torchtitan.config import ParallelismConfig, TrainingConfig
