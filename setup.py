@@ -43,6 +43,10 @@ setup(
         # kernels for triton_layers.hub (tests/test_hub_layer.py).
         # pytest-xdist: the README's test command runs the suite on every core (-n auto): 4-5
         # minutes on CI's 2 cores against 7-8 one test at a time.
+        # Not torchtitan (tests/test_torchtitan.py skips without it): 0.3.0 does not import under
+        # the torch 2.11 floor (no torch.distributed.fsdp.DataParallelMeshDims), and its pins
+        # (datasets<4.8, hence huggingface_hub<2) and dependencies (datasets, tensorboard, wandb)
+        # would change and grow what every other test runs with.
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "colt5-attention>=0.11", "safetensors>=0.4",
                  "transformers>=4.40", "accelerate>=1.1", "kernels>=0.10"],
         # transformers' kernel hook: triton_layers.hub.RMSNorm as a layer of the kernels package.
