@@ -17,17 +17,18 @@ torchdata, tensorboard, wandb, ...) this avoids, nor any dataset or tokenizer. I
 torchtitan's ``Trainer.__init__`` does for the model, in its order: the model config of
 ``model_registry("debugmodel")``, its sharding (``set_llama3_sharding_config``, the part of
 ``Llama3Model.Config.update_from_config`` that matters here: the rest imports the trainer),
-the override, a meta-device build, ``parallelize_llama`` (TP with sequence parallelism, then
-FSDP2 on a data-parallel mesh of size 1, which installs the mixed precision policy),
-``to_empty`` and ``init_weights``. Then a plain loop: AdamW, torchtitan's gradient clipping,
-cross-entropy on the logits.
+the override, a meta-device build, ``parallelize_llama`` (TP with sequence parallelism,
+activation checkpointing, then FSDP2 on a data-parallel mesh of size 1, which installs the
+mixed precision policy), ``to_empty`` and ``init_weights``. Then a plain loop: AdamW,
+torchtitan's gradient clipping, cross-entropy on the logits.
 
 torch 2.11 (the GPU machines' torch) lacks ``torch.distributed.fsdp.DataParallelMeshDims``,
 which torchtitan 0.3.0's FSDP module imports, so ``import torchtitan.models.llama3`` fails
 there. FSDP2 is only handed one under the ``full_dtensor`` and ``spmd_types`` backends, so
 where it is missing this script puts a stand-in there before importing torchtitan and keeps
-to ``partial_dtensor`` (:func:`fsdp_compat`); whether the rest of torchtitan 0.3.0 runs on
-torch 2.11 was not tried (it was written against a newer torch).
+to ``partial_dtensor`` (:func:`fsdp_compat`). Of the other torch names torchtitan's model and
+parallelize code imports, none is missing in torch 2.11 (looked up there); whether it all runs
+on torch 2.11 was not tried (torchtitan 0.3.0 was written against a newer torch).
 
 ``--spmd-backend`` defaults to ``partial_dtensor`` (DTensors on the TP axis), not torchtitan's
 default ``spmd_types``: under TP that backend hands ``fully_shard`` plain tensors annotated
@@ -40,7 +41,6 @@ import argparse
 import math
 import os
 import sys
-import types
 
 import torch
 import torch.distributed as dist
@@ -71,6 +71,8 @@ def parse_args() -> argparse.Namespace:
                    help="flex: the debugmodel's FlexAttention (compiled); sdpa: torch's SDPA, causal "
                         "(CPU dry runs: compiling flex_attention there needs a C++ toolchain and minutes)")
     p.add_argument("--spmd-backend", choices=("partial_dtensor", "full_dtensor"), default="partial_dtensor")
+    p.add_argument("--ac", choices=("selective", "full", "none"), default="selective",
+                   help="activation checkpointing (the debugmodel config's: selective)")
     p.add_argument("--use-triton", choices=("auto", "true", "false"), default="auto",
                    help="the override's kwarg: auto = the kernels where they run")
     p.add_argument("--seed", type=int, default=0)
@@ -114,6 +116,7 @@ def batches(steps: int, batch: int, seq: int, vocab: int, seed: int) -> list[tor
 def build(args, parallel_dims, parallelism, training, converted: bool):
     """The model as torchtitan's trainer builds and parallelizes it (the module docstring)."""
     from torchtitan.config import CompileConfig, OverrideConfig, apply_overrides
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.models.common.attention import ScaledDotProductAttention
     from torchtitan.models.llama3 import model_registry
     from torchtitan.models.llama3.parallelize import parallelize_llama
@@ -138,8 +141,9 @@ def build(args, parallel_dims, parallelism, training, converted: bool):
     with torch.device("meta"):
         model = config.build()
     model.verify_module_protocol()
+    ac_config = {"selective": SelectiveAC.Config(), "full": FullAC.Config(), "none": None}[args.ac]
     model = parallelize_llama(model, parallel_dims=parallel_dims, training=training, parallelism=parallelism,
-                              compile_config=CompileConfig(), ac_config=None, dump_folder="/tmp/torchtitan_tp")
+                              compile_config=CompileConfig(), ac_config=ac_config, dump_folder="/tmp/torchtitan_tp")
     return model
 
 
@@ -237,7 +241,8 @@ def main() -> int:
     ok = diff <= tol and all(math.isfinite(x) for c in curves.values() for x in c)
     if rank == 0:
         print(f"torch {torch.__version__}, {backend}, TP={world}, {args.spmd_backend}, {args.mixed_precision}, "
-              f"{args.attention} attention, batch {args.batch_size} x {args.seq_len}, {len(norms)} norms converted")
+              f"{args.attention} attention, AC {args.ac}, batch {args.batch_size} x {args.seq_len}, "
+              f"{len(norms)} norms converted")
         print(f"{'step':>4}  " + "  ".join(f"{n:>16}" for n in names))
         for step in range(args.steps):
             print(f"{step + 1:>4}  " + "  ".join(f"{curves[n][step]:>16.6f}" for n in names))

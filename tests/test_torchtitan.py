@@ -210,7 +210,7 @@ def test_the_converted_model_computes_what_torchtitans_does():
 
 # --- ranks over gloo ----------------------------------------------------------------------
 
-def _spawn(world: int, tp: int) -> None:
+def _spawn(world: int, tp: int, ac: str = "") -> None:
     import torch.multiprocessing as mp
 
     # Forked ranks start with torchtitan imported (this process imported it): ~7 s of CPU less
@@ -218,17 +218,17 @@ def _spawn(world: int, tp: int) -> None:
     # cannot use it; torchtitan may, on a GPU machine).
     start_method = "spawn" if torch.cuda.is_initialized() else "fork"
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_worker, args=(world, os.path.join(tmp, "store"), tp, tmp), nprocs=world, join=True,
+        mp.start_processes(_worker, args=(world, os.path.join(tmp, "store"), tp, ac, tmp), nprocs=world, join=True,
                            start_method=start_method)
 
 
-def _worker(rank: int, world: int, store: str, tp: int, tmp: str) -> None:
+def _worker(rank: int, world: int, store: str, tp: int, ac: str, tmp: str) -> None:
     # One thread a rank (as torchrun sets it): a forked child whose parent ran OpenMP regions
     # hangs in its own first parallel region (GNU OpenMP is not fork-safe); one thread opens none.
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        _parallel_case(world, tp, tmp)
+        _parallel_case(world, tp, ac, tmp)
     finally:
         dist.destroy_process_group()
     # Leave without the interpreter's teardown, where gloo can abort a process after all its
@@ -238,7 +238,7 @@ def _worker(rank: int, world: int, store: str, tp: int, tmp: str) -> None:
     os._exit(0)
 
 
-def _parallel_case(world: int, tp: int, tmp: str) -> None:
+def _parallel_case(world: int, tp: int, ac: str, tmp: str) -> None:
     """The converted model under torchtitan's ``parallelize_llama`` (``partial_dtensor``: its
     default ``spmd_types`` backend cannot run TP under torch's FSDP2, converted or not; see
     examples/torchtitan_tp.py) against torchtitan's unconverted model in this process: each
@@ -249,6 +249,7 @@ def _parallel_case(world: int, tp: int, tmp: str) -> None:
     from torchtitan.config import CompileConfig, TrainingConfig
     from torchtitan.distributed import ParallelDims
     from torchtitan.distributed import utils as dist_utils
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.models.llama3.parallelize import parallelize_llama
 
     parallel_dims_module.device_type = "cpu"  # (torchtitan's meshes: "cuda" where it finds no accelerator)
@@ -266,7 +267,8 @@ def _parallel_case(world: int, tp: int, tmp: str) -> None:
     model = parallelize_llama(model, parallel_dims=parallel_dims, parallelism=parallelism,
                               training=TrainingConfig(mixed_precision_param="float32", local_batch_size=BATCH,
                                                       seq_len=SEQ),
-                              compile_config=CompileConfig(), ac_config=None, dump_folder=tmp)
+                              compile_config=CompileConfig(), dump_folder=tmp,
+                              ac_config={"": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}[ac])
     # apply_fsdp_to_decoder turns FSDP2's gradient division off (a divide factor of 1), which
     # FSDP2 then reduces with PREMUL_SUM, an op gloo lacks: plain sums, the same values.
     for m in model.modules():
@@ -276,7 +278,12 @@ def _parallel_case(world: int, tp: int, tmp: str) -> None:
     with torch.no_grad():
         torch.manual_seed(0)
         model.init_weights(buffer_device=None)
-    norms = {n: m for n, m in model.named_modules() if isinstance(m, (RMSNorm, triton_layers.TritonRMSNorm))}
+    # (names as the unwrapped model's: activation checkpointing wraps each block in a
+    # CheckpointWrapper, whose child is _checkpoint_wrapped_module)
+    unwrapped = lambda name: name.replace("_checkpoint_wrapped_module.", "")  # noqa: E731
+    params = {unwrapped(n): p for n, p in model.named_parameters()}
+    norms = {unwrapped(n): m for n, m in model.named_modules()
+             if isinstance(m, (RMSNorm, triton_layers.TritonRMSNorm))}
     # (isinstance: FSDP2 makes a class of its own for a module it wraps, FSDPTitanTritonRMSNorm)
     assert len(norms) == N_NORMS and all(isinstance(m, tti.TitanTritonRMSNorm) for m in norms.values()), norms
     assert all(isinstance(m.weight, DTensor) for m in norms.values())
@@ -288,7 +295,7 @@ def _parallel_case(world: int, tp: int, tmp: str) -> None:
     reference = _build(_config())
     with torch.no_grad():
         for name, p in reference.named_parameters():
-            p.copy_(dict(model.named_parameters())[name].full_tensor())
+            p.copy_(params[name].full_tensor())
     inputs, labels = _batch(rows=BATCH * dp)
     dp_rank = parallel_dims.get_mesh("batch").get_local_rank() if dp > 1 else 0
     rows = slice(dp_rank * BATCH, (dp_rank + 1) * BATCH)
@@ -302,16 +309,18 @@ def _parallel_case(world: int, tp: int, tmp: str) -> None:
         want_logits = reference(inputs)
         want = torch.nn.functional.cross_entropy(want_logits.flatten(0, 1), labels.flatten())
         want.backward()
-        with _Launches() as counted:
+        with _Launches() as forward:
             logits = model(inputs[rows])
             full = logits.full_tensor()  # (the lm_head's output: sharded on the vocabulary)
             # this rank's share of the mean over the whole batch (FSDP2 sums gradients over
             # the data-parallel ranks: apply_fsdp_to_decoder turns its division off)
             loss = torch.nn.functional.cross_entropy(full.flatten(0, 1), labels[rows].flatten(),
                                                      reduction="sum") / labels.numel()
+        with _Launches() as backward:  # (with activation checkpointing: the blocks' forwards again)
             loss.backward()
         if kernels:
-            assert counted.fwd == N_NORMS and counted.bwd >= N_NORMS, vars(counted)
+            assert forward.fwd == N_NORMS and forward.bwd == 0, vars(forward)
+            assert backward.bwd >= N_NORMS and backward.fwd == (2 * LAYERS if ac else 0), vars(backward)
         total = loss.detach().clone()
         dist.all_reduce(total)  # (the sum over the dp ranks, each counted tp times)
         _close(total / tp, want.detach(), f"loss, step {step}", 1e-5)
@@ -319,17 +328,18 @@ def _parallel_case(world: int, tp: int, tmp: str) -> None:
         if step == 0:
             assert isinstance(seen[0], DTensor) and Shard(1) in seen[0].placements, seen[0]
             for name, p in reference.named_parameters():
-                _close(dict(model.named_parameters())[name].grad, p.grad, f"grad {name}", 1e-4)
+                _close(params[name].grad, p.grad, f"grad {name}", 1e-4)
         for opt in optimizers:
             opt.step()
             opt.zero_grad()
 
 
 def test_tensor_parallel_two_ranks():
-    """TP=2 (sequence parallel norms), torchtitan's parallelize_llama."""
-    _spawn(2, 2)
+    """TP=2 (sequence parallel norms), torchtitan's parallelize_llama, with the selective
+    activation checkpointing of its debugmodel config."""
+    _spawn(2, 2, "selective")
 
 
 def test_fsdp2_and_tensor_parallel_four_ranks():
-    """FSDP2 x TP on a 2 x 2 mesh, torchtitan's parallelize_llama."""
-    _spawn(4, 2)
+    """FSDP2 x TP on a 2 x 2 mesh, torchtitan's parallelize_llama, each block checkpointed."""
+    _spawn(4, 2, "full")
