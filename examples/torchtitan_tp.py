@@ -25,13 +25,13 @@ torchtitan's gradient clipping, cross-entropy on the logits.
 torch 2.11 (the GPU machines' torch) lacks ``torch.distributed.fsdp.DataParallelMeshDims``,
 which torchtitan 0.3.0's FSDP module imports, so ``import torchtitan.models.llama3`` fails
 there. FSDP2 is only handed one under the ``full_dtensor`` and ``spmd_types`` backends, so
-where it is missing this script puts a stand-in there before importing torchtitan and keeps
-to ``partial_dtensor`` (:func:`fsdp_compat`). Of the other torch names torchtitan's model and
+where it is missing this script puts a stand-in there before importing torchtitan
+(:func:`fsdp_compat`). Of the other torch names torchtitan's model and
 parallelize code imports, none is missing in torch 2.11 (looked up there); whether it all runs
 on torch 2.11 was not tried (torchtitan 0.3.0 was written against a newer torch).
 
-``--spmd-backend`` defaults to ``partial_dtensor`` (DTensors on the TP axis), not torchtitan's
-default ``spmd_types``: under TP that backend hands ``fully_shard`` plain tensors annotated
+The SPMD backend is ``partial_dtensor`` (DTensors on the TP axis), not torchtitan's default
+``spmd_types``: under TP that backend hands ``fully_shard`` plain tensors annotated
 with SPMD types, which torch 2.13's FSDP2 refuses ("all parameters must be DTensors on the
 full SPMD mesh"), with or without triton_layers.
 """
@@ -57,6 +57,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 # weight, a wrong sharding) moves the first loss by O(1e-1) or more.
 TOLERANCE = {"bfloat16": 2e-2, "float32": 1e-4}
 
+SPMD_BACKEND = "partial_dtensor"  # (the module docstring says why)
+
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,7 +72,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--attention", choices=("flex", "sdpa"), default="flex",
                    help="flex: the debugmodel's FlexAttention (compiled); sdpa: torch's SDPA, causal "
                         "(CPU dry runs: compiling flex_attention there needs a C++ toolchain and minutes)")
-    p.add_argument("--spmd-backend", choices=("partial_dtensor", "full_dtensor"), default="partial_dtensor")
     p.add_argument("--ac", choices=("selective", "full", "none"), default="selective",
                    help="activation checkpointing (the debugmodel config's: selective)")
     p.add_argument("--use-triton", choices=("auto", "true", "false"), default="auto",
@@ -178,9 +179,8 @@ def main() -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # (before triton_layers is imported)
     if fsdp_compat():
         print(f"torch {torch.__version__} lacks torch.distributed.fsdp.DataParallelMeshDims (torchtitan 0.3.0 "
-              f"imports it): a stand-in put there; partial_dtensor only", file=sys.stderr)
-        if args.spmd_backend != "partial_dtensor":
-            sys.exit(f"--spmd-backend {args.spmd_backend} hands FSDP2 a DataParallelMeshDims: not with this torch")
+              f"imports it): a stand-in put there (the partial_dtensor backend never hands it to FSDP2)",
+              file=sys.stderr)
     import torchtitan.distributed.parallel_dims as parallel_dims_module
     from torch.distributed.tensor import DTensor
     from torchtitan.config import ParallelismConfig, TrainingConfig
@@ -199,8 +199,8 @@ def main() -> int:
     else:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
         torch.cuda.set_device(device)
-    dist_utils.set_spmd_backend(args.spmd_backend)
-    parallelism = ParallelismConfig(tensor_parallel_degree=world, spmd_backend=args.spmd_backend)
+    dist_utils.set_spmd_backend(SPMD_BACKEND)
+    parallelism = ParallelismConfig(tensor_parallel_degree=world, spmd_backend=SPMD_BACKEND)
     training = TrainingConfig(local_batch_size=args.batch_size, seq_len=args.seq_len,
                               mixed_precision_param=args.mixed_precision)
     parallel_dims = ParallelDims.from_config(parallelism, world)
@@ -240,7 +240,7 @@ def main() -> int:
     noise = rel(curves["torchtitan again"], curves["torchtitan"])
     ok = diff <= tol and all(math.isfinite(x) for c in curves.values() for x in c)
     if rank == 0:
-        print(f"torch {torch.__version__}, {backend}, TP={world}, {args.spmd_backend}, {args.mixed_precision}, "
+        print(f"torch {torch.__version__}, {backend}, TP={world}, {SPMD_BACKEND}, {args.mixed_precision}, "
               f"{args.attention} attention, AC {args.ac}, batch {args.batch_size} x {args.seq_len}, "
               f"{len(norms)} norms converted")
         print(f"{'step':>4}  " + "  ".join(f"{n:>16}" for n in names))
