@@ -101,6 +101,11 @@ def _check_k_nonpositive(y):
     assert y[:2].sum() < 1e-6 and y[2].sum() > 1
 
 
+def _check_k_tensor_above_n(y):
+    # Scores in [0, 1]: the row asking for 6 of 5 entries sums to at most 5.
+    assert 0 <= y.min() and y.max() <= 1 and (y.sum(-1) <= 5 + 1e-3).all()
+
+
 def cd_(**kw):
     """coor_descent of a (2, 5) s with n_iters=3, k=2.0 unless ``kw`` says otherwise."""
     return F.coor_descent(x_(2, 5), **{"n_iters": 3, "k": 2.0, **kw})
@@ -290,6 +295,10 @@ CASES = [
     Case("cd-k-tensor-dtype", lambda: cd_(k=torch.ones(2, dtype=torch.int64, device=DEVICE)),
          (TypeError, r"k has dtype torch.int64")),
     Case("cd-k-tensor-nonpositive", _k_tensor_nonpositive, _check_k_nonpositive),
+    Case("cd-k-above-n", lambda: cd_(k=6.0),
+         (ValueError, r"k=6.0 is more than the 5 entries of each row of s \(shape \(2, 5\)\).*pass k <= 5")),
+    Case("cd-k-tensor-above-n", lambda: cd_(k=torch.tensor([6.0, 2.0], device=DEVICE), n_iters=20),
+         _check_k_tensor_above_n),
     Case("cd-eps-0", lambda: cd_(eps=0.0), (ValueError, r"eps must be positive")),
     Case("cd-mask-dtype", lambda: cd_(mask=torch.ones(2, 5, device=DEVICE)),
          (TypeError, r"mask has dtype torch.float32; expected one of torch.bool")),
@@ -438,7 +447,8 @@ VALUE_DOORS = {
                                                                                mask=None),
     }, bad) for name, bad in {
         "n_iters": [(0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError), ("2", TypeError)],
-        "k": [(0, ValueError), (-1.0, ValueError), (INF, ValueError), ("2", TypeError), (True, TypeError)],
+        "k": [(0, ValueError), (-1.0, ValueError), (INF, ValueError), (7.0, ValueError), ("2", TypeError),
+              (True, TypeError)],
         "eps": [(0, ValueError), (-0.1, ValueError), (NAN, ValueError), ("0.1", TypeError), (True, TypeError)],
         "eps_init": [(0, ValueError), (INF, ValueError), ("4", TypeError)],
         "eps_decay": [(0, ValueError), (-0.7, ValueError), (None, TypeError), (False, TypeError)],

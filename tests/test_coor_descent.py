@@ -390,3 +390,31 @@ def test_use_triton_true_without_interpreter_raises(monkeypatch):
     monkeypatch.setattr(_checks, "TRITON_INTERPRET", False)
     with pytest.raises(ValueError, match="use_triton=True"):
         F.coor_descent(torch.randn(2, 5), n_iters=2, k=1.0, use_triton=True)
+
+
+# --- k above the row length (issue 49 item 1) -----------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["functional", "reference"])
+def test_k_above_row_length_is_refused(device, op):
+    """Every score is at most 1, so a row of n entries cannot hold k > n units of mass: the
+    result was rows summing to some value under n, not k. A number k > n is a ValueError
+    naming both (k == n, every entry chosen, is the router's min(k, n) and still allowed)."""
+    s = torch.randn(3, 16, device=device)
+    call = ((lambda k: F.coor_descent(s, n_iters=5, k=k, **ROUTER)) if op == "functional" else
+            (lambda k: reference.coor_descent(s, 5, k, mask=None, **ROUTER)))
+    with pytest.raises(ValueError, match=r"k=20\.0 is more than the 16 entries of each row of s \(shape \(3, 16\)\)"):
+        call(20.0)
+    with pytest.raises(ValueError, match=r"k=17 is more than the 16 entries"):
+        call(17)
+    assert call(16.0).shape == (3, 16)
+    # A row with no entries has nothing to score: its (empty) result, whatever k.
+    assert F.coor_descent(torch.randn(3, 0, device=device), n_iters=3, k=2.0).shape == (3, 0)
+
+
+def test_k_tensor_above_row_length_is_not_checked(device):
+    """A tensor k is not compared with n: that would read its values on the host (a sync
+    on every call). Rows whose k exceeds n get scores in [0, 1] summing to at most n."""
+    s = torch.randn(2, 16, device=device)
+    y = F.coor_descent(s, n_iters=20, k=torch.tensor([20.0, 4.0], device=device), **ROUTER)
+    assert y.min() >= 0 and y.max() <= 1 and (y.sum(-1) <= 16 + 1e-3).all()

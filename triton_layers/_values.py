@@ -55,6 +55,20 @@ def check_number(
     return value
 
 
+def check_k_within_row(k: float, shape: Sequence[int]) -> None:
+    """coor_descent's number ``k`` must not exceed ``n = shape[-1]``: every score lies in
+    [0, 1], so a row of n entries cannot sum to more than n and k > n has no answer (the
+    iterations stop at some sum under n). ``k == n`` (every entry chosen) is allowed, as the
+    router's ``min(k, n)``. A row of no entries (n = 0) has nothing to score: any k.
+    (A tensor k is not checked: reading its values would sync the host on every call.)"""
+    n = shape[-1]
+    if n > 0 and k > n:
+        raise ValueError(
+            f"k={k!r} is more than the {n} entries of each row of s (shape {tuple(shape)}): the soft "
+            f"top-k's scores lie in [0, 1], so a row cannot sum to k; pass k <= {n} (min(k, s.shape[-1]), "
+            f"as CoordinateDescentRouter does)")
+
+
 def check_flag(value: object, name: str) -> bool:
     """``value`` must be True or False (a string such as "False" would be truthy)."""
     if not isinstance(value, bool):

@@ -19,6 +19,7 @@ from ._checks import (
     check_same_device, check_shape, check_tensor, float64_among, kernel_rows, use_kernels,
 )
 from ._tracing import tracing
+from ._values import check_k_within_row
 from .kernels._eager import EagerOp, Launch, subclass_of
 
 __all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent", "uses_kernels"]
@@ -379,9 +380,13 @@ def coor_descent(
             b = -relu(s + a);  e = max(e * eps_decay, eps)
         return exp((s + a + b) / e)
 
-    Scores lie in [0, 1] and sum to about ``k`` per row. ``k`` is a positive number or a
-    tensor broadcastable to ``s.shape[:-1]`` (one value per row; its values are clamped to
-    >= 1e-20 inside log k, and it gets a gradient when it requires one). ``mask`` (bool,
+    Scores lie in [0, 1] and sum to about ``k`` per row. ``k`` is a positive number at most
+    ``s.shape[-1]`` (a row of n entries cannot sum to more than n: ``k > n`` is a
+    ValueError; pass ``min(k, n)``, as the router does) or a tensor broadcastable to
+    ``s.shape[:-1]`` (one value per row; its values are clamped to >= 1e-20 inside log k,
+    and it gets a gradient when it requires one). A tensor ``k`` is not compared with n,
+    which would read it on the host (a sync on every call): a row whose k exceeds n gets
+    scores summing to less than n, not k. ``mask`` (bool,
     ``s``'s shape, True = valid) excludes entries: they score 0, and fully masked rows are
     all zeros with zero gradients. fp16/bf16 ``s`` is computed in fp32 and returned in
     its dtype; float64 ``s`` is computed by the torch reference in float64 (``use_triton=True``
@@ -413,6 +418,7 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
         k_rows = k.expand(lead)
     else:
         check_number(k, "k", positive=True)
+        check_k_within_row(k, s.shape)
         k_rows = None
     if mask is not None:
         check_tensor(mask, "mask", (torch.bool,))

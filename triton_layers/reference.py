@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 # The ops' own value checker: a bad value gets here the error it gets from the op or module.
-from ._values import check_flag, check_int, check_number
+from ._values import check_flag, check_int, check_k_within_row, check_number
 
 # Same floor as the kernels: an all-zero row is divided by this, not by zero.
 STABLE_MIN_SCALE = 1e-30
@@ -114,8 +114,9 @@ def coor_descent(
 ) -> Tensor:
     """CoLT5 coordinate descent (soft top-k with eps-scaling) over the last dim.
 
-    ``k``: a number or a tensor with one value per row (shape ``s.shape[:-1]``); log k
-    uses k clamped to >= 1e-20. ``mask`` (bool, True = valid) excludes entries; they
+    ``k``: a number at most ``s.shape[-1]`` (a ValueError above: scores lie in [0, 1]) or
+    a tensor with one value per row (shape ``s.shape[:-1]``, not checked against the row
+    length); log k uses k clamped to >= 1e-20. ``mask`` (bool, True = valid) excludes entries; they
     score 0, and a fully masked row is all zeros with zero gradients. The epsilon
     schedule is the Python-float one of colt5-attention's ``coor_descent``.
     """
@@ -127,6 +128,7 @@ def coor_descent(
     check_number(eps_decay, "eps_decay", positive=True)
     if not isinstance(k, Tensor):
         check_number(k, "k", positive=True)
+        check_k_within_row(k, s.shape)
     dt = _compute_dtype(s)
     sf = s.to(dt)
     if isinstance(k, Tensor):
