@@ -219,7 +219,7 @@ def test_convert_reports_and_leaves_unknown_norms():
     assert type(model[1]) is MyRMSNorm and isinstance(model[2], nn.RMSNorm) and type(model[5]) is llama_norm
     with pytest.warns(UserWarning, match="GatedRMSNorm, MyRMSNorm, T5LayerNorm"):
         model, summary = triton_layers.convert(model, return_summary=True)
-    assert str(dry) == str(summary)
+    assert str(dry) == "would replace" + str(summary).removeprefix("replaced").replace("; left", "; would leave")
     assert dict(summary.replaced) == {"RMSNorm": 1, "LlamaRMSNorm": 1, "SameRMSNorm": 1}
     assert dict(summary.left_alone) == {"T5LayerNorm": 1, "MyRMSNorm": 1, "GatedRMSNorm": 1}
     assert type(model[0]).__name__ == "T5LayerNorm" and type(model[1]) is MyRMSNorm
@@ -227,6 +227,30 @@ def test_convert_reports_and_leaves_unknown_norms():
     assert isinstance(model[6], TritonRMSNorm) and model[6].cast_before_weight
     assert str(summary) == ("replaced 1 LlamaRMSNorm (llama), 1 RMSNorm (rms_norm), 1 SameRMSNorm (llama); "
                             "left alone (unknown norms): 1 GatedRMSNorm, 1 MyRMSNorm, 1 T5LayerNorm")
+
+
+def test_convert_reports_what_it_did_and_a_dry_run_what_it_would_do(caplog):
+    """One wording, in ConversionSummary: a dry run says "would replace" (it said "replaced 2
+    ..." having replaced nothing), and both log that line (logger triton_layers, INFO) that
+    they return; a plain convert prints nothing (a library's report is for logging to show)."""
+    def model():
+        return nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8), nn.RMSNorm(8))
+
+    m = model()
+    with caplog.at_level("INFO", logger="triton_layers"):
+        dry = triton_layers.convert(m, dry_run=True)
+    assert isinstance(m[0], nn.LayerNorm) and isinstance(m[2], nn.RMSNorm)  # nothing replaced
+    assert str(dry) == "would replace 1 LayerNorm (layer_norm), 1 RMSNorm (rms_norm)" and dry.dry_run
+    assert [r.getMessage() for r in caplog.records] == [f"triton_layers.convert: {dry}"]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="triton_layers"):
+        m, summary = triton_layers.convert(m, return_summary=True)
+    assert str(summary) == "replaced 1 LayerNorm (layer_norm), 1 RMSNorm (rms_norm)" and not summary.dry_run
+    assert [r.getMessage() for r in caplog.records] == [f"triton_layers.convert: {summary}"]
+    assert dict(summary.replaced) == dict(dry.replaced) and summary.families == dry.families
+    # Nothing to replace: said so, in both moods.
+    assert str(triton_layers.convert(nn.Linear(8, 8), dry_run=True)) == "would replace nothing"
+    assert str(triton_layers.convert(nn.Linear(8, 8), return_summary=True)[1]) == "replaced nothing"
 
 
 def test_llama_rounds_before_the_weight():

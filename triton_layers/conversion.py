@@ -48,19 +48,28 @@ def register_norm(cls: Optional[type] = None, family: Optional[str] = None):
 class ConversionSummary:
     """What :func:`convert` did (or, with ``dry_run=True``, would do): modules replaced, by
     class name; the family of numerics each replaced class computes (``"layer_norm"`` and
-    ``"rms_norm"`` for torch's own); and norm-like modules left alone, by class name."""
+    ``"rms_norm"`` for torch's own); norm-like modules left alone, by class name; and
+    whether this was a dry run, in which case nothing was replaced.
+
+    ``str()`` is convert's one wording of its report, the line it logs too: "replaced 2
+    LlamaRMSNorm (llama); left alone (unknown norms): 1 T5LayerNorm", or for a dry run
+    "would replace 2 LlamaRMSNorm (llama); would leave alone (unknown norms): ...".
+    """
 
     replaced: Counter = field(default_factory=Counter)
     families: dict = field(default_factory=dict)
     left_alone: Counter = field(default_factory=Counter)
+    dry_run: bool = False
 
     def __str__(self) -> str:
         def counts(c: Counter, with_family: bool) -> str:
             return ", ".join(f"{n} {name}" + (f" ({self.families[name]})" if with_family else "")
                              for name, n in sorted(c.items())) or "nothing"
 
-        text = f"replaced {counts(self.replaced, True)}"
-        return text + (f"; left alone (unknown norms): {counts(self.left_alone, False)}" if self.left_alone else "")
+        # (A dry run changed nothing: its report must not say "replaced".)
+        replace, leave = ("would replace", "would leave") if self.dry_run else ("replaced", "left")
+        text = f"{replace} {counts(self.replaced, True)}"
+        return text + (f"; {leave} alone (unknown norms): {counts(self.left_alone, False)}" if self.left_alone else "")
 
 
 def _family(module: nn.Module) -> Optional[str]:
@@ -123,12 +132,15 @@ def convert(model: nn.Module, *, return_summary: bool = False, dry_run: bool = F
     adds and casts around them, which an opaque kernel would stop; eager calls run the
     kernels. ``use_triton=True`` keeps the kernels when compiled too. Other modules are left
     alone, norms we do not know included (a warning names their classes). A module passed as
-    ``model`` is returned converted; a module shared by several parents stays shared. One log
-    line (logger ``triton_layers``, level INFO) says what was replaced, per class and family;
-    ``return_summary=True`` returns ``(model, ConversionSummary)`` instead of the model;
-    ``dry_run=True`` changes nothing and returns the summary of what it would do.
+    ``model`` is returned converted; a module shared by several parents stays shared.
+
+    The report: one log line (logger ``triton_layers``, level INFO; nothing is printed, so
+    it shows where logging is set to show INFO) says what was replaced, per class and
+    family, in the words of ``str(ConversionSummary)``; ``return_summary=True`` returns
+    ``(model, ConversionSummary)`` instead of the model. ``dry_run=True`` changes nothing,
+    logs the same line in the conditional ("would replace ...") and returns that summary.
     """
-    summary = ConversionSummary()
+    summary = ConversionSummary(dry_run=dry_run)
     done: dict[int, Optional[nn.Module]] = {}
 
     def swap(module: nn.Module) -> Optional[nn.Module]:
@@ -162,9 +174,11 @@ def convert(model: nn.Module, *, return_summary: bool = False, dry_run: bool = F
     if root is None:
         walk(model)
         root = model
+    # The report goes to logging, never to stdout: a library's user decides what is shown
+    # (logging.basicConfig(level=logging.INFO), or a handler on the "triton_layers" logger).
+    logger.info("triton_layers.convert: %s", summary)
     if dry_run:
         return summary
-    logger.info("triton_layers.convert: %s", summary)
     if summary.left_alone:
         warnings.warn(f"triton_layers.convert left norms it does not know alone: "
                       f"{', '.join(sorted(summary.left_alone))}", stacklevel=2)
