@@ -346,6 +346,44 @@ def test_from_linear(bias, device):
         WeightedSum.from_linear(nn.Conv1d(4, 1, 1))
 
 
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=_name)
+def test_to_linear_round_trips_both_ways(bias, dtype, device):
+    """to_linear (issue 49 item 3): WeightedSum -> nn.Linear(dim, 1) -> WeightedSum and
+    nn.Linear -> WeightedSum -> nn.Linear keep the weights bit for bit, the device, the dtype
+    and each parameter's requires_grad; the copies share no memory, and a Linear's
+    state_dict made from it loads into a plain nn.Linear(dim, 1)."""
+    module = WeightedSum(40, bias=bias, device=device, dtype=dtype)
+    with torch.no_grad():  # random values, not the initialisation's
+        module.weight.normal_()
+        if bias:
+            module.bias.normal_()
+    module.weight.requires_grad_(False)  # a frozen weight stays frozen
+    rng = torch.random.get_rng_state()
+    linear = module.to_linear()
+    assert torch.equal(torch.random.get_rng_state(), rng)  # no initialisation drawn and thrown away
+    assert type(linear) is nn.Linear and (linear.in_features, linear.out_features) == (40, 1)
+    for ours, theirs in ((module.weight, linear.weight), (module.bias, linear.bias)):
+        if ours is None:
+            assert theirs is None
+            continue
+        assert theirs.dtype == dtype and theirs.device == ours.device
+        assert theirs.requires_grad == ours.requires_grad
+        assert torch.equal(theirs.reshape(-1), ours) and theirs.data_ptr() != ours.data_ptr()
+    assert tuple(linear.weight.shape) == (1, 40)
+    x = torch.randn(3, 40, device=device, dtype=dtype)
+    torch.testing.assert_close(linear(x)[..., 0], module(x))
+    back = WeightedSum.from_linear(linear)
+    assert torch.equal(back.weight, module.weight) and (not bias or torch.equal(back.bias, module.bias))
+    plain = nn.Linear(40, 1, bias=bias, device=device, dtype=dtype)
+    plain.load_state_dict(linear.state_dict())  # strict
+    # The other way: a Linear with random weights through WeightedSum and back.
+    start = nn.Linear(40, 1, bias=bias, device=device, dtype=dtype)
+    again = WeightedSum.from_linear(start).to_linear()
+    assert torch.equal(again.weight, start.weight) and (not bias or torch.equal(again.bias, start.bias))
+    assert WeightedSum(0).to_linear().weight.shape == (1, 0)
+
+
 def test_state_dict_round_trip_and_linear_checkpoint(device):
     module = WeightedSum(33, bias=True, device=device)
     buffer = io.BytesIO()

@@ -3,6 +3,7 @@ without the trailing output dim), running the Triton kernels."""
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Optional, Union
 
 import torch
@@ -26,7 +27,8 @@ class WeightedSum(nn.Module):
     ``nn.Linear(dim, 1)`` state_dict maps as ``weight`` <- ``linear.weight.reshape(-1)``
     (shape (1, dim) to (dim,)) and ``bias`` <- ``linear.bias``; such a state_dict also
     loads directly, reshaped on the way in, and so do older checkpoints of this layer
-    with a 0-dim bias. See :meth:`from_linear`.
+    with a 0-dim bias. See :meth:`from_linear`; :meth:`to_linear` goes back to an
+    ``nn.Linear(dim, 1)``.
 
     Args:
         dim: size of the last input dim, the one summed over.
@@ -87,6 +89,33 @@ class WeightedSum(nn.Module):
         if isinstance(bias, Tensor) and bias.dim() == 0:
             state_dict[prefix + "bias"] = bias.reshape(1)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def to_linear(self) -> nn.Linear:
+        """The ``nn.Linear(dim, 1)`` computing what this layer computes, unsqueezed
+        (``linear(x)[..., 0] == self(x)``): the way back of :meth:`from_linear`, for a model
+        or a checkpoint that wants torch's layer again.
+
+        Its ``weight`` (shape (1, dim)) and ``bias`` (shape (1,), or None without a bias)
+        are copies of this layer's, on their device, in their dtype, each with its
+        ``requires_grad``; ``linear.state_dict()`` loads strictly into a plain
+        ``nn.Linear(dim, 1)``. No random initialisation is drawn on the way (the global
+        RNG is left as it was).
+        """
+        # skip_init: built on meta and materialized empty, so the copy is the only write and
+        # torch's random initialisation neither runs nor advances the RNG.
+        # (dim=0: torch warns that initialising its empty weight on meta is a no-op.)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Initializing zero-element tensors")
+            linear = nn.utils.skip_init(nn.Linear, self.dim, 1, bias=self.bias is not None,
+                                        device=self.weight.device, dtype=self.weight.dtype)
+        with torch.no_grad():
+            linear.weight.copy_(self.weight.reshape(1, self.dim))
+            if self.bias is not None:
+                linear.bias.copy_(self.bias.reshape(1))
+        linear.weight.requires_grad_(self.weight.requires_grad)
+        if self.bias is not None:
+            linear.bias.requires_grad_(self.bias.requires_grad)
+        return linear
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, **kwargs: Any) -> "WeightedSum":
