@@ -233,6 +233,13 @@ CASES = [
          (TypeError, r"x has dtype torch.int64")),
     Case("sm-mask-dtype", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=torch.zeros(2, 5, device=DEVICE)),
          (TypeError, r"key_padding_mask has dtype torch.float32; expected one of torch.bool")),
+    Case("sm-mask-4d-bool", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 1, 1, 5)),
+         (ValueError, r"key_padding_mask of shape \(2, 1, 1, 5\) \(torch.bool\) looks like an extended attention "
+                      r"mask; key_padding_mask is bool of shape \(2, 5\), True marking padding keys. If True marks "
+                      r"keys to attend .* pass key_padding_mask=~mask\[:, 0, 0, :\]")),
+    Case("sm-mask-4d-additive", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=torch.zeros(2, 1, 1, 5, device=DEVICE)),
+         (TypeError, r"key_padding_mask of shape \(2, 1, 1, 5\) \(torch.float32\) looks like an extended attention "
+                     r"mask; .* pass key_padding_mask=mask\[:, 0, 0, :\] < 0")),
     Case("sm-mask-shape", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 4)),
          (ValueError, r"key_padding_mask must have shape \(2, 5\), got \(2, 4\)")),
     Case("sm-mask-rank", lambda: F.softmax(x_(3, 5), key_padding_mask=mask_(3, 5)),

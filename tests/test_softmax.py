@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 import torch
@@ -440,6 +441,33 @@ def test_hugging_face_attention_mask_is_the_opposite(device):
     want = torch.softmax(scores.masked_fill(attention_mask[:, None] == 0, -math.inf), -1)
     torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
     assert (y[0, :, 3:] == 0).all()
+
+
+def test_extended_attention_masks_get_the_conversion_in_the_error(device):
+    """A Hugging Face / SDPA extended mask (B, 1, 1, Nk) is refused (issue 49 item 4) with
+    the exact conversion to our (B, Nk) bool, True = padding, for both of its forms. Its
+    bool form means True = attend (torch's scaled_dot_product_attention), the opposite of
+    ours, so it is not taken as it is: squeezed, it would mask every real key."""
+    attention_mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], device=device)
+    scores = torch.randn(2, 4, 5, device=device)
+    want = F.softmax(scores, key_padding_mask=attention_mask == 0)
+    keep = attention_mask[:, None, None, :].bool()  # (2, 1, 1, 5), True = attend
+    with pytest.raises(ValueError, match=re.escape(
+            "key_padding_mask of shape (2, 1, 1, 5) (torch.bool) looks like an extended attention mask; "
+            "key_padding_mask is bool of shape (2, 5), True marking padding keys") + ".*"
+            + re.escape("key_padding_mask=~mask[:, 0, 0, :]")):
+        F.softmax(scores, key_padding_mask=keep)
+    assert torch.equal(F.softmax(scores, key_padding_mask=~keep[:, 0, 0, :]), want)  # as the message says
+    additive = (1.0 - keep.float()) * torch.finfo(torch.float32).min  # 0 = attend, very negative = masked
+    with pytest.raises(TypeError, match=re.escape(
+            "key_padding_mask of shape (2, 1, 1, 5) (torch.float32) looks like an extended attention mask")
+            + ".*" + re.escape("key_padding_mask=mask[:, 0, 0, :] < 0")):
+        CausalSoftmax(causal=False)(scores, key_padding_mask=additive)
+    assert torch.equal(F.softmax(scores, key_padding_mask=additive[:, 0, 0, :] < 0), want)
+    # A 2-D additive mask: its conversion, in the dtype's error.
+    with pytest.raises(TypeError, match=r"key_padding_mask has dtype torch.float32; expected one of torch.bool.*"
+                                        r"an additive mask .*pass mask < 0"):
+        F.softmax(scores, key_padding_mask=additive[:, 0, 0, :])
 
 
 def test_reference_path_compiles_fullgraph():

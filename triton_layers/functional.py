@@ -477,7 +477,10 @@ def softmax(
     ``key_padding_mask`` is a bool (B, Nk) tensor, True marking padding keys to ignore
     (``nn.MultiheadAttention``'s meaning), for ``x`` of shape (B, Nq, Nk) or (B, H, Nq, Nk).
     That is the opposite of a Hugging Face ``attention_mask`` (1 = attend, 0 = padding):
-    pass ``key_padding_mask=attention_mask == 0``.
+    pass ``key_padding_mask=attention_mask == 0``. An extended mask (B, 1, 1, Nk) is refused
+    with its conversion in the error: its bool form (True = attend, as torch's
+    ``scaled_dot_product_attention``) gives ``~mask[:, 0, 0, :]``, its additive float form
+    (0 = attend, large negative = padding) ``mask[:, 0, 0, :] < 0``.
 
     A row whose keys are all masked (the top rows when Nq > Nk with ``causal``, or a batch
     entry that is all padding) gives zeros and a zero gradient, never NaN. Statistics are
@@ -487,10 +490,41 @@ def softmax(
     return _SOFTMAX.call((x, key_padding_mask), (causal, scale, use_triton))
 
 
+def _check_key_padding_mask(mask: Any, x: Tensor) -> None:
+    """Refuse the attention masks of other conventions with the exact conversion to ours
+    ((B, Nk) bool, True = padding), rather than a bare dtype or shape error.
+
+    An extended mask (B, 1, 1, Nk) is not squeezed and taken: its bool form means True =
+    attend (torch's scaled_dot_product_attention, Hugging Face's 4-D masks), the opposite of
+    ours, so taken as it is it would silently mask every real key and keep the padding."""
+    if not isinstance(mask, Tensor):
+        return  # (check_tensor names what it is)
+    shape = f"({x.shape[0]}, {x.shape[-1]})" if x.dim() >= 2 else "(B, Nk)"
+    ours = f"key_padding_mask is bool of shape {shape}, True marking padding keys"
+    if mask.dim() == 4 and mask.shape[1] == mask.shape[2] == 1:
+        if mask.dtype == torch.bool:
+            raise ValueError(
+                f"key_padding_mask of shape {tuple(mask.shape)} ({mask.dtype}) looks like an extended attention "
+                f"mask; {ours}. If True marks keys to attend (as in torch's scaled_dot_product_attention and "
+                f"Hugging Face's 4-D masks), pass key_padding_mask=~mask[:, 0, 0, :]; if True marks padding, "
+                f"key_padding_mask=mask[:, 0, 0, :] (a view, no copy)")
+        raise TypeError(
+            f"key_padding_mask of shape {tuple(mask.shape)} ({mask.dtype}) looks like an extended attention mask; "
+            f"{ours}. For an additive mask (0 = attend, a large negative value or -inf = padding, as Hugging "
+            f"Face's), pass key_padding_mask=mask[:, 0, 0, :] < 0")
+    if mask.dtype.is_floating_point:
+        try:
+            check_tensor(mask, "key_padding_mask", (torch.bool,))
+        except TypeError as err:
+            raise TypeError(f"{err}. For an additive mask (0 = attend, a large negative value or -inf = padding) "
+                            f"pass mask < 0; for a Hugging Face attention_mask (1 = attend) attention_mask == 0") from None
+
+
 def _softmax_route(x, key_padding_mask, causal, scale, use_triton):
     """A softmax call not planned yet: the checks, the path, the reshapes."""
     check_tensor(x, "x", INPUT_DTYPES)
     if key_padding_mask is not None:
+        _check_key_padding_mask(key_padding_mask, x)
         check_tensor(key_padding_mask, "key_padding_mask", (torch.bool,))
         check_same_device(("x", "key_padding_mask"), x, key_padding_mask)
     check_number(scale, "scale", allow_none=True)

@@ -39,7 +39,9 @@ class CausalSoftmax(nn.Module):
         ``key_padding_mask``: optional bool (B, Nk), True = padding key (ignored), as in
         ``nn.MultiheadAttention``, for ``scores`` of shape (B, Nq, Nk) or (B, H, Nq, Nk).
         That is the opposite of a Hugging Face ``attention_mask`` (1 = attend, 0 =
-        padding): pass ``key_padding_mask=attention_mask == 0``.
+        padding): pass ``key_padding_mask=attention_mask == 0``. An extended mask
+        (B, 1, 1, Nk) is refused with its conversion in the error (bool, True = attend:
+        ``~mask[:, 0, 0, :]``; additive float: ``mask[:, 0, 0, :] < 0``).
         """
         return F.softmax(scores, self.causal, self.scale, key_padding_mask, self.use_triton)
 
