@@ -20,7 +20,7 @@ class TritonLayerNorm(nn.Module):
     present unless ``bias=False``), so state_dicts load both ways. Bias-free checkpoints
     also load strictly into a layer with a bias, which gets a zero bias (what they
     computed): ``nn.LayerNorm(d, bias=False)``'s, this layer's from before ``bias=True``
-    became the default, and those of the seed layer with the legacy key ``gamma`` (read
+    became the default, and those of its first version, which called the gain ``gamma`` (read
     as ``weight``).
 
     Args:
@@ -94,7 +94,7 @@ class TritonLayerNorm(nn.Module):
         )
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
-        # Checkpoints of the seed layer call the gain `gamma`.
+        # Checkpoints of this layer's first version call the gain `gamma`.
         legacy = prefix + "gamma"
         if legacy in state_dict and prefix + "weight" not in state_dict:
             state_dict[prefix + "weight"] = state_dict.pop(legacy)
