@@ -10,6 +10,7 @@ two GPUs the same cases run over NCCL.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 
@@ -480,6 +481,9 @@ def test_the_readme_plan_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(script)], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.stdout.count("PLAN-DONE") == 2, (proc.stdout + proc.stderr)[-4000:]
+    # (what the plan prints: each rank's error against one process, which must be rounding)
+    errors = [float(e) for e in re.findall(r"max error against one process (\S+)", proc.stdout)]
+    assert len(errors) == 2 and max(errors) <= 1e-5, proc.stdout[-2000:]
 
 
 def test_the_tp_step_benchmark_dry_runs(tmp_path):
