@@ -74,10 +74,7 @@ def ready(values: tuple) -> Optional[tuple]:
     the subclass's own protocol (the custom op, which its dispatch unwraps) or to the reference.
     ``values`` itself comes back where every tensor is plain (one type test each: the doors ask
     on every unplanned call and every backward)."""
-    for v in values:
-        if isinstance(v, Tensor) and type(v) not in PLAIN_TENSORS:
-            break
-    else:
+    if subclass_of(values) is None:
         return values
     out = []
     for v in values:
