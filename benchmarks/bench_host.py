@@ -100,12 +100,17 @@ def _step(fn, leaves, mode: str) -> Callable[[], None]:
 def host_us(step: Callable[[], None], calls: Optional[int] = None) -> float:
     """Host time per call of ``calls`` (default CALLS) calls of ``step`` followed by one sync, in us."""
     calls = CALLS if calls is None else calls
-    torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else _nothing  # (CPU: bench_tp_step --quick)
+    sync()
     t = time.perf_counter()
     for _ in range(calls):
         step()
-    torch.cuda.synchronize()
+    sync()
     return (time.perf_counter() - t) / calls * 1e6
+
+
+def _nothing() -> None:
+    pass
 
 
 def interleaved(steps: dict[str, Callable[[], None]]) -> dict[str, list[float]]:

@@ -31,10 +31,23 @@ holds: our ops run on the local shards and add no collective.
 Rows go to ``tp_step.csv`` and the top kernels of each variant's profile to
 ``tp_kernels.txt``, in the results folder of rank 0.
 
+``--per-call`` times one norm call instead, forward and backward, on the step's shapes
+(the sequence shard of a ``batch x seq_len x hidden`` activation, bf16 on GPUs): torch's
+``nn.RMSNorm`` under torch's ``SequenceParallel`` against ``TritonRMSNorm`` under the same
+style (``rmsnorm``), and the residual add then ``nn.RMSNorm`` against our fused
+``norm(a, residual=x)`` under ``triton_layers.parallel.SequenceParallel``
+(``add_rmsnorm``). Inputs and output gradients are DTensors sharded on the sequence, as
+the plan hands them over; the gradients of the inputs and the weight are taken with
+``torch.autograd.grad``. At these sizes the GPU finishes each call's kernels long before
+the host issues the next, so the time per call is the host's: ``benchmarks.bench_host``'s
+loop (calls, then one sync; the impls interleaved over rounds: median and min-max). Rows go
+to ``tp_call.csv``, a cProfile of our calls to ``tp_call_profile.txt``.
+
 Run (2 GPUs; about 3 minutes on 2 H100s, most of it compiling)::
 
     torchrun --standalone --nproc_per_node=2 -m benchmarks.bench_tp_step --out DIR
     torchrun --standalone --nproc_per_node=2 -m benchmarks.bench_tp_step --quick   # CPU, gloo, tiny
+    torchrun --standalone --nproc_per_node=2 -m benchmarks.bench_tp_step --per-call --out DIR
 
 ``--quick`` is a tiny config that runs on CPU ranks over gloo (the kernels through the
 Triton interpreter when ``TRITON_INTERPRET=1``): what the tests dry-run.
@@ -47,14 +60,14 @@ import copy
 import dataclasses
 import os
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as nnF
 from torch import nn
 
-from benchmarks import harness, report, train_loop
+from benchmarks import bench_host, harness, report, train_loop
 
 OP = "tp_step"
 IMPLS = ("torch", "triton_layers")
@@ -309,11 +322,100 @@ def table(rows: list[Row]) -> list[str]:
     return out
 
 
+def call_steps(size: Size, mesh, device: torch.device) -> dict[str, dict[str, Callable[[], object]]]:
+    """Per case (``rmsnorm``, ``add_rmsnorm``), per impl: one norm call's forward and backward
+    on DTensor inputs sharded on the sequence, as the step's plan makes them (see the module's
+    docstring, ``--per-call``)."""
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import SequenceParallel as TorchSequenceParallel, parallelize_module
+
+    import triton_layers
+    from triton_layers.parallel import SequenceParallel as ResidualSequenceParallel
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    local = (size.batch, size.seq_len // dist.get_world_size(), size.hidden)
+    torch.manual_seed(2)
+
+    def sharded() -> "DTensor":
+        t = torch.randn(local, device=device, dtype=dtype)
+        return DTensor.from_local(t, mesh, [Shard(1)], run_check=False).requires_grad_()
+
+    x, a, dy, dh = sharded(), sharded(), sharded().detach(), sharded().detach()
+
+    def norm(impl: str, style) -> nn.Module:
+        m = triton_layers.TritonRMSNorm(size.hidden) if impl == "triton_layers" else nn.RMSNorm(size.hidden)
+        with torch.no_grad():
+            m.weight.copy_(1 + 0.1 * torch.randn(size.hidden))
+        return parallelize_module(m.to(device, dtype), mesh, style)
+
+    def plain(m: nn.Module) -> Callable[[], object]:
+        return lambda: torch.autograd.grad(m(x), (x, m.weight), dy)
+
+    def torch_add(m: nn.Module) -> Callable[[], object]:
+        def step():
+            h = x + a
+            return torch.autograd.grad((m(h), h), (x, a, m.weight), (dy, dh))
+        return step
+
+    def fused(m: nn.Module) -> Callable[[], object]:
+        return lambda: torch.autograd.grad(m(a, residual=x), (x, a, m.weight), (dy, dh))
+
+    return {
+        "rmsnorm": {"torch": plain(norm("torch", TorchSequenceParallel())),
+                    "triton_layers": plain(norm("triton_layers", TorchSequenceParallel()))},
+        "add_rmsnorm": {"torch": torch_add(norm("torch", TorchSequenceParallel())),
+                        "triton_layers": fused(norm("triton_layers", ResidualSequenceParallel()))},
+    }
+
+
+def measure_calls(size: Size, label: str, device: torch.device, mesh, out: Optional[str]) -> list[dict]:
+    """Host time per norm call (forward + backward) of each case and impl, interleaved; a
+    cProfile of ours into ``out`` (rank 0)."""
+    import cProfile
+    import io
+    import pstats
+    import statistics
+
+
+    rows, profiles = [], io.StringIO()
+    for case, steps in call_steps(size, mesh, device).items():
+        times = bench_host.interleaved(steps)
+        for impl, t in times.items():
+            rows.append(dict(config=label, case=case, impl=impl, world=dist.get_world_size(), rounds=len(t),
+                             calls=bench_host.CALLS, host_us=round(statistics.median(t), 1),
+                             host_us_min=round(min(t), 1), host_us_max=round(max(t), 1)))
+        prof = cProfile.Profile()
+        prof.enable()
+        bench_host.host_us(steps["triton_layers"], 200)
+        prof.disable()
+        profiles.write(f"\n===== {case}, triton_layers: 200 calls, forward and backward =====\n")
+        pstats.Stats(prof, stream=profiles).sort_stats("tottime").print_stats(30)
+    if out is not None and dist.get_rank() == 0:
+        with open(os.path.join(out, "tp_call_profile.txt"), "w") as f:
+            f.write(profiles.getvalue())
+    return rows
+
+
+def call_table(rows: list[dict]) -> list[str]:
+    """Markdown: per case, each impl's host us per call, ours over torch's (rounds' min-max)."""
+    out = ["| case | impl | host us per call, fwd+bwd (min-max) | ours / torch |", "|---|---|---|---|"]
+    by = {(r["case"], r["impl"]): r for r in rows}
+    for r in rows:
+        theirs = by[(r["case"], "torch")]
+        ratio = "" if r["impl"] == "torch" else (
+            f"{r['host_us'] / theirs['host_us']:.2f}x ({r['host_us_min'] / theirs['host_us_max']:.2f}-"
+            f"{r['host_us_max'] / theirs['host_us_min']:.2f})")
+        out.append(f"| {r['case']} | {r['impl']} | {r['host_us']:.0f} ({r['host_us_min']:.0f}-{r['host_us_max']:.0f}) "
+                   f"| {ratio} |")
+    return out
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="bench-results", help="results folder (rank 0 writes)")
     parser.add_argument("--quick", action="store_true", help="a tiny config (CPU ranks over gloo too)")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument("--per-call", action="store_true", help="one norm call's host time instead of the step")
     opts = parser.parse_args(argv)
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -327,13 +429,22 @@ def main(argv: Optional[list[str]] = None) -> None:
     size = CONFIGS[label]
     modes = ["eager"] if opts.no_compile or not cuda else ["eager", "compile"]
     mesh = init_device_mesh(device.type, (world,))
+    folder = opts.out if opts.quick else os.path.join(opts.out, report.gpu_folder(harness.device_name()))
+    if rank == 0:
+        os.makedirs(folder, exist_ok=True)
     try:
+        if opts.per_call:
+            rows = measure_calls(size, label, device, mesh, folder)
+            if rank == 0:
+                bench_host.write_csv(os.path.join(folder, "tp_call.csv"), rows)
+                print(f"TP={world} norm call, {label} shard of {size.batch} x {size.seq_len} x {size.hidden}, "
+                      f"{harness.device_name() if cuda else 'CPU'}:")
+                print("\n".join(call_table(rows)))
+            return
         rows, lines = measure(size, label, modes, mesh, device)
         if rank == 0:
             import csv
 
-            folder = opts.out if opts.quick else os.path.join(opts.out, report.gpu_folder(harness.device_name()))
-            os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, "tp_step.csv"), "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=[x.name for x in dataclasses.fields(Row)])
                 w.writeheader()

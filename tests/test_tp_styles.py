@@ -19,7 +19,10 @@ gradient must equal the one-process block's. The plans:
 - ``loss_parallel``: the final norm, then ``ColwiseParallel(input_layouts=Shard(1),
   output_layouts=Shard(-1), use_local_output=False)`` into torch's ``loss_parallel()``;
 - ``fused_residual``: our ``triton_layers.parallel.SequenceParallel`` (the norm takes the
-  residual and returns ``(y, h)``), then ``ColwiseParallel(input_layouts=Shard(1))``.
+  residual and returns ``(y, h)``), then ``ColwiseParallel(input_layouts=Shard(1))``;
+- ``strided_shard``: ``colwise_shard1``'s plan on a local shard that is a strided view (a
+  ``chunk`` of the sequence, not copied), which torch's ``SequenceParallel`` wraps as a DTensor
+  of non-contiguous strides.
 
 CPU ranks over gloo (the kernels through the Triton interpreter); over NCCL where the machine
 has the GPUs (``tests/test_tensor_parallel.py``'s ``_spawn``), where the plans of
@@ -41,7 +44,7 @@ pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distribut
 
 DIM, HIDDEN, BATCH, SEQ_PER_RANK, VOCAB = 24, 40, 2, 3, 32
 PLANS = ("colwise_shard1", "prepare_local", "prepare_dtensor", "prepare_output", "uneven", "loss_parallel",
-         "fused_residual")
+         "fused_residual", "strided_shard")
 NORMS = ("rms", "layer")
 # Before torch 2.13, the uneven plan fails inside torch's own redistribute in the backward
 # ("view size is not compatible with input tensor's size and stride"), with torch's norms as
@@ -122,7 +125,7 @@ def _plan(plan: str) -> dict:
     from triton_layers.parallel import SequenceParallel as FusedSequenceParallel
 
     mlp = {"ffn.w1": ColwiseParallel(input_layouts=Shard(1)), "ffn.w2": RowwiseParallel(output_layouts=Shard(1))}
-    if plan == "colwise_shard1":
+    if plan in ("colwise_shard1", "strided_shard"):
         return {"norm": SequenceParallel(), **mlp}
     if plan == "fused_residual":  # ((y, h) as local shards: h joins the MLP's local output)
         return {"norm": FusedSequenceParallel(use_local_output=True), **mlp}
@@ -186,6 +189,9 @@ def _run_case(mesh, device, plan: str, kind: str, dtype, compiled: bool) -> list
     fn = torch.compile(model) if compiled else model
     if plan == "uneven":
         xs = distribute_tensor(x, mesh, [Shard(1)]).detach().requires_grad_()
+    elif plan == "strided_shard":  # (a leaf whose strides are x's: not contiguous)
+        xs = x.chunk(world, 1)[rank].detach().requires_grad_()
+        assert not xs.is_contiguous()
     else:
         xs = x.chunk(world, 1)[rank].clone().requires_grad_()
     rs = residual.chunk(world, 1)[rank].clone().requires_grad_()

@@ -5,6 +5,8 @@ plain calls, then runs the setup on the same signatures: on 69d3fc2 the cached p
 tensors they were not made for (wrong gradients, or a CUDA fault on a GPU)."""
 from __future__ import annotations
 
+import copy
+
 import zlib
 
 import pytest
@@ -330,9 +332,12 @@ def test_dtensors_never_reach_the_eager_door(module, one_rank_mesh, monkeypatch)
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
     planned = []
-    real = _doors.Op.call_planned
+    real, real_shards = _doors.Op.call_planned, _doors.Op.call_on_shards
     monkeypatch.setattr(_doors.Op, "call_planned", lambda self, plan, *a: (
         planned.append({type(t) for t in a if isinstance(t, torch.Tensor)}), real(self, plan, *a))[1])
+    monkeypatch.setattr(_doors.Op, "call_on_shards", lambda self, door, shards, args: (
+        planned.append({type(t) for t in shards if isinstance(t, torch.Tensor)}),
+        real_shards(self, door, shards, args))[1])
     layer = getattr(triton_layers, module)(24)
     with torch.no_grad():
         layer.weight.normal_()
@@ -351,6 +356,44 @@ def test_dtensors_never_reach_the_eager_door(module, one_rank_mesh, monkeypatch)
     torch.testing.assert_close(got.full_tensor(), want, atol=1e-5, rtol=1e-5)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g.full_tensor(), w, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["norm", "fused_residual"])
+def test_dtensor_door_double_backward(fused, one_rank_mesh):
+    """A gradient penalty through the DTensor door (create_graph=True: its backward runs the op's
+    differentiable backward on the DTensors), and a second call of the same signature (the door
+    kept): gradients of the inputs and the weight equal the plain module's in float64."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from triton_layers.parallel import SequenceParallel
+
+    layer = triton_layers.TritonRMSNorm(24)
+    with torch.no_grad():
+        layer.weight.normal_()
+    exact = copy.deepcopy(layer).double()
+    gen = torch.Generator().manual_seed(3)
+    x, r = torch.randn(4, 6, 24, generator=gen), torch.randn(4, 6, 24, generator=gen)
+
+    def penalty(norm, x, r):
+        inputs = (x, r) if fused else (x,)
+        out = norm(x, residual=r)[0] if fused else norm(x)
+        grads = torch.autograd.grad((out * out.detach().sin()).sum(), inputs, create_graph=True)
+        return sum(g.pow(2).sum() for g in grads), inputs
+
+    xe, re_ = x.double().requires_grad_(), r.double().requires_grad_()
+    loss, inputs = penalty(exact, xe, re_)
+    want = torch.autograd.grad(loss, (*inputs, exact.weight))
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    parallelize_module(layer, one_rank_mesh, SequenceParallel(use_local_output=False))
+    for _ in range(2):
+        xs = distribute_tensor(x, one_rank_mesh, [Shard(1)]).requires_grad_()
+        rs = distribute_tensor(r, one_rank_mesh, [Shard(1)]).requires_grad_()
+        loss, inputs = penalty(layer, xs, rs)
+        got = torch.autograd.grad(loss, (*inputs, layer.weight))
+        for g, w in zip(got, want):
+            g = g.redistribute(placements=[Replicate()]).to_local() if g.placements != (Replicate(),) else g.to_local()
+            torch.testing.assert_close(g.double(), w, atol=2e-4, rtol=2e-4)
 
 
 # --- the plan check -----------------------------------------------------------------------

@@ -17,7 +17,9 @@ from torch import Tensor
 from ._tracing import tracing
 # (the value checkers: use_kernels's, and re-exported for the functional ops' checks)
 from ._values import check_flag, check_int, check_int_sequence, check_number, check_use_triton  # noqa: F401
-from .kernels._eager import is_async_collective, subclass_of  # (no Triton there: importable without it)
+from .kernels._eager import (  # (no Triton there: importable without it)
+    PLAIN_TENSORS, is_async_collective, is_dtensor, subclass_of,
+)
 
 # Whether a torch.func transform (vmap, grad, ...) is running.
 functorch_active = torch._C._are_functorch_transforms_active
@@ -107,12 +109,6 @@ def check_shape(t: Optional[Tensor], name: str, shape: Sequence[int]) -> None:
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
 
 
-def is_dtensor(kind: type) -> bool:
-    """Whether ``kind`` is torch's DTensor (told by its module: nothing of torch.distributed is
-    imported to ask)."""
-    return kind.__name__ == "DTensor" and kind.__module__.startswith("torch.distributed.tensor")
-
-
 def float64_among(names: Sequence[str], *items: object) -> Optional[str]:
     """The name (from ``names``, in order) of the first of ``items`` (tensors, dtypes, None) that
     is or has float64, or None: what :func:`use_kernels` takes as ``float64``."""
@@ -189,7 +185,10 @@ def kernel_rows(x: Tensor, n_cols: int) -> Tensor:
     """``x`` for the kernels: as it is when it is contiguous rows of its last dim (the
     launchers view it as (rows, n_cols) inside the autograd Function, where no view node
     joins the graph: each costs host time, forward and backward), else :func:`as_rows`."""
-    if x.dim() and x.shape[-1] == n_cols and x.is_contiguous():
+    if x.dim() and x.shape[-1] == n_cols and (x.is_contiguous() or (
+            type(x) not in PLAIN_TENSORS and is_dtensor(type(x)))):
+        # (a DTensor whole, in any layout: the doors make its local tensor readable; a reshape
+        # would be DTensor's, which cannot flatten a sharded dim of a strided shard)
         return x
     return as_rows(x, n_cols)
 

@@ -154,8 +154,9 @@ class Op:
         # Function.apply less its Python prologue (binding default args, unwrapping dead
         # functorch wrappers): ~4 us per call on a CPU; used while no functorch transform runs.
         self._planned_apply = super(torch.autograd.Function, self._planned_door()).apply
+        self._sharded_apply = self._sharded_door().apply
         # Plans by the arguments' signatures, as the eager door keeps its own (cleared with them):
-        # the compiled door's where its body launches directly, and :meth:`call_by_signature`'s.
+        # the compiled door's where its body launches directly.
         self._door_plans = _eager.PlanCache()
         self.forward_op, self.backward_op = self._compiled_door()
 
@@ -193,26 +194,19 @@ class Op:
         plan = self._door_plans.planned(key, lambda: d.plan_backward(grads, needs, *saved))
         return d.run_backward(direct, plan, grads, needs, *saved)
 
-    def call_by_signature(self, *args):
-        """The op on plain tensors through the eager door, by a plan kept per signature of the
-        arguments and the call state (grad mode, autocast), beside the compiled door's (cleared
-        with them, checked under ``TRITON_LAYERS_CHECK_PLANS=1``): for callers that keep no plans
-        of their own (the DTensor door's local shards; functional's calls are planned by
-        ``_eager.EagerOp``). A local shard comes in whatever layout its collective left (an
-        uneven reduce-scatter's is a narrowed view) and may still be in flight: it is waited
-        (:func:`_eager.ready`) and read as the plans read tensors (:meth:`_readable`), as the
-        custom op's body does."""
-        plain = _eager.ready(args)
-        if plain is None:  # a tensor subclass: the custom op, whose dispatch the subclass handles
-            return self(*args)
-        args = self._readable(plain, self._input_strided)
-        try:
-            key = ("eager", *_eager.arguments_key(args), *_eager.call_state(args[0]))
-            hash(key)
-        except TypeError:  # an unhashable value: the call as it is, unplanned
-            return self(*args)
-        return self.call_planned(self._door_plans.planned(key, lambda: self.plan(*args), OpPlan.same_decisions),
-                                 *args)
+    def call_on_shards(self, door, shards: tuple, args: tuple):
+        """The op on DTensor ``args`` (the DTensor door's: ``_dtensor_eager.call``), run on
+        their local ``shards`` (plain tensors a kernel may read now, of ``door.plan``'s
+        signature) as one autograd node, whose outputs and input gradients ``door`` wraps."""
+        plan = door.plan
+        if plan.device is not None and plan.device != current_device():
+            with torch.cuda.device(plan.device):
+                return self.call_on_shards(door, shards, args)
+        if plan.autograd:
+            outputs = self._sharded_apply(door, shards, *args)
+        else:
+            outputs = door.outputs(plan.run_forward(direct, plan.forward, *shards)[: self._n_out])
+        return outputs[0] if self._n_out == 1 else outputs
 
     def backward_graph(self, grads: tuple, needs: dict, saved: tuple) -> dict:
         """The op's backward in differentiable torch ops (``create_graph=True``)."""
@@ -330,6 +324,54 @@ class Op:
 
         _PlannedFunction.__name__ = _PlannedFunction.__qualname__ = f"{self._camel()}PlannedFunction"
         return _PlannedFunction
+
+    def _sharded_door(self) -> type:
+        """The DTensor door's autograd node (:meth:`call_on_shards`): the forward runs the plan
+        on the local tensors and wraps the outputs; it saves what the backward needs as the
+        call holds it (the DTensor inputs and outputs themselves, the statistics local), so that
+        a saved-tensor hook sees DTensors, as under torch's own ops. The backward runs on the
+        local tensors of the gradients and saved tensors (waited where in flight), and wraps the
+        inputs' gradients; where it must build its own graph (``create_graph=True``) it runs the
+        op's differentiable backward on the DTensors, through DTensor's dispatch."""
+        op = self
+        d = self.desc
+        n_out, n_tensors = self._n_out, self._n_saved_tensors
+        Inputs, Results = self._Inputs, self._Results
+
+        class _ShardedFunction(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, door, shards, *args):
+                plan = door.plan
+                results = plan.run_forward(direct, plan.forward, *shards)
+                outputs = door.outputs(results[:n_out])
+                ctx.set_materialize_grads(False)
+                ctx.door = door
+                saved = d.save(_new_tuple(Inputs, args), _new_tuple(Results, (*outputs, *results[n_out:])), plan.needs)
+                ctx.save_for_backward(*saved[:n_tensors])
+                ctx.others = saved[n_tensors:]
+                return outputs
+
+            @staticmethod
+            def backward(ctx, *grads):
+                door = ctx.door
+                plan = door.plan
+                grads, local_grads = door.local_grads(grads[:n_out])
+                saved = ctx.saved_tensors
+                if _is_grad_enabled() and _builds_graph(grads, saved):
+                    out = op.backward_graph(grads, plan.needs, (*saved, *ctx.others))
+                    return (None, None, *op._grads_in_order(out, plan.needs, plan.dtypes))
+                tensors = _dtensor_eager.local_tensors(saved)
+                both = _eager.ready((*local_grads, *tensors))  # (the launch boundary's rule, as the planned door's)
+                if both is None:
+                    out = op._custom_op_backward(local_grads, plan.needs, plan.dtypes,
+                                                 (*op._as_saved(tensors), *ctx.others))
+                else:
+                    out = op._grads_in_order(plan.backward(both[:n_out], both[n_out:], ctx.others), plan.needs,
+                                             plan.dtypes)
+                return (None, None, *door.input_grads(out))
+
+        _ShardedFunction.__name__ = _ShardedFunction.__qualname__ = f"{self._camel()}ShardedFunction"
+        return _ShardedFunction
 
     def _camel(self) -> str:
         return "".join(part.title() for part in self.desc.name.split("_"))

@@ -5,38 +5,39 @@ dispatch runs: it picks the rule's strategy that moves the fewest bytes, redistr
 inputs to it, runs the op on each rank's local tensors and wraps the results. That dispatch
 is Python, run on every call, twice (forward and backward): on torch 2.11 it cost our
 sequence-parallel RMSNorm about three times the host time of torch's own ``nn.RMSNorm``
-under the same plan (950 us against 330 us a forward and backward, 2 H100s), which made an
-eager tensor-parallel training step host-bound and slower than torch's.
+under the same plan, which made an eager tensor-parallel training step host-bound and
+slower than torch's.
 
 Where the inputs already sit as one of the rule's strategies asks, nothing is to be moved,
-and this door runs the same strategy itself, outside tracing:
+and this door runs the same strategy itself, outside tracing, as one autograd node
+(``Op.call_on_shards``), by a :class:`Door` kept per call signature (:func:`call`):
 
 - the strategy is the rule's own (:func:`_sharding.forward_rule`, asked once per placements:
   one source of truth for which placements an op takes, here and in DTensor's dispatch);
-- :class:`_Locals` hands on each DTensor's local tensor, as ``to_local`` does; its backward
-  wraps a row-sharded input's gradient sharded as the input, a replicated parameter's as
-  ``Partial`` (each rank's rows' part of the sum, as the rule's backward says: DTensor or
-  FSDP2 sums it);
-- the op runs on the local tensors through the eager door (its kernels and autograd), by a
-  plan kept per signature (``Op.call_by_signature``);
-- :class:`_Wrapped` wraps each output, as ``from_local`` does, with the strategy's placement
-  and its global shape (from the main input's: exact for uneven shards, with no
-  communication); its backward moves a gradient given in other placements to the output's.
+- the kernels run on the DTensors' local tensors (a collective still in flight waited
+  first, as torch's ops do), by the eager door's plan for their signature;
+- each output is wrapped, as ``from_local`` does, with the strategy's placement and its
+  global shape (from the main input's: exact for uneven shards, with no communication);
+- the backward moves a gradient given in other placements to its output's, runs on the
+  local gradients, and wraps each input's gradient: a row-sharded input's sharded as the
+  input, a replicated parameter's as ``Partial`` (each rank's rows' part of the sum, as the
+  rule's backward says: DTensor or FSDP2 sums it).
 
 Any other call (placements no strategy takes as they are, a mesh of several dims, tensors
-and DTensors mixed, a traced call) takes the custom op and DTensor's dispatch, unchanged.
+and DTensors mixed, a local tensor of another subclass, a traced call) takes the custom op
+and DTensor's dispatch, unchanged.
 """
 from __future__ import annotations
 
-import copy
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
+from . import _eager
 from ._sharding import forward_rule
 
-__all__ = ["NOT_LOCAL", "call"]
+__all__ = ["NOT_LOCAL", "Door", "call", "local_tensors"]
 
 NOT_LOCAL = object()
 """:func:`call`'s answer for a call this door does not take."""
@@ -57,11 +58,6 @@ def _dtensor_api() -> tuple:
     return _API[0]
 
 
-# The strategies by (op name, placements' key): the strategy of a key is the rule's answer for
-# it, which nothing else changes.
-_STRATEGIES: dict = {}
-
-
 class _Strategy:
     """A call's placements, decided once per key: each output's placement and how to make its
     global shape, each DTensor input's gradient placements (None: as the input)."""
@@ -71,29 +67,6 @@ class _Strategy:
     def __init__(self, outputs: tuple, grad_placements: tuple):
         self.outputs = outputs  # per output: (placement, sharded dim or None, main input's dim)
         self.grad_placements = grad_placements
-
-
-def _key(args: tuple, DTensor) -> Optional[tuple]:
-    """The placements' part of a call: per argument its placements and rank (a DTensor), None,
-    or the value and its type; None where the door does not take the call (a plain tensor
-    beside DTensors, several meshes, a mesh of several dims)."""
-    mesh = None
-    key = []
-    for a in args:
-        if isinstance(a, DTensor):
-            spec = a._spec
-            if mesh is None:
-                mesh = spec.mesh
-                if mesh.ndim != 1:
-                    return None
-            elif spec.mesh is not mesh and spec.mesh != mesh:  # (equal meshes can be two objects)
-                return None
-            key.append((spec.placements, a.ndim, a.requires_grad))
-        elif isinstance(a, Tensor):
-            return None  # (DTensor's dispatch says what it says of mixed tensors)
-        else:
-            key.append((a, type(a)) if not isinstance(a, list) else (tuple(a), list))
-    return (id(mesh), *key)
 
 
 def _strategy(op, args: tuple, DTensor) -> Optional[_Strategy]:
@@ -129,43 +102,139 @@ def call(op, args: tuple) -> Any:
     if not api or op.desc.row_sharded is None:
         return NOT_LOCAL
     DTensor = api[0]
+    key = [op.desc.name, *_eager.call_state(args[0])]
+    shards = list(args)
+    for i, a in enumerate(args):
+        if isinstance(a, DTensor):
+            local = a._local_tensor
+            if type(local) not in _PLAIN:
+                if not _eager.is_async_collective(type(local)):
+                    return NOT_LOCAL  # (a local tensor of another subclass: its dispatch's, in the custom op)
+                local = local.trigger_wait()  # (in flight: waited, as torch's ops do)
+                if type(local) not in _PLAIN:
+                    return NOT_LOCAL
+            shards[i] = local
+            spec = a._spec
+            key.append((spec.placements, id(spec.mesh), a.shape, a.requires_grad, _signature(local)))
+        elif isinstance(a, Tensor):
+            return NOT_LOCAL  # (DTensor's dispatch says what it says of mixed tensors)
+        else:
+            key.append((a, type(a)) if not isinstance(a, list) else (tuple(a), list))
+    key = tuple(key)
     try:
-        key = _key(args, DTensor)
-        if key is None:
-            return NOT_LOCAL
-        key = (op.desc.name, *key)
-        strategy = _STRATEGIES.get(key, NOT_LOCAL)
+        door = _DOORS.get(key, _MISSING)
     except TypeError:  # an unhashable value
         return NOT_LOCAL
-    if strategy is NOT_LOCAL:
-        if len(_STRATEGIES) >= 4096:  # (keys hold meshes' ids: bounded, for programs that make many)
-            _STRATEGIES.clear()
-        strategy = _STRATEGIES[key] = _strategy(op, args, DTensor)
-    if strategy is None:
+    if door is _MISSING:  # (keys hold meshes' ids, each kept alive by its door while kept)
+        door = _make_door(op, args, shards, DTensor)
+        _DOORS.put(key, door)
+    elif door is not None and _eager.plans_checked():
+        if not door.same(_make_door(op, args, shards, DTensor)):
+            raise _eager.PlanMismatch(f"triton_layers.{op.desc.name}: the DTensor door's cached decisions differ from "
+                                      f"new ones for this call: a key misses something they bake in")
+    if door is None:
         return NOT_LOCAL
-    positions = [i for i, a in enumerate(args) if isinstance(a, DTensor)]
-    dtensors = [args[i] for i in positions]
-    mesh = dtensors[0].device_mesh
-    grad_specs = tuple(_spec(mesh, strategy.grad_placements[i] or args[i].placements, args[i].shape, args[i].dtype)
-                       for i in positions)
-    local = list(args)
-    for i, t in zip(positions, _Locals.apply(grad_specs, *dtensors)):
-        local[i] = t
-    results = op.call_by_signature(*local)
-    results = (results,) if isinstance(results, Tensor) else results
-    main = args[0]
-    specs = []
-    for r, (placement, dim, main_dim) in zip(results, strategy.outputs):
-        shape = r.shape if dim is None else (*r.shape[:dim], main.shape[main_dim], *r.shape[dim + 1:])
-        specs.append(_spec(mesh, (placement,), shape, r.dtype))
-    wrapped = _Wrapped.apply(tuple(specs), *results)
-    return wrapped[0] if len(wrapped) == 1 else wrapped
+    shards = tuple(shards)
+    if door.readable:
+        shards = op._readable(shards, op._input_strided)
+    return op.call_on_shards(door, shards, args)
 
 
-# --- the two ends: local tensors out of DTensors, DTensors around local tensors ----------
-# (as DTensor.to_local and DTensor.from_local, whose specs each call builds anew: here the
-# specs are kept by what they hold, and every tensor crossing is contiguous, as the specs'
-# strides say)
+_PLAIN = _eager.PLAIN_TENSORS
+_signature = _eager.signature
+_MISSING = object()
+
+# The doors by key: the op, the call state, and per argument its placements, mesh, global
+# shape, requires_grad and its local tensor's signature (a DTensor) or its value and type.
+# None where no strategy takes the call as it is. A PlanCache: emptied with the eager door's
+# plans when the launch config changes (a door holds a plan), and when it holds MAX_KEYS.
+_DOORS = _eager.PlanCache()
+
+
+class Door:
+    """One DTensor call signature's decisions: the eager plan of the local tensors, each
+    output's spec (made from the first call's results: the key fixes their local shapes and
+    dtypes), each input's gradient spec (None: not a DTensor), whether the local tensors must
+    first be made readable (:meth:`Op._readable`)."""
+
+    __slots__ = ("plan", "mesh", "strategy", "main_shape", "output_specs", "grad_specs", "readable")
+
+    def __init__(self, plan, mesh, strategy: _Strategy, main_shape, grad_specs: tuple, readable: bool):
+        self.plan, self.mesh, self.strategy, self.main_shape = plan, mesh, strategy, main_shape
+        self.output_specs = None
+        self.grad_specs, self.readable = grad_specs, readable
+
+    def outputs(self, results: tuple) -> tuple:
+        """The local ``results`` as DTensors (``from_local``'s, without its checks or its node)."""
+        specs = self.output_specs
+        if specs is None:
+            specs = self.output_specs = tuple(
+                _spec(self.mesh, (placement,), r.shape if dim is None else
+                      (*r.shape[:dim], self.main_shape[main_dim], *r.shape[dim + 1:]), r.dtype)
+                for r, (placement, dim, main_dim) in zip(results, self.strategy.outputs))
+        DTensor = _API[0][0]
+        return tuple([_new(DTensor, r.contiguous(), _copy(spec), requires_grad=False) for r, spec in zip(results, specs)])
+
+    def local_grads(self, grads: tuple) -> tuple[tuple, tuple]:
+        """The outputs' gradients (DTensors, or None), each moved to its output's placements
+        where a consumer gave others, and their local tensors."""
+        moved, local = [], []
+        for g, spec in zip(grads, self.output_specs):
+            if g is not None and g.placements != spec.placements:
+                g = g.redistribute(spec.mesh, spec.placements)
+            moved.append(g)
+            local.append(None if g is None else g._local_tensor)
+        return tuple(moved), tuple(local)
+
+    def input_grads(self, grads: tuple) -> tuple:
+        """The inputs' local gradients as DTensors of their gradient specs."""
+        DTensor = _API[0][0]
+        return tuple([g if g is None or spec is None or isinstance(g, DTensor) else
+                      _new(DTensor, g.contiguous(), _copy(spec), requires_grad=g.requires_grad)
+                      for g, spec in zip(grads, self.grad_specs)])
+
+    def same(self, other: Optional["Door"]) -> bool:
+        """Whether ``other`` (made anew for the same call) decided what this one did."""
+        return (other is not None and self.plan.same_decisions(other.plan) and self.mesh is other.mesh
+                and self.strategy.outputs == other.strategy.outputs and self.main_shape == other.main_shape
+                and self.grad_specs == other.grad_specs and self.readable == other.readable)
+
+
+def local_tensors(saved: tuple) -> tuple:
+    """Saved tensors as the backward on the local tensors reads them: a DTensor's local tensor."""
+    DTensor = _API[0][0]
+    return tuple([t._local_tensor if isinstance(t, DTensor) else t for t in saved])
+
+
+def _make_door(op, args: tuple, shards: list, DTensor) -> Optional[Door]:
+    """The door of a call: None where its DTensors are not on one mesh of one dim, or their
+    placements are no strategy's as they are."""
+    mesh = None
+    for a in args:
+        if isinstance(a, DTensor):
+            if mesh is None:
+                mesh = a.device_mesh
+                if mesh.ndim != 1:
+                    return None
+            elif a.device_mesh is not mesh and a.device_mesh != mesh:  # (equal meshes can be two objects)
+                return None
+    strategy = _strategy(op, args, DTensor)
+    if strategy is None:
+        return None
+    shards = tuple(shards)
+    readable = op._readable(shards, op._input_strided)
+    # (planned as for local tensors that need the gradients their DTensors need)
+    plan = op.plan(*[s.detach().requires_grad_() if isinstance(a, DTensor) and a.requires_grad else s
+                     for a, s in zip(args, readable)])
+    grad_specs = tuple(None if not isinstance(a, DTensor) else
+                       _spec(mesh, strategy.grad_placements[i] or a.placements, a.shape, a.dtype)
+                       for i, a in enumerate(args))
+    return Door(plan, mesh, strategy, tuple(args[0].shape), grad_specs, readable is not shards)
+
+
+# --- the specs of the DTensors made here ---------------------------------------------
+# (DTensor.from_local builds one each call: here they are kept by what they hold, and every
+# tensor wrapped is contiguous, as the specs' strides say)
 
 _SPECS: dict = {}
 
@@ -184,44 +253,22 @@ def _spec(mesh, placements: tuple, shape, dtype):
     return spec
 
 
-class _Locals(torch.autograd.Function):
-    """DTensors' local tensors; the backward wraps each local gradient (made contiguous) with its
-    spec of ``grad_specs`` (the input's placements, or ``Partial`` for a parameter's)."""
-
-    @staticmethod
-    def forward(ctx, grad_specs, *dtensors):
-        ctx.grad_specs = grad_specs
-        # (fresh tensor objects: autograd writes its metadata into them)
-        return tuple(t._local_tensor.view_as(t._local_tensor) for t in dtensors)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        DTensor = _dtensor_api()[0]
-        return (None, *(None if g is None else DTensor(g.contiguous(), copy.copy(spec), requires_grad=g.requires_grad)
-                        for g, spec in zip(grads, ctx.grad_specs)))
+def _copy(spec):
+    """A shallow copy of a kept spec, for a DTensor of its own (torch's code may set a DTensor's
+    spec's fields): ``copy.copy``'s result, without its ``__reduce_ex__`` round trip."""
+    new = _object_new(type(spec))
+    new.__dict__.update(spec.__dict__)
+    return new
 
 
-class _Wrapped(torch.autograd.Function):
-    """Local results as DTensors of ``specs``; the backward moves each gradient to its output's
-    placements where a consumer gave another (as ``from_local``'s does) and hands its local tensor on."""
+_object_new = object.__new__
 
-    @staticmethod
-    def forward(ctx, specs, *results):
-        ctx.specs = specs
-        ctx.set_materialize_grads(False)  # (an output nothing used: None, not a plain zero tensor)
-        DTensor = _dtensor_api()[0]
-        return tuple(DTensor(r.contiguous().view_as(r), copy.copy(spec), requires_grad=r.requires_grad)
-                     for r, spec in zip(results, specs))
 
-    @staticmethod
-    def backward(ctx, *grads):
-        out = [None]
-        for g, spec in zip(grads, ctx.specs):
-            if g is not None and g.placements != spec.placements:
-                g = g.redistribute(spec.mesh, spec.placements)
-            # (to_local, differentiable, where the backward builds a graph: create_graph=True)
-            out.append(None if g is None else g.to_local() if torch.is_grad_enabled() else g._local_tensor)
-        return tuple(out)
+def _new(DTensor, local: Tensor, spec, requires_grad: bool):
+    """``DTensor(local, spec, requires_grad=...)``, by its ``__new__`` alone (torch's C++
+    constructor): its ``__init__`` does nothing but Tensor's, behind a torch.compile guard that
+    costs microseconds a call, and this door never runs under tracing."""
+    return DTensor.__new__(DTensor, local, spec, requires_grad=requires_grad)
 
 
 def _contiguous_strides(shape) -> tuple:

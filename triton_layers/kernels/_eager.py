@@ -38,7 +38,7 @@ from ._fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
            "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of",
-           "is_async_collective", "ready"]
+           "is_async_collective", "is_dtensor", "ready", "dtensor_call_key"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
 # Any other subclass (DTensor, FakeTensor, FunctionalTensor, a wrapper) has no plain data
@@ -61,6 +61,12 @@ def is_async_collective(kind: type) -> bool:
     backwards) that may still be in flight. Told by its name and module, so that nothing of
     torch.distributed is imported to ask."""
     return kind.__name__ == "AsyncCollectiveTensor" and kind.__module__.startswith("torch.distributed")
+
+
+def is_dtensor(kind: type) -> bool:
+    """Whether ``kind`` is torch's DTensor (told by its module: nothing of torch.distributed is
+    imported to ask)."""
+    return kind.__name__ == "DTensor" and kind.__module__.startswith("torch.distributed.tensor")
 
 
 def ready(values: tuple) -> Optional[tuple]:
@@ -165,6 +171,23 @@ def backward_key(grads: tuple, saved: tuple) -> tuple:
                   for t in (*grads, *saved)])
 
 
+def dtensor_call_key(tensors: tuple, values: tuple) -> tuple:
+    """The key of an eager call with DTensors among its tensors, for the route's decision alone
+    (the checks read global metadata; the DTensor door keys its own plans, by the local tensors):
+    per tensor its :func:`signature` (a plain one) or its class, global shape and strides, dtype,
+    device, ``requires_grad`` and placements (a DTensor); the values and their types; the call
+    state. Raises on any other subclass, as :func:`signature` does."""
+    parts = ["dtensor"]
+    for t in tensors:
+        if t is None or type(t) in PLAIN_TENSORS:
+            parts.append(signature(t))
+        elif is_dtensor(type(t)):
+            parts.append((type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.placements))
+        else:
+            raise TypeError(type(t).__name__)
+    return (*parts, *values, *map(type, values), *call_state(tensors[0]))
+
+
 def call_state(x: Tensor) -> tuple:
     """The global state an eager call's plan depends on: the grad mode, and autocast's dtype on
     ``x``'s device type (None when off)."""
@@ -236,10 +259,17 @@ class EagerOp:
                 waited = ready(tensors)
                 if waited is not None and waited is not tensors:  # (collectives in flight, waited)
                     return self.call(waited, values)
+                try:  # DTensors: the route's decision is kept by their global metadata
+                    key = dtensor_call_key(tensors, values)
+                    hit = self.plans.get(key)
+                except Exception:
+                    key = hit = None
             if hit is not None:  # a signature met before: its checks passed, its launches are planned
                 op, plan, tail = hit
                 if _CHECK[0]:
                     self._check(hit, tensors, values)
+                if plan is None:  # (DTensors: the op's DTensor door plans the local tensors)
+                    return op(*self.kernel_tensors(*tensors), *tail)
                 return op.call_planned(plan, *self.kernel_tensors(*tensors), *tail)
         route = self.route(*tensors, *values)
         if type(route) is not Launch:
@@ -248,6 +278,9 @@ class EagerOp:
         args = (*self.kernel_tensors(*given), *tail)
         if key is None or any(a is not b for a, b in zip(given, tensors)):
             result = op(*args)  # reshaped or copied tensors: this call's alone
+        elif key[0] == "dtensor":
+            self.plans.put(key, (op, None, tail))
+            result = op(*args)
         else:
             plan = op.plan(*args)
             self.plans.put(key, (op, plan, tail))
@@ -260,9 +293,10 @@ class EagerOp:
         route = self.route(*tensors, *values)
         fresh = None
         if type(route) is Launch and all(a is b for a, b in zip(route.tensors, tensors)):
-            fresh = (route.op, route.op.plan(*self.kernel_tensors(*route.tensors), *route.tail), route.tail)
+            fresh = (route.op, None if plan is None else route.op.plan(*self.kernel_tensors(*route.tensors), *route.tail),
+                     route.tail)
         if (fresh is None or fresh[0] is not op or fresh[2] != tail or list(map(type, fresh[2])) != list(map(type, tail))
-                or not plan.same_decisions(fresh[1])):
+                or (plan is not None and not plan.same_decisions(fresh[1]))):
             raise PlanMismatch(
                 f"triton_layers.{self.name}: the cached plan for this call differs from a new one "
                 f"(cached {op.desc.name} {tail} {plan!r}; new {fresh!r}): a plan key misses something it bakes in")
