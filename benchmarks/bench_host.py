@@ -113,16 +113,17 @@ def _nothing() -> None:
     pass
 
 
-def interleaved(steps: dict[str, Callable[[], None]]) -> dict[str, list[float]]:
-    """Each step's host time per call (:func:`host_us`) in each of ROUNDS rounds, the steps
-    taking turns within a round (A B A B ...) so that the host's drift hits all alike; after
-    WARMUP calls of each."""
+def interleaved(steps: dict[str, Callable[[], None]], rounds: int = ROUNDS, calls: int = CALLS,
+                warmup: int = WARMUP) -> dict[str, list[float]]:
+    """Each step's host time per call (:func:`host_us` of ``calls`` calls) in each of ``rounds``
+    rounds, the steps taking turns within a round (A B A B ...) so that the host's drift hits
+    all alike; after ``warmup`` calls of each."""
     for step in steps.values():
-        host_us(step, WARMUP)
+        host_us(step, warmup)
     times = {name: [] for name in steps}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for name, step in steps.items():
-            times[name].append(host_us(step))
+            times[name].append(host_us(step, calls))
     return times
 
 

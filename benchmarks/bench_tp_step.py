@@ -370,7 +370,7 @@ def call_steps(size: Size, mesh, device: torch.device) -> dict[str, dict[str, Ca
 
 def measure_calls(size: Size, label: str, device: torch.device, mesh, out: Optional[str]) -> list[dict]:
     """Host time per norm call (forward + backward) of each case and impl, interleaved; a
-    cProfile of ours into ``out`` (rank 0)."""
+    cProfile of ours into ``out`` (rank 0). The tiny config (``--quick``) a few calls only."""
     import cProfile
     import io
     import pstats
@@ -378,17 +378,18 @@ def measure_calls(size: Size, label: str, device: torch.device, mesh, out: Optio
 
 
     rows, profiles = [], io.StringIO()
+    rounds, calls, warmup = (2, 3, 2) if label == "tiny" else (bench_host.ROUNDS, bench_host.CALLS, bench_host.WARMUP)
     for case, steps in call_steps(size, mesh, device).items():
-        times = bench_host.interleaved(steps)
+        times = bench_host.interleaved(steps, rounds, calls, warmup)
         for impl, t in times.items():
             rows.append(dict(config=label, case=case, impl=impl, world=dist.get_world_size(), rounds=len(t),
-                             calls=bench_host.CALLS, host_us=round(statistics.median(t), 1),
+                             calls=calls, host_us=round(statistics.median(t), 1),
                              host_us_min=round(min(t), 1), host_us_max=round(max(t), 1)))
         prof = cProfile.Profile()
         prof.enable()
-        bench_host.host_us(steps["triton_layers"], 200)
+        bench_host.host_us(steps["triton_layers"], 200 if calls == bench_host.CALLS else calls)
         prof.disable()
-        profiles.write(f"\n===== {case}, triton_layers: 200 calls, forward and backward =====\n")
+        profiles.write(f"\n===== {case}, triton_layers: forward and backward calls =====\n")
         pstats.Stats(prof, stream=profiles).sort_stats("tottime").print_stats(30)
     if out is not None and dist.get_rank() == 0:
         with open(os.path.join(out, "tp_call_profile.txt"), "w") as f:

@@ -514,3 +514,13 @@ def test_the_tp_step_benchmark_dry_runs(tmp_path):
     assert ours["comm_counts"] == torch_row["comm_counts"]
     assert float(ours["comm_bytes"]) == float(torch_row["comm_bytes"]) > 0
     assert abs(float(ours["loss"]) - float(torch_row["loss"])) <= 1e-4 * abs(float(torch_row["loss"]))
+    # --per-call: one norm call's host time, each case and impl
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "-m", "benchmarks.bench_tp_step", "--quick", "--per-call", "--out", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    with open(tmp_path / "tp_call.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["case"], r["impl"]) for r in rows] == [
+        (c, i) for c in ("rmsnorm", "add_rmsnorm") for i in ("torch", "triton_layers")]
+    assert all(float(r["host_us"]) > 0 for r in rows) and (tmp_path / "tp_call_profile.txt").exists()
