@@ -28,7 +28,7 @@ setup(
     # 2.11 + Triton 3.6. Raising a floor here raises what CI installs. Older ones are not supported:
     # torch 2.6 could not import the package (infer_schema refused list[bool]), torch 2.7-2.8
     # failed 22-23 tests under the interpreter. Python 3.10 reached its end of life in October
-    # 2026 (and the suite took over 7 minutes on 2 cores under it, CI's budget being ~6).
+    # 2026 (and the suite ran slower under it than CI's budget allows).
     python_requires=">=3.11",
     # numpy: Triton's interpreter (TRITON_INTERPRET=1, how the kernels run on a CPU) imports
     # it, and neither torch nor triton requires it.
@@ -41,8 +41,8 @@ setup(
         # CI's 2 cores) for tests/test_integrations.py, which skips their tests without them;
         # accelerate for transformers' Trainer (examples/train_hf_trainer.py and its test);
         # kernels for triton_layers.hub (tests/test_hub_layer.py).
-        # pytest-xdist: the README's test command runs the suite on every core (-n auto): 4-5
-        # minutes on CI's 2 cores against 7-8 one test at a time.
+        # pytest-xdist: the README's test command runs the suite on every core (-n auto), which
+        # keeps CI's 2 cores within its time (its output says how long each run took).
         # Not torchtitan (tests/test_torchtitan.py skips without it): 0.3.0 does not import under
         # the torch 2.11 floor (no torch.distributed.fsdp.DataParallelMeshDims), and its pins
         # (datasets<4.8, hence huggingface_hub<2) and dependencies (datasets, tensorboard, wandb)

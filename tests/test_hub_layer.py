@@ -4,6 +4,7 @@ uses it: config-built Llama and Qwen3 kernelized with our mapping train as the o
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -32,7 +33,10 @@ def _kernelized(model: torch.nn.Module, monkeypatch, mode) -> torch.nn.Module:
     for m in model.modules():
         if type(m).__name__.endswith("RMSNorm") and getattr(type(m), "kernel_layer_name", None) is None:
             monkeypatch.setattr(type(m), "kernel_layer_name", "RMSNorm", raising=False)
-    with kernels.use_kernel_mapping(triton_layers.hub.kernel_mapping()):
+    with warnings.catch_warnings():  # (transformers' hook off: marked by hand above, as the warning says)
+        warnings.simplefilter("ignore", UserWarning)
+        mapping = triton_layers.hub.kernel_mapping()
+    with kernels.use_kernel_mapping(mapping):
         return kernels.kernelize(model, mode=mode, device=DEVICE)
 
 
@@ -52,6 +56,34 @@ def test_kernelized_model_trains_as_the_original(name, monkeypatch):
         torch.testing.assert_close(got_grads[n], want, rtol=0, atol=1e-4 * (want.abs().max().item() or 1.0),
                                    msg=lambda m: f"{n}: {m}")
     assert list(ours.state_dict()) == list(original.state_dict())
+
+
+def test_the_mapping_warns_where_transformers_hook_is_off(monkeypatch):
+    """With a kernels version transformers does not take (the README's recipe, kernels 0.17 beside
+    transformers 5.24), kernelize would leave every norm as it is: the mapping says so, naming
+    the versions; with the hook on, or transformers not imported, it says nothing."""
+    import sys
+
+    from transformers.utils import import_utils
+
+    import triton_layers.hub as hub
+
+    for available in (False, True):
+        monkeypatch.setattr(import_utils, "is_kernels_available", lambda *a, available=available: available)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert hub.kernel_mapping() == {"RMSNorm": {"cuda": hub.Repository(), "cpu": hub.Repository()}}
+        said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        if available:
+            assert not said and hub.transformers_hook_off() is None
+        else:
+            assert len(said) == 1 and "kernels.kernelize leaves every Hugging Face norm" in said[0], said
+            assert f">={import_utils.KERNELS_MIN_VERSION},<{import_utils.KERNELS_MAX_VERSION}" in said[0]
+            assert f"kernels {kernels.__version__} is installed" in said[0]
+    monkeypatch.setenv("USE_HUB_KERNELS", "NO")  # (transformers' own switch, the hook off with any version)
+    assert "USE_HUB_KERNELS turns transformers' kernel hook off" in hub.transformers_hook_off()
+    monkeypatch.delitem(sys.modules, "transformers")
+    assert hub.transformers_hook_off() is None
 
 
 def test_the_layer_follows_the_rules_of_kernels():

@@ -18,10 +18,15 @@ class computing no family we know keeps its own forward.
         model = kernels.kernelize(model, mode=kernels.Mode.TRAINING | kernels.Mode.TORCH_COMPILE)
 
 ``kernels`` is an optional dependency (``pip install triton_layers[hub]``); this module
-imports it only in :func:`kernel_mapping`.
+imports it only in :func:`kernel_mapping`. transformers switches its hook on only with the
+``kernels`` versions it supports (5.24: ``>=0.18.2,<0.19``); with another, ``kernelize`` leaves
+every norm's forward as it was, and :func:`kernel_mapping` warns that it will.
 """
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from typing import Optional
 
 from torch import Tensor, nn
@@ -29,7 +34,7 @@ from torch import Tensor, nn
 from . import functional as F
 from ._families import LAYER_FLAGS, eps_of, family_of
 
-__all__ = ["RMSNorm", "Repository", "kernel_mapping"]
+__all__ = ["RMSNorm", "Repository", "kernel_mapping", "transformers_hook_off"]
 
 # The family each host class computes (None: not one of ours), told once per class and
 # whether the instance holds a weight (some classes, Gemma3n's, hold none when built so).
@@ -85,4 +90,33 @@ def kernel_mapping(devices: tuple = ("cuda", "cpu")) -> dict:
     to :class:`RMSNorm` on ``devices``, for every mode (training, inference, torch.compile)."""
     import kernels  # noqa: F401  (the optional dependency this mapping is for)
 
+    off = transformers_hook_off()
+    if off:
+        warnings.warn(off, UserWarning, stacklevel=2)
     return {"RMSNorm": {device: Repository() for device in devices}}
+
+
+def transformers_hook_off() -> Optional[str]:
+    """Why transformers' kernel hook is off, so that ``kernels.kernelize`` would leave its models'
+    norms as they are (the ``kernels`` installed is not a version transformers supports, or
+    ``USE_HUB_KERNELS`` turns it off); None where it is on, or transformers is not imported
+    (a model of another library may use ``kernels``' own hook)."""
+    if "transformers" not in sys.modules:
+        return None
+    try:
+        from transformers.utils import import_utils
+    except ImportError:  # (a transformers without the hook: nothing for the mapping to do there)
+        return f"transformers {sys.modules['transformers'].__version__} has no kernel hook"
+    import kernels
+
+    low, high = (getattr(import_utils, name, "?") for name in ("KERNELS_MIN_VERSION", "KERNELS_MAX_VERSION"))
+    why = None
+    if not import_utils.is_kernels_available():
+        why = (f"transformers {sys.modules['transformers'].__version__} switches its kernel hook on with kernels "
+               f">={low},<{high}; kernels {getattr(kernels, '__version__', '?')} is installed")
+    elif os.environ.get("USE_HUB_KERNELS", "YES").upper() not in ("1", "ON", "TRUE", "YES"):  # (transformers' test)
+        why = "USE_HUB_KERNELS turns transformers' kernel hook off"
+    if why is None:
+        return None
+    return (f"triton_layers.hub: {why}, so kernels.kernelize leaves every Hugging Face norm's forward as it is: "
+            f"pip install 'kernels>={low},<{high}' (triton_layers.convert(model) replaces the norms without it)")
