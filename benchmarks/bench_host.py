@@ -113,11 +113,14 @@ def _nothing() -> None:
     pass
 
 
-def interleaved(steps: dict[str, Callable[[], None]], rounds: int = ROUNDS, calls: int = CALLS,
-                warmup: int = WARMUP) -> dict[str, list[float]]:
+def interleaved(steps: dict[str, Callable[[], None]], rounds: Optional[int] = None, calls: Optional[int] = None,
+                warmup: Optional[int] = None) -> dict[str, list[float]]:
     """Each step's host time per call (:func:`host_us` of ``calls`` calls) in each of ``rounds``
     rounds, the steps taking turns within a round (A B A B ...) so that the host's drift hits
-    all alike; after ``warmup`` calls of each."""
+    all alike; after ``warmup`` calls of each. (None: CALLS, ROUNDS, WARMUP, read at the call.)"""
+    rounds = ROUNDS if rounds is None else rounds
+    calls = CALLS if calls is None else calls
+    warmup = WARMUP if warmup is None else warmup
     for step in steps.values():
         host_us(step, warmup)
     times = {name: [] for name in steps}

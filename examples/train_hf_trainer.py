@@ -11,7 +11,7 @@ fp32 weights, as users run the Trainer): once as transformers builds it (``hf``)
 ``triton_layers.convert(model)`` (``triton_layers``), whose norms keep the replaced modules'
 numerics and dtypes under autocast. Printed and written to ``--out``: both loss curves in one
 plot (``hf_trainer_loss.png``, with matplotlib), each run's tokens/s and peak GPU memory
-(``hf_trainer.json``). The losses should follow one curve: the conversion changes the speed,
+(``hf_trainer.json``; none on a CPU). While training, a line every tenth of the steps. The losses should follow one curve: the conversion changes the speed,
 not the training.
 
 Tokens: a pretrained model's own tokenizer; the default config-built model reads bytes
@@ -23,7 +23,6 @@ import argparse
 import copy
 import gzip
 import json
-import math
 import os
 import sys
 import time
@@ -95,6 +94,10 @@ def train(model, data: Chunks, opts: argparse.Namespace, name: str) -> dict:
         report_to=[], seed=0, data_seed=0, bf16=cuda, use_cpu=not cuda, dataloader_num_workers=0,
         disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    # (the loss is logged every step for the curve: a line every tenth of the steps, not the
+    # Trainer's printed dict of every step)
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
+    trainer.add_callback(_Progress(name, opts.steps))
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -102,7 +105,21 @@ def train(model, data: Chunks, opts: argparse.Namespace, name: str) -> dict:
     seconds = time.perf_counter() - start
     losses = [(r["step"], r["loss"]) for r in trainer.state.log_history if "loss" in r]
     return {"losses": losses, "tokens_per_s": opts.steps * opts.batch * opts.seq_len / seconds,
-            "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else math.nan, "seconds": seconds}
+            "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None, "seconds": seconds}
+
+
+def _Progress(name: str, steps: int):
+    """A Trainer callback printing the loss every tenth of ``steps`` (and at the last)."""
+    import transformers
+
+    every = max(1, steps // 10)
+
+    class Progress(transformers.TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs and (state.global_step % every == 0 or state.global_step == steps):
+                print(f"{name}: step {state.global_step}/{steps}, loss {logs['loss']:.4f}", flush=True)
+
+    return Progress()
 
 
 def plot(results: dict, path: str) -> bool:
@@ -142,8 +159,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     results = {"hf": train(model, data, opts, "hf"), "triton_layers": train(converted, data, opts, "triton_layers")}
     print(f"{'run':14} {'first loss':>10} {'last loss':>10} {'tokens/s':>12} {'peak MiB':>9}")
     for name, r in results.items():
+        peak = "-" if r["peak_mib"] is None else f"{r['peak_mib']:.0f}"  # (no GPU: no peak memory)
         print(f"{name:14} {r['losses'][0][1]:10.4f} {r['losses'][-1][1]:10.4f} {r['tokens_per_s']:12,.0f} "
-              f"{r['peak_mib']:9.0f}")
+              f"{peak:>9}")
     with open(os.path.join(opts.out, "hf_trainer.json"), "w") as f:
         json.dump({"args": vars(opts), "convert": str(summary), **results}, f, indent=1)
     if plot(results, os.path.join(opts.out, "hf_trainer_loss.png")):

@@ -9,10 +9,14 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 
-def test_trainer_example_runs_converted_and_not(tmp_path):
+def test_trainer_example_runs_converted_and_not(tmp_path, capsys):
     from examples import train_hf_trainer
 
     results = train_hf_trainer.main(["--tiny", "--steps", "3", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    # a line a step here (3 steps: every tenth is every step) and no Trainer dict lines, no nan
+    assert out.count("hf: step ") == 3 and "{'loss'" not in out and "nan" not in out, out
+    assert results["hf"]["peak_mib"] is None or results["hf"]["peak_mib"] > 0
     hf, ours = results["hf"], results["triton_layers"]
     assert [s for s, _ in hf["losses"]] == [s for s, _ in ours["losses"]] == [1, 2, 3]
     # the same weights and batches: the same first loss; the norms agree to a few ulps after

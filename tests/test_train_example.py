@@ -131,6 +131,18 @@ def test_training_run(tmp_path, monkeypatch, capsys):
     assert abs(both["triton_layers"]["train_loss"] - both["plain torch"]["train_loss"]) < 0.05
 
 
+def test_the_lookahead_check_can_be_skipped(tmp_path, monkeypatch, capsys):
+    """--no-lookahead-check: no prefix runs (minutes in the interpreter), nothing printed of them."""
+    tiny = lm.LMConfig(seq_len=16, dim=16, heads=2, depth=1, heavy_tokens=4)
+    monkeypatch.setitem(script.SIZES, "tiny", (tiny, {"batch_size": 2, "steps": 2, "lr": 3e-3}))
+    calls = []
+    monkeypatch.setattr(script, "prefix_loss", lambda *a: calls.append(a) or 0.0)
+    summary = script.main(["--device", "cpu", "--use-triton", "false", "--size", "tiny", "--out", str(tmp_path),
+                           "--sample-len", "4", "--no-lookahead-check"])
+    assert not calls and summary["probe_prefix_loss"] is None
+    assert "look-ahead" not in capsys.readouterr().out
+
+
 def test_script_runs_as_a_script(monkeypatch, capsys):
     """``python examples/train_colt5_lm.py`` (the README's command): run as a file, with neither the
     repo root on sys.path nor the examples package imported, it finds examples.colt5_lm itself."""
@@ -157,9 +169,11 @@ def test_auto_is_the_reference_on_cpu_even_under_interpret(monkeypatch, capsys):
     forced = script._parse(["--device", "cpu", "--use-triton", "true"])
     assert forced.use_triton is True and forced.steps == 600
     warning = script.interpreter_warning(forced)
-    assert "35 s a step" in warning and "600 steps take about 5 h 50 min" in warning
-    assert script.interpreter_warning(script._parse(["--device", "cpu", "--use-triton", "true", "--steps", "1"])) \
-        is None
+    assert "90 s a step" in warning and "600 steps take about 15 h 0 min" in warning
+    assert "--no-lookahead-check" in warning
+    # (even one step takes more than a minute in the interpreter: it warns too)
+    assert "1 steps take about 2 min" in script.interpreter_warning(
+        script._parse(["--device", "cpu", "--use-triton", "true", "--steps", "1"]))
     monkeypatch.setattr(script, "_run", lambda args: {"use_triton": args.use_triton})
     assert script.main(["--device", "cpu", "--use-triton", "true"]) == {"use_triton": True}
     assert "warning: --use-triton true on the CPU" in capsys.readouterr().err
