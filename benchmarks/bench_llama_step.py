@@ -27,7 +27,7 @@ rounds of ``steps_per_round`` steps of each in turn; its docstring says what eac
 means); rows go to ``llama_step.csv``.
 
 Results: BENCHMARKS.md, each GPU's "Training step ... of a Hugging Face Llama" table, with
-issue 16's first reference point in the H100 notes under it.
+the first reference point in the H100 notes under it.
 
 Needs transformers. Time on one H100, estimated: 3-4 minutes (about 90 s on 2026-11-23 with a
 warm cache, plus ~30 s for the kernels variant), nearly all of it compiling the compiled variants (the hf and triton_layers graphs are the same while convert() swaps

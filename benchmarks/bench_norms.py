@@ -41,7 +41,7 @@ from triton_layers import launch_config
 
 OP = "norms"
 # What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py):
-# three ops, told apart by norms.csv's op column; targets from issue 16 (RMSNorm backward >= 80% of copy, fused
+# three ops, told apart by norms.csv's op column; targets (RMSNorm backward >= 80% of copy, fused
 # add + norm forward >= 85%; their backward has no target of its own there: the report's default applies).
 PART = {
     "order": 20,

@@ -39,7 +39,7 @@ OPS = parts.op_names()
 TARGET_PCT = 90.0  # rows under this % of copy are listed, unless TARGETS gives the op's own
 # (op, direction) -> % of copy, each op's own target where its PART declares one.
 TARGETS = {(op.name, direction): pct for op in parts.ops() for direction, pct in op.targets}
-# direction -> the causal softmax's time over the plain one's, from issue 15: a causal row reads
+# direction -> the causal softmax's time over the plain one's: a causal row reads
 # only its visible prefix (half the scores) and writes whole, so 3/4 of the forward's bytes and
 # 2/3 of the backward's.
 CAUSAL_RATIO = {"fwd": 0.75, "bwd": 0.67}

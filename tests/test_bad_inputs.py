@@ -408,7 +408,7 @@ def test_good_module_configs_still_build():
 
 # One value checker (triton_layers/_values.py), one rule wherever a value enters: the wrong kind of
 # value (a bool or a float for an int, a bool or a non-number for a number, anything but True or
-# False for a flag) is a TypeError; the right kind out of range is a ValueError (issue 39 item 5).
+# False for a flag) is a TypeError; the right kind out of range is a ValueError.
 # argument -> (its doors: name -> a call with the value, [(bad value, the exception)])
 NAN, INF = float("nan"), float("inf")
 _S = lambda: x_(2, 6)  # noqa: E731

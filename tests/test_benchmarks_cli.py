@@ -43,7 +43,7 @@ def test_unknown_op_is_a_usage_error(capsys):
 def test_parts_come_from_the_bench_files():
     """One list: the parts of python -m benchmarks are the bench files that declare a PART, and
     run_all's --ops, the report's ops and their targets, the plots' figures and the registers
-    tool's names are all derived from them (issue 39 item 5)."""
+    tool's names are all derived from them."""
     from benchmarks import plots
     from benchmarks.dev import registers
     from triton_layers.kernels import ops as kernel_ops

@@ -392,7 +392,7 @@ def test_use_triton_true_without_interpreter_raises(monkeypatch):
         F.coor_descent(torch.randn(2, 5), n_iters=2, k=1.0, use_triton=True)
 
 
-# --- k above the row length (issue 49 item 1) -----------------------------------------------
+# --- k above the row length ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("op", ["functional", "reference"])

@@ -1,4 +1,4 @@
-"""Every default device and dtype (issue 46 item 4): what users build under
+"""Every default device and dtype: what users build under
 ``torch.set_default_device(...)``, ``with torch.device(...):`` and ``torch.set_default_dtype``.
 
 - ``convert`` recognizes Hugging Face's RMSNorms whatever the default device: its family probe

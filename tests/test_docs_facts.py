@@ -1,4 +1,4 @@
-"""One home per measurement (issue 39): a GPU figure lives in BENCHMARKS.md (a launch knob's in
+"""One home per measurement: a GPU figure lives in BENCHMARKS.md (a launch knob's in
 docs/TUNING.md), and the pages of reasons link to it instead of writing it again, so that a new
 run cannot leave a stale copy behind. The README's "When to use it" has its ten headline
 figures, each linked; docs/EXAMPLE.md is the one home of the example's own CPU and GPU runs."""

@@ -1,5 +1,5 @@
 """The layers in the PyTorch ecosystem: torch.compile, autocast, CUDA graphs, DDP/FSDP2,
-Hugging Face transformers and safetensors (issue 6).
+Hugging Face transformers and safetensors.
 
 Each test uses a small model built from all four layers (``FourLayerNet``). On a machine
 without a GPU the kernels run through the Triton interpreter, except under torch.compile,

@@ -1,6 +1,6 @@
-"""The launch decisions are what they were before the launch config went public (issue 39 item 3:
-the knobs in ``triton_layers/launch_config.py``, each op's heuristics beside it, the GPU passed
-as a value), and GPU rules name whole names or model tokens.
+"""The launch decisions are what they were before the launch config went public (the knobs
+in ``triton_layers/launch_config.py``, each op's heuristics beside it, the GPU passed as a
+value), and GPU rules name whole names or model tokens.
 
 ``launch_decisions.json`` holds a fingerprint of every launch (kernel, grid, arguments after
 the tensors, constexprs and options) of a forward and backward at each case below: on meta

@@ -444,7 +444,7 @@ def test_hugging_face_attention_mask_is_the_opposite(device):
 
 
 def test_extended_attention_masks_get_the_conversion_in_the_error(device):
-    """A Hugging Face / SDPA extended mask (B, 1, 1, Nk) is refused (issue 49 item 4) with
+    """A Hugging Face / SDPA extended mask (B, 1, 1, Nk) is refused with
     the exact conversion to our (B, Nk) bool, True = padding, for both of its forms. Its
     bool form means True = attend (torch's scaled_dot_product_attention), the opposite of
     ours, so it is not taken as it is: squeezed, it would mask every real key."""

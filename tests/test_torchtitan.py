@@ -1,4 +1,4 @@
-"""torchtitan 0.3.0 with our RMSNorm (issue 46, item 3): ``triton_layers.integrations.torchtitan``.
+"""torchtitan 0.3.0 with our RMSNorm: ``triton_layers.integrations.torchtitan``.
 
 Its Llama 3 model at tiny dims (dim 64, 2 layers, vocab 128; torch's SDPA, causal, in place of
 FlexAttention, which torchtitan compiles: minutes on a CPU), built from torchtitan's own

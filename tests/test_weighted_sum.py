@@ -349,7 +349,7 @@ def test_from_linear(bias, device):
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=_name)
 def test_to_linear_round_trips_both_ways(bias, dtype, device):
-    """to_linear (issue 49 item 3): WeightedSum -> nn.Linear(dim, 1) -> WeightedSum and
+    """to_linear: WeightedSum -> nn.Linear(dim, 1) -> WeightedSum and
     nn.Linear -> WeightedSum -> nn.Linear keep the weights bit for bit, the device, the dtype
     and each parameter's requires_grad; the copies share no memory, and a Linear's
     state_dict made from it loads into a plain nn.Linear(dim, 1)."""

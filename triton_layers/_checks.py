@@ -8,7 +8,6 @@ references alike, so the same value gets the same error through any of them.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence
 
 import torch
@@ -18,20 +17,14 @@ from ._tracing import tracing
 # (the value checkers: use_kernels's, and re-exported for the functional ops' checks)
 from ._values import check_flag, check_int, check_int_sequence, check_number, check_use_triton  # noqa: F401
 from .kernels._eager import (  # (no Triton there: importable without it)
-    PLAIN_TENSORS, is_async_collective, is_dtensor, subclass_of,
+    PLAIN_TENSORS, functorch_active, is_async_collective, is_dtensor, subclass_of,
 )
-
-# Whether a torch.func transform (vmap, grad, ...) is running.
-functorch_active = torch._C._are_functorch_transforms_active
+from .launch_config import TRITON_INTERPRET
 
 # What the kernels read and write. float64 is accepted too (INPUT_DTYPES), as torch's layers
 # accept it, and always takes the reference, which computes in float64 (use_kernels).
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INPUT_DTYPES = FLOAT_DTYPES + (torch.float64,)
-
-# Triton picks the interpreter when its kernels are defined, i.e. when triton_layers is
-# imported; read the variable once so our path choice agrees with how they were built.
-TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 # The kernel ops, or None where Triton is not installed (it has no wheels for macOS or
 # Windows): import triton_layers and the reference path work without it.

@@ -38,11 +38,12 @@ from typing import Any, Iterator, Optional
 import torch
 
 __all__ = ["GPU", "LayerNormLaunch", "SoftmaxLaunch", "WeightedSumLaunch", "CoorDescentLaunch", "LaunchConfig",
-           "DEFAULT", "TINY", "shrunk", "current", "use_config", "use_knobs", "plan_as"]
+           "DEFAULT", "TINY", "TRITON_INTERPRET", "shrunk", "current", "use_config", "use_knobs", "plan_as"]
 
-# Whether launches run in the Triton interpreter (set before triton_layers is imported, as the
-# kernels read it when they are defined): its programs run one after another.
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+"""Whether the kernels run in the Triton interpreter: ``TRITON_INTERPRET=1`` read once, when
+triton_layers is imported, as Triton reads it when the kernels are defined (so the path choice
+agrees with how they were built). Its programs run one after another."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def _tokens(name: str) -> frozenset:
 def _cuda_gpu(index: int) -> GPU:
     props = torch.cuda.get_device_properties(index)
     return GPU(torch.cuda.get_device_name(index), props.multi_processor_count, _shared_memory(index, props),
-               "cuda", _INTERPRET)
+               "cuda", TRITON_INTERPRET)
 
 
 def _shared_memory(index: int, props) -> Optional[int]:
@@ -120,7 +121,7 @@ def _shared_memory(index: int, props) -> Optional[int]:
 
 @functools.lru_cache(maxsize=None)
 def _stand_in(device_type: str) -> GPU:
-    return GPU("", 4, None, device_type, _INTERPRET)
+    return GPU("", 4, None, device_type, TRITON_INTERPRET)
 
 
 # The GPU meta and CUDA tensors are planned for inside plan_as (None: their own).

@@ -38,7 +38,7 @@ from ._fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
            "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of",
-           "is_async_collective", "is_dtensor", "ready", "dtensor_call_key"]
+           "is_async_collective", "is_dtensor", "ready", "dtensor_call_key", "functorch_active"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
 # Any other subclass (DTensor, FakeTensor, FunctionalTensor, a wrapper) has no plain data
@@ -108,8 +108,8 @@ class _Waited(torch.autograd.Function):
         return grad
 
 
-# Whether a torch.func transform (vmap, grad, ...) is running: no plans there (the reference runs).
-_functorch_active = torch._C._are_functorch_transforms_active
+functorch_active = torch._C._are_functorch_transforms_active
+"""Whether a torch.func transform (vmap, grad, ...) is running: no plans there (the reference runs)."""
 
 
 # Every functional op's owner by name (for tests and tools that clear or count plans).
@@ -250,7 +250,7 @@ class EagerOp:
         """The op on its ``tensors`` (the first is the main input) and other ``values``."""
         # (every line here runs on every call: at small shapes the host sets the pace)
         key = hit = None
-        if not (tracing() or _functorch_active()):  # (no plans under torch.compile or torch.func)
+        if not (tracing() or functorch_active()):  # (no plans under torch.compile or torch.func)
             try:
                 key = call_key(tensors, values)
                 hit = self.plans.get(key)
