@@ -131,139 +131,176 @@ _plan_as: Optional[GPU] = None
 @dataclass(frozen=True)
 class LayerNormLaunch:
     """LayerNorm and RMSNorm launch knobs (the fused residual add's too): row limits, chunks,
-    tiles, warps, grids and the long-row one-pass forms. Each field's reasons and measurements:
-    docs/TUNING.md, "LayerNormLaunch.<field>"."""
+    tiles, warps, grids and the long-row one-pass forms. Each field says what it decides; its
+    reasons and measurements: docs/TUNING.md, "LayerNormLaunch.<field>"."""
 
-    # docs/TUNING.md, "LayerNormLaunch.fwd_max_fused_cols"
     fwd_max_fused_cols: int = 32768
-    # docs/TUNING.md, "LayerNormLaunch.fwd_residual_max_fused_cols"
+    """Longest row (columns) the forward holds whole, reading x once; longer rows are streamed in chunks."""
     fwd_residual_max_fused_cols: int = 32768
-    # docs/TUNING.md, "LayerNormLaunch.fwd_one_pass"
+    """The same limit for the forward with a fused residual add (x and the residual held at once)."""
     fwd_one_pass: Optional[bool] = None
+    """Rows over the forward's limits in one pass (programs holding a row's chunks share their sums) instead of
+    reading the row twice: True, False, or None (by fwd_one_pass_gpus)."""
     fwd_one_pass_gpus: tuple[str, ...] = ("H100",)
+    """GPUs (names or model tokens) where fwd_one_pass=None takes the one pass without a residual."""
     fwd_residual_one_pass: bool = True
+    """Whether the forward with a fused residual add takes the one pass for rows over its limit."""
     fwd_one_pass_block: int = 4096
+    """Columns of each chunk of the forward's one pass."""
     fwd_one_pass_max_chunks: int = 64
+    """Most chunks a row may have for the forward's one pass (and no more than the SMs)."""
     fwd_one_pass_sm_bytes: int = 32768
-    # docs/TUNING.md, "LayerNormLaunch.fwd_one_pass_ahead"
+    """Bytes of input chunks an SM holds in the forward's one pass: its programs per SM are this over a chunk's
+    bytes (at least 1)."""
     fwd_one_pass_ahead: int = 1
+    """Rows a program of the forward's one pass publishes ahead of the one it waits for."""
     fwd_one_pass_rms_fp32_ahead: int = 2
-    # docs/TUNING.md, "LayerNormLaunch.bwd_max_fused_cols"
+    """fwd_one_pass_ahead for RMSNorm of 4-byte inputs."""
     bwd_max_fused_cols: int = 8192
-    # docs/TUNING.md, "LayerNormLaunch.bwd_residual_max_fused_cols"
+    """Longest row the LayerNorm backward holds whole; longer rows take the two column-split kernels."""
     bwd_residual_max_fused_cols: int = 8192
-    # docs/TUNING.md, "LayerNormLaunch.bwd_rms_max_fused_cols"
+    """The same limit when the backward also reads h's gradient and writes the residual's."""
     bwd_rms_max_fused_cols: int = 16384
-    # docs/TUNING.md, "LayerNormLaunch.loop_block"
+    """The same limit for RMSNorm's backward (no mean, no bias gradient), plain or with the residual."""
     loop_block: int = 8192
-    # docs/TUNING.md, "LayerNormLaunch.tile_elements"
+    """Columns of a chunk on the long-row paths (forward streaming, backward column split)."""
     tile_elements: int = 2048
-    # docs/TUNING.md, "LayerNormLaunch.elems_per_thread"
+    """Elements a program holds per tile when rows are short (several rows to a tile)."""
     elems_per_thread: int = 16
-    # docs/TUNING.md, "LayerNormLaunch.fwd_warps"
+    """Elements a thread holds: a program's warps are its tile over 32 times this (capped per kernel)."""
     fwd_warps: Optional[int] = None
-    # docs/TUNING.md, "LayerNormLaunch.fwd_4_warps_8192_gpus"
+    """Warps of a forward program; None: by the tile (the rule in kernels/_layer_norm_launch.py)."""
     fwd_4_warps_8192_gpus: tuple[str, ...] = ("H200",)
-    # docs/TUNING.md, "LayerNormLaunch.bwd_programs_per_sm"
+    """GPUs where 2-byte whole rows of 8,192 without a residual take 4 warps instead of 16."""
     bwd_programs_per_sm: int = 2
+    """Persistent programs per SM of the short-row backward."""
     bwd_stages: int = 3
-    # docs/TUNING.md, "LayerNormLaunch.bwd_reduction_scratch_bytes"
+    """Loop stages of the short-row backward (tiles of x and dy prefetched while one is reduced)."""
     bwd_reduction_scratch_bytes: int = 16384
-    # docs/TUNING.md, "LayerNormLaunch.bwd_tile_bytes"
+    """Shared memory left to a backward program's reductions beside its prefetch buffers (caps the stages)."""
     bwd_tile_bytes: int = 16384
-    # docs/TUNING.md, "LayerNormLaunch.bwd_long_row"
+    """Backward tiles whose prefetched loads bring fewer bytes than this get proportionally more programs per
+    SM."""
     bwd_long_row: int = 8192
-    # docs/TUNING.md, "LayerNormLaunch.bwd_long_row_stages"
+    """Columns above which a whole-row backward block counts as long (its own stages, weight loading and
+    programs per SM)."""
     bwd_long_row_stages: int = 1
-    # docs/TUNING.md, "LayerNormLaunch.bwd_max_warps"
+    """Loop stages of the whole-row backward for long rows."""
     bwd_max_warps: int = 16
-    # docs/TUNING.md, "LayerNormLaunch.bwd_long_row_weight_per_tile"
+    """Most warps of a whole-row backward program."""
     bwd_long_row_weight_per_tile: bool = True
-    # docs/TUNING.md, "LayerNormLaunch.bwd_long_row_programs_per_sm"
+    """Whether long whole rows load the weight per tile instead of holding it (fewer registers)."""
     bwd_long_row_programs_per_sm: int = 1
-    # docs/TUNING.md, "LayerNormLaunch.split_one_pass"
+    """Persistent programs per SM for backward tiles of at least bwd_long_row elements."""
     split_one_pass: bool = True
+    """Whether the column-split backward runs in one pass (programs wait for each other's row sums; GPU only).
+    Whether the column-split backward runs in one pass (programs wait for each other's row sums; GPU only)."""
     split_publish_ahead: int = 2
-    # docs/TUNING.md, "LayerNormLaunch.split_tile_bytes"
+    """Tiles' sums a program of the one-pass split publishes before it waits."""
     split_tile_bytes: int = 32768
+    """Bytes of z a column-split tile holds in the one pass (a power of 2 rows, 1 to 8)."""
     split_two_pass_tile_bytes: int = 16384
+    """Bytes of z a column-split tile holds in two passes."""
     split_programs_per_sm: int = 2
-    # docs/TUNING.md, "LayerNormLaunch.split_one_pass_max_chunks"
+    """Programs per SM of the column-split backward."""
     split_one_pass_max_chunks: int = 16
-    # docs/TUNING.md, "LayerNormLaunch.split_one_pass_layer_norm_min_bytes"
+    """Most chunks a row may have for the split's one pass."""
     split_one_pass_layer_norm_min_bytes: int = 4
-    # docs/TUNING.md, "LayerNormLaunch.split_one_pass_layer_norm_max_chunks"
+    """LayerNorm takes the split's one pass for inputs of at least this many bytes an element."""
     split_one_pass_layer_norm_max_chunks: int = 2
-    # docs/TUNING.md, "LayerNormLaunch.split_wait_polls"
+    """... or, whatever the dtype, for rows of at most this many chunks."""
     split_wait_polls: int = 0
-    # docs/TUNING.md, "LayerNormLaunch.partials_programs_per_sm"
+    """Polls of a tile's counter before a one-pass program computes missing chunk sums itself; 0 waits for
+    every chunk."""
     partials_programs_per_sm: int = 4
+    """Programs per SM summing the parameters' partials (a row per backward program)."""
     partials_tile_elements: int = 2048
+    """Partials a program of that sum holds per tile (its column block and writer rows)."""
 
 
 @dataclass(frozen=True)
 class SoftmaxLaunch:
     """Softmax launch knobs (plain, causal, masked): row limits, tiles, warps and the causal
-    forms. Each field's reasons: docs/TUNING.md, "SoftmaxLaunch.<field>"."""
+    forms. Each field says what it decides; its reasons: docs/TUNING.md, "SoftmaxLaunch.<field>"."""
 
-    # docs/TUNING.md, "SoftmaxLaunch.max_fused_cols"
     max_fused_cols: int = 32768
+    """Longest row held in registers whole (one read); longer rows are streamed."""
     loop_block: int = 4096
-    # docs/TUNING.md, "SoftmaxLaunch.tile_elements"
+    """Columns of a chunk of a streamed row."""
     tile_elements: int = 4096
-    # docs/TUNING.md, "SoftmaxLaunch.causal_tile_elements"
+    """Elements of a (rows x block) tile packing short rows."""
     causal_tile_elements: int = 1024
+    """The same for causal rows (smaller tiles: more programs in flight)."""
     max_tile_rows: int = 64
-    # docs/TUNING.md, "SoftmaxLaunch.elems_per_thread"
+    """Most rows of a causal tile."""
     elems_per_thread: int = 32
-    # docs/TUNING.md, "SoftmaxLaunch.causal_prefix_splits"
+    """Elements a thread holds: a program's warps are its tile over 32 times this (at most 32)."""
     causal_prefix_splits: int = 2
-    # docs/TUNING.md, "SoftmaxLaunch.causal_class_min_cols"
+    """Causal rows held whole: tiles whose rows all see at most 1/this of the columns compute on that part
+    only."""
     causal_class_min_cols: int = 32768
+    """Causal rows held whole in blocks of at least this many columns: the forward in two launches, by how much
+    of the block a row sees."""
     causal_class_thread_bytes: int = 64
-    # docs/TUNING.md, "SoftmaxLaunch.bwd_reload_min_cols"
+    """Bytes a thread holds in those two launches (their warps by width)."""
     bwd_reload_min_cols: int = 32768
+    """Backward rows held whole in blocks of at least this many columns read y and dy twice instead of holding
+    both."""
 
 
 @dataclass(frozen=True)
 class WeightedSumLaunch:
-    """Weighted-sum launch knobs: 2-D tiles of a (rows x columns) matrix (docs/TUNING.md)."""
+    """Weighted-sum launch knobs: 2-D tiles of a (rows x columns) matrix. Each field says what it
+    decides; its reasons: docs/TUNING.md, "WeightedSumLaunch.<field>"."""
 
-    # docs/TUNING.md, "WeightedSumLaunch.tile_bytes"
     tile_bytes: int = 8192
+    """Bytes of the input a tile holds."""
     tile_max_cols: int = 2048
+    """Widest column block while a tile holds several rows."""
     elems_per_thread: int = 32
+    """Elements a thread holds with 16-byte vector accesses (rows 16-element aligned)."""
     unaligned_elems_per_thread: int = 8
+    """Elements a thread holds with scalar accesses (rows not so aligned)."""
     fwd_programs_per_sm: int = 8
+    """Programs per SM of the forward."""
     bwd_programs_per_sm: int = 4
-    # docs/TUNING.md, "WeightedSumLaunch.fwd_stages"
+    """Programs per SM of the backward."""
     fwd_stages: Optional[int] = 2
+    """Pipelining stages of the forward's column loop (None: Triton's default)."""
     bwd_stages: Optional[int] = 2
-    # docs/TUNING.md, "WeightedSumLaunch.fwd_tile_bytes_4byte"
+    """Pipelining stages of the backward's row loop (None: Triton's default)."""
     fwd_tile_bytes_4byte: int = 16384
+    """tile_bytes of the forward for inputs of 4 bytes an element."""
     fwd_stages_4byte: Optional[int] = None
-    # docs/TUNING.md, "WeightedSumLaunch.reduce_block"
+    """fwd_stages for inputs of 4 bytes an element."""
     reduce_block: int = 1024
-    # docs/TUNING.md, "WeightedSumLaunch.bwd_two_pass_min_bytes"
+    """Rows per program of the kernel adding the forward's column-range partial sums."""
     bwd_two_pass_min_bytes: int = 64 << 20
+    """Backwards of inputs of at least this many bytes asking for dx and dw take two passes (dx, then dw)."""
     bwd_dw_stages: Optional[int] = 3
+    """Pipelining stages of the two-pass backward's dw pass."""
 
 
 @dataclass(frozen=True)
 class CoorDescentLaunch:
-    """coor_descent launch knobs: the op is bound by its chain of n_iters row reductions,
-    not by bytes. Chosen with benchmarks/dev/tune_coor_descent.py (H100, GPU time, 2026-11-25)."""
+    """coor_descent launch knobs: the op is bound by its chain of n_iters row reductions, not
+    by bytes. Each field says what it decides; its reasons:
+    docs/TUNING.md, "CoorDescentLaunch.<field>"."""
 
-    # docs/TUNING.md, "CoorDescentLaunch.max_fused_cols"
     max_fused_cols: int = 32768
+    """Longest row held in registers whole; longer rows are streamed, each iteration reading the row again."""
     loop_block: int = 4096
-    # docs/TUNING.md, "CoorDescentLaunch.fwd_elems_per_thread"
+    """Columns of a chunk of a streamed row (and the most of a backward chunk)."""
     fwd_elems_per_thread: int = 8
+    """Elements a forward thread holds (warps = block over 32 times this)."""
     fwd_max_warps: int = 16
+    """Most warps of a forward program (one program a row)."""
     bwd_elems_per_thread: int = 8
-    # docs/TUNING.md, "CoorDescentLaunch.split_min_block"
+    """Elements a backward thread holds (one program a chunk)."""
     split_min_block: int = 256
+    """Fewest columns of a backward chunk."""
     split_programs_per_sm: int = 1
+    """Backward programs per SM the row split aims at."""
 
 
 @dataclass(frozen=True)
@@ -272,11 +309,14 @@ class LaunchConfig:
     :meth:`with_knobs` (or :func:`use_knobs` for a ``with`` block); ``dataclasses.replace``
     works too."""
 
-    # docs/TUNING.md, "LaunchConfig.layer_norm"
     layer_norm: LayerNormLaunch = LayerNormLaunch()
+    """The norms' knobs (LayerNorm and RMSNorm, with or without the residual)."""
     softmax: SoftmaxLaunch = SoftmaxLaunch()
+    """The softmax's knobs (plain, causal, masked)."""
     weighted_sum: WeightedSumLaunch = WeightedSumLaunch()
+    """The weighted sum's knobs."""
     coor_descent: CoorDescentLaunch = CoorDescentLaunch()
+    """coor_descent's knobs."""
 
 
     def with_knobs(self, op: str, **knobs: Any) -> "LaunchConfig":
@@ -302,19 +342,25 @@ DEFAULT = LaunchConfig()
 
 
 def shrunk(max_cols: int, loop_block: int, softmax_tile_elements: int = 64) -> LaunchConfig:
-    """DEFAULT with every row limit at ``max_cols`` and every chunk at ``loop_block``
-    columns, so that rows longer than ``max_cols`` take the chunked paths."""
-    d = DEFAULT
-    return LaunchConfig(
-        layer_norm=dataclasses.replace(d.layer_norm, fwd_max_fused_cols=max_cols, bwd_max_fused_cols=max_cols,
-                                       bwd_rms_max_fused_cols=max_cols,
-                                       fwd_residual_max_fused_cols=max_cols, bwd_residual_max_fused_cols=max_cols,
-                                       loop_block=loop_block, fwd_one_pass_block=loop_block),
-        softmax=dataclasses.replace(d.softmax, max_fused_cols=max_cols, loop_block=loop_block,
-                                    tile_elements=softmax_tile_elements, causal_tile_elements=softmax_tile_elements),
-        weighted_sum=d.weighted_sum,
-        coor_descent=dataclasses.replace(d.coor_descent, max_fused_cols=max_cols, loop_block=loop_block),
-    )
+    """DEFAULT with every row limit (each op's knobs named ``*max_fused_cols``) at ``max_cols``
+    and every chunk (``loop_block``, ``fwd_one_pass_block``) at ``loop_block`` columns, so that
+    rows longer than ``max_cols`` take the chunked paths; the softmax's tiles
+    (``tile_elements``, ``causal_tile_elements``) at ``softmax_tile_elements``. Read off the
+    fields' names: a knob added under those names is shrunk too."""
+
+    def shrink(cfg, tiles: bool):
+        changes = {}
+        for f in dataclasses.fields(cfg):
+            if f.name.endswith("max_fused_cols"):
+                changes[f.name] = max_cols
+            elif f.name in ("loop_block", "fwd_one_pass_block"):
+                changes[f.name] = loop_block
+            elif tiles and f.name in ("tile_elements", "causal_tile_elements"):
+                changes[f.name] = softmax_tile_elements
+        return dataclasses.replace(cfg, **changes)
+
+    return LaunchConfig(**{f.name: shrink(getattr(DEFAULT, f.name), f.name == "softmax")
+                           for f in dataclasses.fields(LaunchConfig)})
 
 
 # Rows over 16 columns take the chunked paths (8-column chunks), and weighted-sum tiles
