@@ -37,7 +37,7 @@ from .._tracing import tracing
 from . import _dtensor_eager, _eager
 from ._fast_launch import KernelCall, current_device, direct
 
-__all__ = ["OpDescription", "Op", "OpPlan", "KernelCall", "build", "direct", "traced", "mask_bytes",
+__all__ = ["OpDescription", "Op", "OpPlan", "KernelCall", "direct", "traced", "mask_bytes",
            "recomputed_grads"]
 
 
@@ -600,11 +600,6 @@ def _unaliased(tensors) -> tuple:
 def _empty(grads) -> Tensor:
     ref = next(g for g in grads if g is not None)
     return ref.new_empty(0)
-
-
-def build(desc: OpDescription) -> Op:
-    """Both doors of ``desc``'s op."""
-    return Op(desc)
 
 
 def mask_bytes(mask: Optional[Tensor], launch: Callable) -> Optional[Tensor]:

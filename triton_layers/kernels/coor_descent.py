@@ -388,7 +388,7 @@ def _backward_graph(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor]
                                        eps_decay, mask), wanted, grads[0])
 
 
-coor_descent = _doors.build(_doors.OpDescription(
+coor_descent = _doors.Op(_doors.OpDescription(
     name="coor_descent",
     inputs=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("k_value", float),
             ("n_iters", int), ("eps", float), ("eps_init", float), ("eps_decay", float)),

@@ -775,10 +775,10 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
     )
 
 
-norm = _doors.build(_describe(with_residual=False))
+norm = _doors.Op(_describe(with_residual=False))
 """``norm(x, weight, bias, eps, rms, stable, unit_offset, cast_before_weight, out_dtype) -> y``:
 differentiable LayerNorm (``rms=False``) or RMSNorm of a 2-D ``x`` (last stride 1)."""
-residual_norm = _doors.build(_describe(with_residual=True))
+residual_norm = _doors.Op(_describe(with_residual=True))
 """``residual_norm(x, residual, weight, bias, eps, rms, stable, unit_offset, cast_before_weight,
 out_dtype, residual_dtype) -> (y, h)``: ``h = x + residual`` in ``residual_dtype`` and ``y = norm(h)``."""
 

@@ -389,7 +389,7 @@ def _backward_graph(grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool
     return {"x": scale * yf * (dy - (dy * yf).sum(-1, keepdim=True))}
 
 
-softmax = _doors.build(_doors.OpDescription(
+softmax = _doors.Op(_doors.OpDescription(
     name="softmax",
     inputs=(("x", Tensor), ("key_padding_mask", Optional[Tensor]), ("n_q", int), ("rows_per_batch", int),
             ("causal", bool), ("scale", float)),

@@ -254,7 +254,7 @@ def _backward_graph(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tens
     return out
 
 
-weighted_sum = _doors.build(_doors.OpDescription(
+weighted_sum = _doors.Op(_doors.OpDescription(
     name="weighted_sum",
     inputs=(("x", Tensor), ("weight", Tensor), ("bias", Optional[Tensor])),
     outputs=("y",),

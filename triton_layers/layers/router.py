@@ -199,6 +199,23 @@ class CoordinateDescentRouter(nn.Module):
         random ones (a negative control). ``keep_one_route_dim`` keeps a route dim of
         size 1 when there is one routing token. Returns a :class:`RouterReturn`.
         """
+        self._check_call(x, num_tokens, mask, routing_tokens)
+        b, n, d = x.shape
+        has_route_dim = keep_one_route_dim or not self.is_one_routing_token
+        if n <= num_tokens:  # nothing to choose: every token is routed
+            return self._route_all(x, mask, has_route_dim)
+        x, mask, num_blocks, width, num_tokens = self._blocks(x, mask, num_tokens)
+        scores, flat_mask = self._soft_top_k(x, mask, routing_tokens, num_blocks, width, num_tokens, random_route)
+        selected_scores, indices = self._select(scores, flat_mask, num_tokens)
+        selected_scores, indices = _to_sequence(selected_scores, indices, b, self.num_routing_tokens, num_blocks, width,
+                                                num_tokens)
+        if not has_route_dim:
+            selected_scores, indices = selected_scores.squeeze(1), indices.squeeze(1)
+        batch = _batch_index(indices)
+        return RouterReturn(indices, selected_scores, x[batch, indices], None if mask is None else mask[batch, indices])
+
+    def _check_call(self, x: Tensor, num_tokens: int, mask: Optional[Tensor], routing_tokens: Optional[Tensor]) -> None:
+        """forward's checks: x (b, n, dim), the routing tokens' dtype, the mask, num_tokens."""
         check_tensor(x, "x", INPUT_DTYPES)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (batch, seq, dim={self.dim}), got shape {tuple(x.shape)}")
@@ -209,36 +226,48 @@ class CoordinateDescentRouter(nn.Module):
         if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(x.shape[:2])):
             raise ValueError(f"mask must be bool of shape {tuple(x.shape[:2])}, got {mask.dtype} {tuple(mask.shape)}")
         check_int(num_tokens, "num_tokens", minimum=1)
+
+    def _route_all(self, x: Tensor, mask: Optional[Tensor], has_route_dim: bool) -> RouterReturn:
+        """Every token routed, with score 1 (a sequence no longer than the tokens asked)."""
         b, n, d = x.shape
+        if has_route_dim:
+            r = self.num_routing_tokens
+            x = x.unsqueeze(1).expand(b, r, n, d)
+            mask = None if mask is None else mask.unsqueeze(1).expand(b, r, n)
+            shape = (b, r, n)
+        else:
+            shape = (b, n)
+        return RouterReturn(None, torch.ones(shape, device=x.device, dtype=x.dtype), x, mask)
+
+    def _blocks(self, x: Tensor, mask: Optional[Tensor], num_tokens: int) -> tuple:
+        """The sequence cut into ``route_block_size`` blocks (the tail dropped) and the tokens per
+        block: ``(x, mask, num_blocks, width, num_tokens)``; one block of the whole sequence
+        without a block size."""
+        n = x.shape[1]
+        if self.route_block_size is None:
+            return x, mask, 1, n, num_tokens
+        width = self.route_block_size
+        num_blocks = n // width
+        if num_blocks == 0:
+            raise ValueError(f"route_block_size={width} is longer than the sequence ({n})")
+        x = x[:, : num_blocks * width]
+        mask = None if mask is None else mask[:, : num_blocks * width]
+        num_tokens = math.ceil(num_tokens / num_blocks)
+        if num_tokens > width:
+            raise ValueError(f"{num_tokens} tokens per block of {width} positions: too many")
+        return x, mask, num_blocks, width, num_tokens
+
+    def _soft_top_k(self, x: Tensor, mask: Optional[Tensor], routing_tokens: Optional[Tensor], num_blocks: int,
+                    width: int, num_tokens: int, random_route: bool) -> tuple[Tensor, Optional[Tensor]]:
+        """Each (batch, block, routing token) row's soft top-k scores by coor_descent (random ones
+        with ``random_route``), and the rows' mask: ``(b * blocks * r, width)`` each."""
+        b, _, d = x.shape
         r = self.num_routing_tokens
-        has_route_dim = keep_one_route_dim or not self.is_one_routing_token
-
-        if n <= num_tokens:  # nothing to choose: every token is routed
-            if has_route_dim:
-                x = x.unsqueeze(1).expand(b, r, n, d)
-                mask = None if mask is None else mask.unsqueeze(1).expand(b, r, n)
-                shape = (b, r, n)
-            else:
-                shape = (b, n)
-            return RouterReturn(None, torch.ones(shape, device=x.device, dtype=x.dtype), x, mask)
-
-        num_blocks, width = 1, n
-        if self.route_block_size is not None:
-            width = self.route_block_size
-            num_blocks = n // width
-            if num_blocks == 0:
-                raise ValueError(f"route_block_size={width} is longer than the sequence ({n})")
-            x = x[:, : num_blocks * width]
-            mask = None if mask is None else mask[:, : num_blocks * width]
-            num_tokens = math.ceil(num_tokens / num_blocks)
-            if num_tokens > width:
-                raise ValueError(f"{num_tokens} tokens per block of {width} positions: too many")
-        x_blocks = x.reshape(b * num_blocks, width, d)
-        s = self._scores(x_blocks, routing_tokens, num_blocks).reshape(b * num_blocks * r, width)
+        s = self._scores(x.reshape(b * num_blocks, width, d), routing_tokens, num_blocks).reshape(b * num_blocks * r,
+                                                                                                   width)
         flat_mask = None
         if mask is not None:
             flat_mask = mask.reshape(b * num_blocks, 1, width).expand(-1, r, -1).reshape(-1, width)
-
         scores = F.coor_descent(
             s, n_iters=self.n_iters, k=min(num_tokens * self.fetch_k_ratio, width),
             eps=self.eps, eps_init=self.eps_init, eps_decay=self.eps_decay, mask=flat_mask,
@@ -248,25 +277,26 @@ class CoordinateDescentRouter(nn.Module):
             scores = torch.randn_like(scores)
             if flat_mask is not None:
                 scores = scores.masked_fill(~flat_mask, -torch.finfo(scores.dtype).max)
+        return scores, flat_mask
 
+    def _select(self, scores: Tensor, flat_mask: Optional[Tensor], num_tokens: int) -> tuple[Tensor, Tensor]:
+        """Each row's ``num_tokens`` best scores and their positions; straight through, a selected
+        score is 1 in the forward with the soft score's gradient (0 at a masked position)."""
         selected_scores, indices = scores.topk(num_tokens, dim=-1)
         if self.straight_through:
             selected_scores = selected_scores + (1.0 - selected_scores).detach()
             if flat_mask is not None:
                 selected_scores = selected_scores.masked_fill(~flat_mask.gather(-1, indices), 0.0)
+        return selected_scores, indices
 
-        # (b * blocks * r, t) -> (b, r, blocks * t), with indices into the whole sequence.
-        selected_scores = selected_scores.reshape(b, num_blocks, r, num_tokens).transpose(1, 2)
-        indices = indices.reshape(b, num_blocks, r, num_tokens).transpose(1, 2)
-        if num_blocks > 1:
-            offsets = torch.arange(num_blocks, device=x.device) * width
-            indices = indices + offsets.reshape(num_blocks, 1)
-        selected_scores = selected_scores.reshape(b, r, num_blocks * num_tokens)
-        indices = indices.reshape(b, r, num_blocks * num_tokens)
-        if not has_route_dim:
-            selected_scores, indices = selected_scores.squeeze(1), indices.squeeze(1)
 
-        batch = _batch_index(indices)
-        routed_tokens = x[batch, indices]
-        routed_mask = None if mask is None else mask[batch, indices]
-        return RouterReturn(indices, selected_scores, routed_tokens, routed_mask)
+def _to_sequence(selected_scores: Tensor, indices: Tensor, b: int, r: int, num_blocks: int, width: int,
+                 num_tokens: int) -> tuple[Tensor, Tensor]:
+    """(b * blocks * r, t) rows of scores and positions within their block as (b, r, blocks * t),
+    the positions into the whole sequence."""
+    selected_scores = selected_scores.reshape(b, num_blocks, r, num_tokens).transpose(1, 2)
+    indices = indices.reshape(b, num_blocks, r, num_tokens).transpose(1, 2)
+    if num_blocks > 1:
+        offsets = torch.arange(num_blocks, device=indices.device) * width
+        indices = indices + offsets.reshape(num_blocks, 1)
+    return selected_scores.reshape(b, r, num_blocks * num_tokens), indices.reshape(b, r, num_blocks * num_tokens)
