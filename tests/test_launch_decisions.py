@@ -10,6 +10,11 @@ configs, and on CPU tensors in the Triton interpreter. They were recorded from 8
 then (SMs, shared memory, name; the name rules applied to meta tensors as to CUDA ones); the
 same cases recorded there and here gave byte-identical JSON. A mismatch prints the launches
 made now: to see the old ones, run this file's ``_record`` at that commit with those mocks.
+
+Where a change of launches is meant (a knob's new default, a new heuristic: measured on the
+GPUs first), record the file anew, from the repository's root, and commit it with the change::
+
+    TRITON_INTERPRET=1 python -m tests.test_launch_decisions --record
 """
 from __future__ import annotations
 
@@ -194,3 +199,29 @@ def test_a_cuda_device_is_queried_once(monkeypatch):
         assert launch_config.GPU.of(torch.device("cuda", 3)) is first and len(calls) == 2
     finally:
         launch_config._cuda_gpu.cache_clear()
+
+
+def record() -> dict:
+    """Every case's fingerprint, as ``launch_decisions.json`` holds them: each GPU under each
+    config (meta tensors), and the CPU under each config (the Triton interpreter)."""
+    out = {}
+    for gpu_name, gpu in GPUS.items():
+        for config_name in CONFIGS:
+            for label, d in _gpu_decisions(gpu, config_name).items():
+                out[f"{gpu_name} {config_name} {label}"] = _fingerprint(d)
+    for config_name, config in CONFIGS.items():
+        with launch_config.use_config(config):
+            for label, (op, build) in _cases("cpu").items():
+                out[f"cpu {config_name} {label}"] = _fingerprint(_record(op, build()))
+    return dict(sorted(out.items()))
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--record"] or not launch_config.GPU.of(torch.device("cpu")).interpreted:
+        sys.exit("usage: TRITON_INTERPRET=1 python -m tests.test_launch_decisions --record")
+    path = Path(__file__).parent / "launch_decisions.json"
+    path.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in record().items()) + "\n}\n",
+                    encoding="utf-8")
+    print(f"recorded {path}")
