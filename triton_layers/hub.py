@@ -114,7 +114,8 @@ def transformers_hook_off() -> Optional[str]:
     if not import_utils.is_kernels_available():
         why = (f"transformers {sys.modules['transformers'].__version__} switches its kernel hook on with kernels "
                f">={low},<{high}; kernels {getattr(kernels, '__version__', '?')} is installed")
-    elif os.environ.get("USE_HUB_KERNELS", "YES").upper() not in ("1", "ON", "TRUE", "YES"):  # (transformers' test)
+    elif os.environ.get("USE_HUB_KERNELS", "YES").upper() not in getattr(import_utils, "ENV_VARS_TRUE_VALUES",
+                                                                          {"1", "ON", "TRUE", "YES"}):
         why = "USE_HUB_KERNELS turns transformers' kernel hook off"
     if why is None:
         return None

@@ -304,23 +304,8 @@ class Op:
 
             @staticmethod
             def backward(ctx, *grads):
-                plan = ctx.plan
-                tensors = ctx.saved_tensors  # (as hooks hand them back: maybe re-laid, see OpPlan.backward)
-                grads = grads[:n_out]
-                # The launch boundary's rule (_eager.ready): a gradient may be a collective still
-                # in flight (the reduce-scatter of a sequence-parallel all-gather's backward),
-                # waited here; a gradient or saved tensor of another subclass takes the custom
-                # op, whose dispatch the subclass handles by its own protocol: never our launch.
-                both = _eager.ready((*grads, *tensors))
-                if both is None:
-                    return (None, *op._custom_op_backward(grads, plan.needs, plan.dtypes,
-                                                           (*op._as_saved(tensors), *ctx.others)))
-                grads, tensors = both[:n_out], both[n_out:]
-                if _is_grad_enabled() and _builds_graph(grads, tensors):
-                    out = op.backward_graph(grads, plan.needs, (*op._as_saved(tensors), *ctx.others))
-                else:
-                    out = plan.backward(grads, tensors, ctx.others)
-                return (None, *op._grads_in_order(out, plan.needs, plan.dtypes))
+                # (the saved tensors as hooks hand them back: maybe re-laid, see OpPlan.backward)
+                return (None, *op._planned_backward(ctx.plan, grads[:n_out], ctx.saved_tensors, ctx.others))
 
         _PlannedFunction.__name__ = _PlannedFunction.__qualname__ = f"{self._camel()}PlannedFunction"
         return _PlannedFunction
@@ -360,18 +345,31 @@ class Op:
                 if _is_grad_enabled() and _builds_graph(grads, saved):
                     out = op.backward_graph(grads, plan.needs, (*saved, *ctx.others))
                     return (None, None, *op._grads_in_order(out, plan.needs, plan.dtypes))
-                tensors = _dtensor_eager.local_tensors(saved)
-                both = _eager.ready((*local_grads, *tensors))  # (the launch boundary's rule, as the planned door's)
-                if both is None:
-                    out = op._custom_op_backward(local_grads, plan.needs, plan.dtypes,
-                                                 (*op._as_saved(tensors), *ctx.others))
-                else:
-                    out = op._grads_in_order(plan.backward(both[:n_out], both[n_out:], ctx.others), plan.needs,
-                                             plan.dtypes)
+                out = op._planned_backward(plan, local_grads, _dtensor_eager.local_tensors(saved), ctx.others)
                 return (None, None, *door.input_grads(out))
 
         _ShardedFunction.__name__ = _ShardedFunction.__qualname__ = f"{self._camel()}ShardedFunction"
         return _ShardedFunction
+
+    def _planned_backward(self, plan: "OpPlan", grads: tuple, tensors: tuple, others: tuple) -> tuple:
+        """The backward of a planned eager call (both eager nodes': the plain door's and, on the
+        local tensors, the DTensor door's), as autograd wants its gradients: by ``plan`` for the
+        output ``grads`` and the saved ``tensors``, under the launch boundary's rule
+        (:func:`_eager.ready`). A gradient may be a collective still in flight (the
+        reduce-scatter of a sequence-parallel all-gather's backward), waited here; a gradient or
+        saved tensor of another subclass takes the custom op, whose dispatch the subclass handles
+        by its own protocol: never our launch. In grad mode with a tensor that requires a
+        gradient (``create_graph=True``), the differentiable backward."""
+        both = _eager.ready((*grads, *tensors))
+        if both is None:
+            return self._custom_op_backward(grads, plan.needs, plan.dtypes, (*self._as_saved(tensors), *others))
+        n = len(grads)
+        grads, tensors = both[:n], both[n:]
+        if _is_grad_enabled() and _builds_graph(grads, tensors):
+            out = self.backward_graph(grads, plan.needs, (*self._as_saved(tensors), *others))
+        else:
+            out = plan.backward(grads, tensors, others)
+        return self._grads_in_order(out, plan.needs, plan.dtypes)
 
     def _camel(self) -> str:
         return "".join(part.title() for part in self.desc.name.split("_"))

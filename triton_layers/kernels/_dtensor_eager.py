@@ -107,12 +107,11 @@ def call(op, args: tuple) -> Any:
     for i, a in enumerate(args):
         if isinstance(a, DTensor):
             local = a._local_tensor
-            if type(local) not in _PLAIN:
-                if not _eager.is_async_collective(type(local)):
-                    return NOT_LOCAL  # (a local tensor of another subclass: its dispatch's, in the custom op)
-                local = local.trigger_wait()  # (in flight: waited, as torch's ops do)
-                if type(local) not in _PLAIN:
+            if type(local) not in _PLAIN:  # (in flight: waited; another subclass: the custom op's dispatch)
+                waited = _eager.ready((local,))
+                if waited is None:
                     return NOT_LOCAL
+                local = waited[0]
             shards[i] = local
             spec = a._spec
             key.append((spec.placements, id(spec.mesh), a.shape, a.requires_grad, _signature(local)))
@@ -189,7 +188,7 @@ class Door:
     def input_grads(self, grads: tuple) -> tuple:
         """The inputs' local gradients as DTensors of their gradient specs."""
         DTensor = _API[0][0]
-        return tuple([g if g is None or spec is None or isinstance(g, DTensor) else
+        return tuple([g if g is None or spec is None else
                       _new(DTensor, g.contiguous(), _copy(spec), requires_grad=g.requires_grad)
                       for g, spec in zip(grads, self.grad_specs)])
 
