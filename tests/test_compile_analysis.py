@@ -187,6 +187,26 @@ def _planned_launches() -> list:
                 forced.enter_context(mock.patch.object(_layer_norm_launch, "one_pass_forward", lambda *args: True))
             for case, build in {**CASES, **extra}.items():
                 launches += getattr(K, case.split("-")[0]).record_launches(*build("cpu"))
+    return launches + _fp8_launches()
+
+
+def _fp8_launches() -> list:
+    """The FP8 norms' launches for every recipe, with and without the residual, RMSNorm and
+    LayerNorm, on meta tensors (a GPU's forms: the CPU's cast their values by hand)."""
+    from triton_layers.kernels import ops as K
+
+    launches = []
+    x = torch.empty(M, N, device="meta", dtype=torch.bfloat16)
+    w = torch.empty(N, device="meta", dtype=torch.bfloat16)
+    scale = torch.empty(1, device="meta")
+    for rms, residual in ((True, None), (False, x), (True, x)):
+        for granularity, static, column_major in (("per_tensor", scale, False), ("per_tensor", None, False),
+                                                  ("per_token", None, False), ("per_group", None, True)):
+            for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+                launches += K.norm_fp8.record_launches(
+                    x, residual, w, None if rms else w, static, 1e-5, rms, False, False, torch.bfloat16, fp8,
+                    granularity, granularity == "per_token", 2.0 if granularity == "per_token" else 0.0,
+                    column_major, residual is not None)
     return launches
 
 
@@ -208,7 +228,7 @@ def _planned_kernel_builds() -> dict:
             failed.append(f"{form.name} {dict(form.constexprs)} {dict(form.options)}: "
                           f"{type(exc).__name__}: {str(exc)[-400:]}")
     # every kernel of the files that describe the ops (kernels.ops.__all__, the one list of them)
-    modules = {sys.modules[getattr(K, name).desc.plan_forward.__module__] for name in K.__all__}
+    modules = {sys.modules[getattr(K, name).desc.plan_forward.__module__] for name in (*K.__all__, "norm_fp8")}
     kernels = {name for module in modules for name in dir(module) if name.startswith("_") and name.endswith("_kernel")}
     return {"variants": len(forms), "built": sorted(built), "kernels": sorted(kernels), "failed": failed}
 

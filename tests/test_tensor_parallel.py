@@ -524,3 +524,30 @@ def test_the_tp_step_benchmark_dry_runs(tmp_path):
     assert [(r["case"], r["impl"]) for r in rows] == [
         (c, i) for c in ("rmsnorm", "add_rmsnorm") for i in ("torch", "triton_layers")]
     assert all(float(r["host_us"]) > 0 for r in rows) and (tmp_path / "tp_call_profile.txt").exists()
+
+
+def _fp8_rows_sharded(mesh, device) -> None:
+    """The FP8 norms on rows sharded over the ranks: each rank's data and scales are its rows of
+    the unsharded result (the per-tensor scale, a cross-shard amax, replicated)."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from triton_layers import FP8Recipe, reference
+    from triton_layers import functional as F
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4 * world, 256, generator=gen).to(device)
+    w = torch.randn(256, generator=gen).to(device)
+    rows = slice(4 * rank, 4 * rank + 4)
+    for granularity in ("per_tensor", "per_token", "per_group"):
+        recipe = FP8Recipe(granularity)
+        out = F.rms_norm_fp8(distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Replicate()]),
+                             recipe=recipe)
+        data, scale, _, _ = reference.norm_fp8(x, w, None, torch.finfo(torch.float32).eps, recipe, rms=True)
+        assert torch.equal(out.data.to_local().view(torch.uint8), data[rows].view(torch.uint8)), granularity
+        want_scale = scale if granularity == "per_tensor" else scale[rows]
+        torch.testing.assert_close(out.scale.to_local(), want_scale, rtol=4 * 2.0 ** -23, atol=0)
+
+
+def test_fp8_norms_on_row_sharded_dtensors():
+    _spawn(2, _fp8_rows_sharded)

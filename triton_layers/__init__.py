@@ -5,11 +5,12 @@ through the Triton interpreter; otherwise CPU tensors use the pure-torch referen
 """
 from . import functional, launch_config
 from .conversion import convert, register_norm
+from .fp8 import FP8Activation, FP8Recipe, FP8Rows
 from .functional import uses_kernels
 from .layers import CausalSoftmax, CoordinateDescentRouter, RouterReturn, TritonLayerNorm, TritonRMSNorm, WeightedSum
 
 __version__ = "0.1.0"
 __all__ = [
     "TritonLayerNorm", "TritonRMSNorm", "CausalSoftmax", "WeightedSum", "CoordinateDescentRouter", "RouterReturn",
-    "convert", "register_norm", "uses_kernels", "functional", "launch_config",
+    "FP8Recipe", "FP8Rows", "FP8Activation", "convert", "register_norm", "uses_kernels", "functional", "launch_config",
 ]

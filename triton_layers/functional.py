@@ -20,9 +20,10 @@ from ._checks import (
 )
 from ._tracing import tracing
 from ._values import check_k_within_row
+from .fp8 import GROUP_SIZE, FP8Recipe, FP8Rows, reference_activation
 from .kernels._eager import EagerOp, Launch, subclass_of
 
-__all__ = ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent", "uses_kernels"]
+__all__ = ["layer_norm", "rms_norm", "layer_norm_fp8", "rms_norm_fp8", "softmax", "weighted_sum", "coor_descent", "uses_kernels"]
 
 
 # The eps of torch's RMSNorm when none is given: its implementations (CPU and CUDA) take
@@ -115,6 +116,134 @@ def rms_norm(
                  unit_offset=unit_offset, residual_in_place=residual_in_place)
 
 
+
+def rms_norm_fp8(
+    x: Tensor,
+    weight: Optional[Tensor] = None,
+    eps: Optional[float] = None,
+    *,
+    recipe: Optional[FP8Recipe] = None,
+    scale: Optional[Tensor] = None,
+    residual: Optional[Tensor] = None,
+    residual_dtype: Optional[torch.dtype] = None,
+    unit_offset: bool = False,
+    use_triton: Optional[bool] = None,
+) -> FP8Rows:
+    """:func:`rms_norm` over the last dim, written as FP8 in the same pass:
+    :class:`~triton_layers.fp8.FP8Rows` ``(data, scale, h, activation)``.
+
+    ``recipe`` (:class:`~triton_layers.fp8.FP8Recipe`; default dynamic per-token e4m3) says
+    how scales are taken; ``scale`` (a one-element fp32 tensor > 0, ``"per_tensor"`` only)
+    is a static scale. ``residual``: the fused add, ``h`` returned. Where a gradient will
+    flow, ``activation`` is the output as autograd sees it, and its gradient reaches x, the
+    residual and the weight as the bf16 norm's backward gives them on that gradient
+    (straight through the quantization). The conventions: ``triton_layers/fp8.py``.
+    """
+    return _norm_fp8(x, weight, None, eps, residual, residual_dtype, recipe, scale, use_triton, rms=True,
+                     unit_offset=unit_offset)
+
+
+def layer_norm_fp8(
+    x: Tensor,
+    weight: Optional[Tensor] = None,
+    bias: Optional[Tensor] = None,
+    eps: float = 1e-5,
+    *,
+    recipe: Optional[FP8Recipe] = None,
+    scale: Optional[Tensor] = None,
+    residual: Optional[Tensor] = None,
+    residual_dtype: Optional[torch.dtype] = None,
+    use_triton: Optional[bool] = None,
+) -> FP8Rows:
+    """:func:`layer_norm` over the last dim, written as FP8 in the same pass (the arguments and
+    the result as :func:`rms_norm_fp8`'s)."""
+    return _norm_fp8(x, weight, bias, eps, residual, residual_dtype, recipe, scale, use_triton, rms=False)
+
+
+def _norm_fp8(x, weight, bias, eps, residual, residual_dtype, recipe, scale, use_triton, *, rms: bool,
+              unit_offset: bool = False, cast_before_weight: bool = False) -> FP8Rows:
+    """The FP8 norms (``cast_before_weight``: Llama's numerics, as :func:`_norm`) through their eager door."""
+    return _NORM_FP8.call((x, weight, bias, residual, scale), (
+        eps, residual_dtype, DEFAULT_FP8_RECIPE if recipe is None else recipe, use_triton, rms, unit_offset,
+        cast_before_weight))
+
+
+DEFAULT_FP8_RECIPE = FP8Recipe()
+
+
+def _norm_fp8_route(x, weight, bias, residual, scale, eps, residual_dtype, recipe, use_triton, rms, unit_offset,
+                    cast_before_weight):
+    """An FP8 norm call not planned yet: the checks, the path, the reshapes (see :class:`EagerOp`)."""
+    check_tensor(x, "x", INPUT_DTYPES)
+    if not isinstance(recipe, FP8Recipe):
+        raise TypeError(f"recipe must be a triton_layers.FP8Recipe; got {type(recipe).__name__}")
+    check_flag(unit_offset, "unit_offset")
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dim (the normalized one); got a 0-dim tensor")
+    n_cols = x.shape[-1]
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            check_tensor(t, name, INPUT_DTYPES)
+            if tuple(t.shape) != (n_cols,):
+                raise ValueError(f"{name} must have shape ({n_cols},) (x's last dim); got {tuple(t.shape)}")
+    check_same_device(("x", "weight", "bias"), x, weight, bias)
+    residual_dtype = _residual_dtype(x, residual, residual_dtype)
+    if scale is not None:
+        if recipe.granularity != "per_tensor":
+            raise ValueError(f"a static scale is per tensor; the recipe's granularity is {recipe.granularity!r}")
+        check_tensor(scale, "scale", (torch.float32,))
+        if scale.numel() != 1 or scale.device != x.device:
+            raise ValueError(f"scale must be one fp32 element on x's device ({x.device}); got shape "
+                             f"{tuple(scale.shape)} on {scale.device}")
+        if not tracing() and not bool(scale.detach().reshape(()) > 0):  # (checked once per call signature)
+            raise ValueError(f"scale must be > 0 (a dequantization scale); got {scale.item()!r}")
+    if recipe.granularity == "per_group" and n_cols % GROUP_SIZE:
+        raise ValueError(f"the per_group recipe takes scales per {GROUP_SIZE} columns: x's last dim must be a "
+                         f"multiple of {GROUP_SIZE}; got {n_cols}")
+    if x.is_cuda and torch.cuda.get_device_capability(x.device) < (8, 9):
+        raise ValueError(f"FP8 needs a GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell); {x.device} "
+                         f"is {torch.cuda.get_device_name(x.device)}, "
+                         f"capability {torch.cuda.get_device_capability(x.device)}")
+    normalized_dtype = x.dtype if residual is None else residual_dtype
+    if eps is None and rms:
+        eps = RMS_NORM_DEFAULT_EPS_FLOAT64 if normalized_dtype is torch.float64 else RMS_NORM_DEFAULT_EPS
+    check_number(eps, "eps", minimum=0)
+    out_dtype = (torch.promote_types(normalized_dtype, weight.dtype) if cast_before_weight and weight is not None
+                 else normalized_dtype)  # (the activation's nominal dtype: what the norm would write)
+    float64 = float64_among(("x", "weight", "bias", "residual", "residual_dtype"), x, weight, bias, residual,
+                            residual_dtype)
+    autograd = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))
+    kernels = (use_kernels(x, use_triton, (weight, bias, residual, scale), float64=float64) and x.numel() > 0
+               and _kernels.norm_fp8_fits(n_cols) and not (autograd and tracing()))
+    eps = float(eps)
+    if kernels:
+        x2 = kernel_rows(x, n_cols)
+        r2 = None if residual is None else kernel_rows(residual, n_cols)
+        if x2 is x and r2 is residual:
+            return Launch(_kernels.norm_fp8_door, (x, weight, bias, residual, scale),
+                          (eps, rms, bool(unit_offset), bool(cast_before_weight), residual_dtype, out_dtype, recipe))
+        if not autograd:  # (rows copied: the result reshaped to x's)
+            data, scales, h, _ = _kernels.norm_fp8_door(x2, r2, weight, bias, scale, eps, rms, bool(unit_offset),
+                                                        bool(cast_before_weight), residual_dtype, out_dtype, recipe)
+            lead = tuple(x.shape[:-1])
+            if recipe.granularity == "per_token" or (recipe.granularity == "per_group"
+                                                      and not recipe.column_major_scales):
+                scales = scales.reshape(*lead, scales.shape[-1])
+            return FP8Rows(data.reshape(x.shape), scales, None if h is None else h.reshape(x.shape))
+    data, scales, h, y = reference.norm_fp8(x, weight, bias, eps, recipe, scale, rms=rms, unit_offset=bool(unit_offset),
+                                            cast_before_weight=bool(cast_before_weight), residual=residual,
+                                            residual_dtype=residual_dtype)
+    activation = reference_activation(y, data, scales, recipe.granularity, out_dtype) if autograd else None
+    return FP8Rows(data, scales, h, activation)
+
+
+def _norm_fp8_kernel_tensors(x, weight, bias, residual, scale) -> tuple:
+    """The FP8 norm door's tensors from the functional's (:class:`EagerOp`'s argument builder)."""
+    return (x, residual, weight, bias, scale)
+
+
+_NORM_FP8 = EagerOp("norm_fp8", _norm_fp8_route, _norm_fp8_kernel_tensors)
+
 def _sharded_along(t: Tensor, dim: int) -> bool:
     """Whether ``t`` is a DTensor sharded along ``dim``."""
     placements = getattr(t, "placements", ())
@@ -172,16 +301,7 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
     if bias is not None:
         check_tensor(bias, "bias", INPUT_DTYPES)
     check_same_device(("x", "weight", "bias"), x, weight, bias)
-    if residual is not None:
-        check_tensor(residual, "residual", INPUT_DTYPES)
-        if residual.shape != x.shape or residual.device != x.device:
-            raise ValueError(
-                f"residual must have x's shape and device; got x of shape {tuple(x.shape)} on {x.device}, "
-                f"residual of shape {tuple(residual.shape)} on {residual.device}"
-            )
-        residual_dtype = residual.dtype if residual_dtype is None else _out_dtype(residual_dtype, "residual_dtype")
-    elif residual_dtype is not None:
-        raise ValueError(f"residual_dtype={residual_dtype} is given without a residual")
+    residual_dtype = _residual_dtype(x, residual, residual_dtype)
     if residual_in_place:
         _check_in_place(x, weight, bias, residual, residual_dtype, stable)
     last = x.shape[-1] if x.dim() else -1
@@ -261,6 +381,21 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
         y = y.reshape(x.shape)
         h = None if residual is None else h.reshape(x.shape)
     return y if residual is None else (y, h)
+
+
+def _residual_dtype(x: Tensor, residual: Optional[Tensor], residual_dtype: Optional[torch.dtype]):
+    """The dtype h is computed in (the residual's unless given), the residual checked against x;
+    None without a residual (where a residual_dtype is a mistake)."""
+    if residual is None:
+        if residual_dtype is not None:
+            raise ValueError(f"residual_dtype={residual_dtype} is given without a residual")
+        return None
+    check_tensor(residual, "residual", INPUT_DTYPES)
+    if residual.shape != x.shape or residual.device != x.device:
+        raise ValueError(
+            f"residual must have x's shape and device; got x of shape {tuple(x.shape)} on {x.device}, "
+            f"residual of shape {tuple(residual.shape)} on {residual.device}")
+    return residual.dtype if residual_dtype is None else _out_dtype(residual_dtype, "residual_dtype")
 
 
 def _check_in_place(x, weight, bias, residual, residual_dtype, stable) -> None:

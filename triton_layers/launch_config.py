@@ -170,6 +170,10 @@ class LayerNormLaunch:
     """Elements a thread holds: a program's warps are its tile over 32 times this (capped per kernel)."""
     fwd_warps: Optional[int] = None
     """Warps of a forward program; None: by the tile (the rule in kernels/_layer_norm_launch.py)."""
+    fp8_tile_elements: int = 8192
+    """Elements an FP8 norm program holds (whole rows: as many as fit, at least one)."""
+    fp8_elems_per_thread: int = 64
+    """Elements a thread of an FP8 norm program holds: its warps are its tile over 32 times this."""
     fwd_4_warps_8192_gpus: tuple[str, ...] = ("H200",)
     """GPUs where 2-byte whole rows of 8,192 without a residual take 4 warps instead of 16."""
     bwd_programs_per_sm: int = 2

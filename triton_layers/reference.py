@@ -15,6 +15,7 @@ from torch import Tensor
 
 # The ops' own value checker: a bad value gets here the error it gets from the op or module.
 from ._values import check_flag, check_int, check_k_within_row, check_number
+from .fp8 import AMAX_FLOOR, GROUP_SIZE, FP8Recipe, new_scales
 
 # Same floor as the kernels: an all-zero row is divided by this, not by zero.
 STABLE_MIN_SCALE = 1e-30
@@ -77,6 +78,70 @@ def norm(
     y = y.to(out_dtype or x.dtype)
     return y if h is None else (y, h)
 
+
+
+def norm_fp8(
+    x: Tensor,
+    weight: Optional[Tensor],
+    bias: Optional[Tensor],
+    eps: float,
+    recipe: FP8Recipe,
+    scale: Optional[Tensor] = None,
+    *,
+    rms: bool = False,
+    unit_offset: bool = False,
+    cast_before_weight: bool = False,
+    residual: Optional[Tensor] = None,
+    residual_dtype: Optional[torch.dtype] = None,
+) -> tuple[Tensor, Tensor, Optional[Tensor], Tensor]:
+    """The norm, then FP8 by ``recipe`` (``triton_layers/fp8.py`` has the conventions):
+    ``(data, scale, h, y)`` with ``y`` the norm's output in fp32 before quantization
+    (differentiable) and ``h`` the residual sum or None. ``scale`` (a one-element tensor):
+    the static per-tensor scale."""
+    out = norm(x, weight, bias, eps, rms=rms, unit_offset=unit_offset, cast_before_weight=cast_before_weight,
+               residual=residual, residual_dtype=residual_dtype, out_dtype=torch.float32)
+    y, h = out if residual is not None else (out, None)
+    data, scales = quantize_fp8(y.detach(), recipe, scale)
+    return data, scales, h, y
+
+
+def quantize_fp8(y: Tensor, recipe: FP8Recipe, scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    """``(data, scale)``: fp32 ``y`` (rows of its last dim) quantized by ``recipe``; ``scale``
+    given: the static per-tensor scale."""
+    y = y.to(torch.float32)
+    fp8_max = recipe.fp8_max
+    lead, n_cols = y.shape[:-1], y.shape[-1]
+    if recipe.granularity == "per_group":
+        values = y.reshape(*lead, n_cols // GROUP_SIZE, GROUP_SIZE)
+        amax = values.abs().amax(dim=-1, keepdim=True)
+    elif recipe.granularity == "per_token":
+        values, amax = y, y.abs().amax(dim=-1, keepdim=True)
+    else:
+        values, amax = y, y.abs().amax() if y.numel() else y.new_zeros(())
+    if scale is not None:
+        s = scale.to(torch.float32).reshape(())
+    else:
+        if recipe.scale_ub is not None:
+            amax = amax.clamp_max(recipe.scale_ub)
+        s = amax.clamp_min(AMAX_FLOOR) / fp8_max
+        if recipe.pow2_scales:
+            s = pow2_ceil(s)
+    data = (values * (1.0 / s)).clamp(-fp8_max, fp8_max).to(recipe.dtype).reshape(y.shape)
+    if recipe.column_major_scales:
+        scales = new_scales(recipe, tuple(lead), n_cols, y)
+        return data, scales.copy_(s.reshape(-1, n_cols // GROUP_SIZE))
+    # (the scales as computed, not copied into a new tensor: a DTensor's keep its rows' sharding)
+    scales = s.reshape(recipe.scale_shape(tuple(lead), n_cols))
+    return data, scales.clone() if scale is not None else scales  # (a given scale: never aliased)
+
+
+def pow2_ceil(s: Tensor) -> Tensor:
+    """The smallest power of two >= each (positive, normal) fp32 ``s``: from the bits (the
+    exponent, raised by one where any mantissa bit is set), so exact where ``ceil(log2(s))``
+    can round the wrong way."""
+    bits = s.to(torch.float32).contiguous().view(torch.int32)
+    up = torch.where((bits & 0x7FFFFF) != 0, 0x800000, 0).to(torch.int32)
+    return ((bits & 0x7F800000) + up).view(torch.float32)
 
 def layer_norm(
     x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool

@@ -569,6 +569,8 @@ def _picker(positions: tuple[int, ...]) -> Callable[[tuple], tuple]:
     if len(positions) == 1:
         (i,) = positions
         return lambda t: (t[i],)
+    if not positions:  # (an op with nothing differentiable: the FP8 norms')
+        return lambda t: ()
     return operator.itemgetter(*positions)
 
 

@@ -1,8 +1,10 @@
 """The differentiable kernel ops, each callable with its description's inputs (2-D, last stride 1),
-and residual_norm's in-place serving form (eager, no autograd)."""
+residual_norm's in-place serving form (eager, no autograd) and the FP8 norms (norm_fp8, and its
+door norm_fp8_door, which makes it differentiable straight through)."""
 from ._sharding import register_rules
 from .coor_descent import coor_descent
 from .layer_norm import norm, residual_norm, residual_norm_in_place
+from .norm_fp8 import fits as norm_fp8_fits, norm_fp8, norm_fp8_door
 from .softmax import softmax
 from .weighted_sum import weighted_sum
 

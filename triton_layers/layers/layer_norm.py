@@ -9,7 +9,8 @@ from torch import Tensor, nn
 from .. import functional as F
 from ._autocast import autocast_dtype
 from ._compiled import use_triton_for
-from ._config import check_flag, check_normalized_shape, check_number, check_use_triton
+from ..fp8 import FP8Recipe, FP8Rows
+from ._config import check_flag, check_fp8, check_fp8_call, check_normalized_shape, check_number, check_use_triton
 
 
 class TritonLayerNorm(nn.Module):
@@ -31,6 +32,10 @@ class TritonLayerNorm(nn.Module):
             or buffer at all when False.
         stable: divide each row by its max |x| (a constant for autograd) first.
         use_triton: ``None`` auto, ``True``/``False`` force the kernels / the reference.
+        fp8: an :class:`~triton_layers.FP8Recipe`: ``forward`` returns the output as FP8
+            (:class:`~triton_layers.FP8Rows`, :func:`triton_layers.functional.layer_norm_fp8`),
+            normalizing the last dim (not with ``stable``). Also an attribute, as is
+            ``fp8_scale`` (None, or the static per-tensor scale: a one-element fp32 tensor).
 
     ``torch_ops_when_compiled`` (an attribute, False here; True on the modules ``convert``
     makes): under torch.compile, a call without a residual runs as torch ops, so that Inductor
@@ -39,6 +44,7 @@ class TritonLayerNorm(nn.Module):
 
     torch_ops_when_compiled: bool = False
     output_under_autocast: str = "autocast"  # (layers/_autocast.py: "autocast", "torch" or "unchanged")
+    fp8_scale: Optional[Tensor] = None
 
     def __init__(
         self,
@@ -50,9 +56,11 @@ class TritonLayerNorm(nn.Module):
         use_triton: Optional[bool] = None,
         device: Optional[Union[torch.device, str]] = None,
         dtype: Optional[torch.dtype] = None,
+        fp8: Optional[FP8Recipe] = None,
     ) -> None:
         super().__init__()
         self.normalized_shape = check_normalized_shape(normalized_shape)
+        self.fp8 = check_fp8(fp8, self.normalized_shape)
         self.eps = check_number(eps, "eps", minimum=0)
         self.elementwise_affine = check_flag(elementwise_affine, "elementwise_affine")
         bias = check_flag(bias, "bias")
@@ -75,12 +83,19 @@ class TritonLayerNorm(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor, residual: Optional[Tensor] = None, *,
-                residual_in_place: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
+                residual_in_place: bool = False) -> Union[Tensor, tuple[Tensor, Tensor], FP8Rows]:
         """Normalize ``x`` (any leading dims): ``y`` of x's shape and dtype (autocast's dtype
         under autocast). With a ``residual``: ``(y, h)``, ``h = x + residual`` in the residual's
         dtype and ``y`` its normalization, in one pass (``functional.layer_norm``).
         ``residual_in_place=True`` (serving, where no gradient flows): h is written into
-        ``residual``, returned as ``(y, residual)``."""
+        ``residual``, returned as ``(y, residual)``. With an ``fp8`` recipe: the
+        :class:`~triton_layers.FP8Rows` of ``functional.layer_norm_fp8``."""
+        if self.fp8 is not None:
+            check_fp8_call(self.fp8, self.normalized_shape, residual_in_place)
+            if self.stable:
+                raise ValueError("the FP8 norms have no stable mode: set fp8=None or stable=False")
+            return F._norm_fp8(x, self.weight, self.bias, self.eps, residual, None, self.fp8, self.fp8_scale,
+                               use_triton_for(self, residual), rms=False)
         out_dtype, autocast = autocast_dtype(self.output_under_autocast, x, False)
         return F._norm(x, self.weight, self.bias, self.eps, residual, out_dtype, None, use_triton_for(self, residual),
                        self.normalized_shape, rms=False, stable=self.stable, autocast=autocast,
@@ -91,6 +106,7 @@ class TritonLayerNorm(nn.Module):
             f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
             f"bias={self.bias is not None}, stable={self.stable}"
             + (", torch_ops_when_compiled=True" if self.torch_ops_when_compiled else "")
+            + (f", fp8={self.fp8}" if self.fp8 is not None else "")
         )
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:

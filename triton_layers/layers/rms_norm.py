@@ -10,7 +10,8 @@ from torch import Tensor, nn
 from .. import functional as F
 from ._autocast import autocast_dtype
 from ._compiled import use_triton_for
-from ._config import check_flag, check_normalized_shape, check_number, check_use_triton
+from ..fp8 import FP8Recipe, FP8Rows
+from ._config import check_flag, check_fp8, check_fp8_call, check_normalized_shape, check_number, check_use_triton
 
 
 class TritonRMSNorm(nn.Module):
@@ -29,6 +30,10 @@ class TritonRMSNorm(nn.Module):
         unit_offset: Gemma's form ``norm(x) * (1 + weight)`` (in fp32, then cast);
             ``weight`` is zeros at init.
         use_triton: ``None`` auto, ``True``/``False`` force the kernels / the reference.
+        fp8: an :class:`~triton_layers.FP8Recipe`: ``forward`` returns the output as FP8
+            (:class:`~triton_layers.FP8Rows`, :func:`triton_layers.functional.rms_norm_fp8`),
+            normalizing the last dim. Also an attribute, as is ``fp8_scale`` (None, or the
+            static per-tensor scale: a one-element fp32 tensor).
 
     ``forward(x, residual=None)``: ``y``, or ``(y, h)`` with ``h = x + residual`` (see
     :func:`triton_layers.functional.rms_norm`).
@@ -46,6 +51,7 @@ class TritonRMSNorm(nn.Module):
     cast_before_weight: bool = False
     torch_ops_when_compiled: bool = False
     output_under_autocast: str = "autocast"  # (layers/_autocast.py: "autocast", "torch" or "unchanged")
+    fp8_scale: Optional[Tensor] = None
 
     def __init__(
         self,
@@ -57,9 +63,11 @@ class TritonRMSNorm(nn.Module):
         use_triton: Optional[bool] = None,
         device: Optional[Union[torch.device, str]] = None,
         dtype: Optional[torch.dtype] = None,
+        fp8: Optional[FP8Recipe] = None,
     ) -> None:
         super().__init__()
         self.normalized_shape = check_normalized_shape(normalized_shape)
+        self.fp8 = check_fp8(fp8, self.normalized_shape)
         self.eps = check_number(eps, "eps", minimum=0, allow_none=True)
         self.elementwise_affine = check_flag(elementwise_affine, "elementwise_affine")
         self.unit_offset = check_flag(unit_offset, "unit_offset")
@@ -87,12 +95,18 @@ class TritonRMSNorm(nn.Module):
         self.eps = value
 
     def forward(self, x: Tensor, residual: Optional[Tensor] = None, *,
-                residual_in_place: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
+                residual_in_place: bool = False) -> Union[Tensor, tuple[Tensor, Tensor], FP8Rows]:
         """Normalize ``x`` (any leading dims): ``y`` of x's shape and dtype (autocast's dtype
         under autocast). With a ``residual``: ``(y, h)``, ``h = x + residual`` in the
         residual's dtype and ``y`` its normalization, in one pass. ``residual_in_place=True``
         (serving, where no gradient flows): h is written into ``residual``, returned as
-        ``(y, residual)`` (``functional.layer_norm`` says more)."""
+        ``(y, residual)`` (``functional.layer_norm`` says more). With an ``fp8`` recipe: the
+        :class:`~triton_layers.FP8Rows` of ``functional.rms_norm_fp8``."""
+        if self.fp8 is not None:
+            check_fp8_call(self.fp8, self.normalized_shape, residual_in_place)
+            return F._norm_fp8(x, self.weight, None, self.eps, residual, None, self.fp8, self.fp8_scale,
+                               use_triton_for(self, residual), rms=True, unit_offset=self.unit_offset,
+                               cast_before_weight=self.cast_before_weight)
         out_dtype, autocast = autocast_dtype(self.output_under_autocast, x, True)
         return F._norm(
             x, self.weight, None, self.eps, residual, out_dtype, None,  # (eps None: torch's default for x's dtype)
@@ -104,6 +118,7 @@ class TritonRMSNorm(nn.Module):
         extra = ", unit_offset=True" if self.unit_offset else ""
         extra += ", cast_before_weight=True" if self.cast_before_weight else ""
         extra += ", torch_ops_when_compiled=True" if self.torch_ops_when_compiled else ""
+        extra += f", fp8={self.fp8}" if self.fp8 is not None else ""
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}{extra}"
 
     @classmethod

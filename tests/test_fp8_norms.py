@@ -1,0 +1,391 @@
+"""FP8 out of the norms (triton_layers/fp8.py, kernels/norm_fp8.py): every recipe against the
+reference (the norm in fp32, the scale, torch's saturating cast), counting the FP8 values an
+fp32 rounding of the statistics moved (each at most one FP8 step); the reference against an
+independent definition; the straight-through gradients; the modules; bad inputs; and the
+FP8 cast itself (Triton's interpreter's is not torch's, ours is)."""
+import math
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+import torch.nn.functional as TF
+
+import triton_layers
+from triton_layers import FP8Activation, FP8Recipe, FP8Rows, functional as F, reference
+from triton_layers.fp8 import dequantize
+from triton_layers.kernels.norm_fp8 import _quantize
+from tests.conftest import DEVICE
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+RMS_EPS = torch.finfo(torch.float32).eps
+
+# (granularity, extra recipe fields, static scale?)
+RECIPES = [
+    ("per_tensor", {}, True),
+    ("per_tensor", {}, False),
+    ("per_tensor", {"pow2_scales": True}, False),
+    ("per_token", {}, False),
+    ("per_token", {"pow2_scales": True}, False),
+    ("per_token", {"scale_ub": 1.5}, False),
+    ("per_group", {}, False),
+    ("per_group", {"column_major_scales": True, "pow2_scales": True}, False),
+]
+
+
+def fp8_steps_apart(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """How many FP8 values apart each pair is (+0 and -0 are one value)."""
+    def index(t):
+        bits = t.view(torch.uint8).to(torch.int32)
+        mag = bits & 0x7F
+        return torch.where(bits >= 128, -mag, mag)
+    return (index(a) - index(b)).abs()
+
+
+def check_rows(got: FP8Rows, want: tuple, recipe: FP8Recipe) -> None:
+    """``got`` equals the reference's ``(data, scale, h, _)`` but where the fp32 statistics'
+    rounding moved a value: at most one FP8 step, in at most 1% of the values (and the scales
+    within 4 fp32 roundings, or for power-of-two scales equal but in 1% of them)."""
+    data, scale, h = want[:3]
+    assert got.data.dtype == recipe.dtype and got.data.shape == data.shape
+    assert got.scale.shape == scale.shape and got.scale.stride() == scale.stride()
+    steps = fp8_steps_apart(got.data, data)
+    assert steps.numel() == 0 or steps.max().item() <= 1, f"an FP8 value {steps.max().item()} steps from the reference"
+    assert steps.count_nonzero().item() <= max(2, data.numel() // 100), \
+        f"{steps.count_nonzero().item()} of {data.numel()} FP8 values moved by a rounding"
+    if recipe.pow2_scales:
+        assert (got.scale != scale).count_nonzero().item() <= max(1, scale.numel() // 100)
+    else:
+        torch.testing.assert_close(got.scale, scale, rtol=4 * 2.0 ** -23, atol=0)
+    if h is None:
+        assert got.h is None
+    else:
+        assert got.h is not None and got.h.dtype == h.dtype and got.h.shape == h.shape
+
+
+def recipe_of(granularity, fields, dtype=torch.float8_e4m3fn) -> FP8Recipe:
+    return FP8Recipe(granularity, dtype, **fields)
+
+
+@pytest.mark.parametrize("rms", [True, False], ids=["rms", "layer"])
+@pytest.mark.parametrize("granularity,fields,static", RECIPES)
+@pytest.mark.parametrize("fp8", FP8, ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_recipes_equal_the_reference(device, rms, granularity, fields, static, fp8, x_dtype):
+    m, n = 19, 384  # (odd rows; three groups of 128)
+    x = (torch.randn(m, n, device=device) * 3 + 0.5).to(x_dtype)
+    w = torch.randn(n, device=device)
+    b = torch.randn(n, device=device) if not rms else None
+    recipe = recipe_of(granularity, fields, fp8)
+    scale = torch.tensor([0.0173], device=device) if static else None
+    eps = RMS_EPS if rms else 1e-5
+    if rms:
+        got = F.rms_norm_fp8(x, w, recipe=recipe, scale=scale)
+    else:
+        got = F.layer_norm_fp8(x, w, b, recipe=recipe, scale=scale)
+    check_rows(got, reference.norm_fp8(x, w, b, eps, recipe, scale, rms=rms), recipe)
+    assert got.activation is None  # (no gradient asked)
+
+
+@pytest.mark.parametrize("residual_dtype", [torch.float32, torch.bfloat16], ids=["h_fp32", "h_bf16"])
+@pytest.mark.parametrize("granularity", ["per_tensor", "per_token", "per_group"])
+def test_fused_residual(device, residual_dtype, granularity):
+    m, n = 13, 256
+    x = torch.randn(m, n, device=device, dtype=torch.bfloat16)
+    r = torch.randn(m, n, device=device, dtype=residual_dtype)
+    w = torch.randn(n, device=device)
+    recipe = FP8Recipe(granularity)
+    got = F.rms_norm_fp8(x, w, recipe=recipe, residual=r)
+    want_h = (x.to(residual_dtype) + r)
+    # (the interpreter rounds a bf16 h toward zero where the GPU rounds to nearest: one ulp)
+    torch.testing.assert_close(got.h, want_h, rtol=2 ** -7 if residual_dtype == torch.bfloat16 else 0, atol=0)
+    # the norm of the h the kernel wrote, by the reference
+    check_rows(got, (*reference.norm_fp8(got.h, w, None, RMS_EPS, recipe, rms=True)[:2], got.h), recipe)
+
+
+def test_the_reference_against_an_independent_definition():
+    """The reference's y is torch's rms_norm (float64), and data * scale gives it back to FP8's
+    precision; the scales are amax / 448 (power of two: 2 ** ceil(log2) away from ties)."""
+    x = torch.randn(33, 256, dtype=torch.float64) * 2
+    w = torch.randn(256, dtype=torch.float64)
+    y = TF.rms_norm(x, (256,), w, eps=1e-6)
+    for granularity in ("per_tensor", "per_token", "per_group"):
+        recipe = FP8Recipe(granularity)
+        data, scale, _, y_ref = reference.norm_fp8(x, w, None, 1e-6, recipe, rms=True)
+        torch.testing.assert_close(y_ref.double(), y, rtol=1e-6, atol=1e-6)
+        back = dequantize(data, scale, granularity, torch.float64)
+        # e4m3 keeps 3 mantissa bits: a relative error of 2**-4, or one step of the smallest
+        # normal's exponent times the scale near zero
+        assert ((back - y).abs() <= y.abs() * 2.0 ** -4 + scale.max() * 2.0 ** -9).all()
+        if granularity == "per_token":
+            torch.testing.assert_close(scale.double(), y.abs().amax(-1, keepdim=True) / 448, rtol=1e-6, atol=0)
+    s = torch.tensor([0.3, 1.0, 1.0000001, 2.5, 4.0, 1e-20], dtype=torch.float32)
+    assert reference.pow2_ceil(s).tolist() == [0.5, 1.0, 2.0, 4.0, 4.0, 2.0 ** math.ceil(math.log2(1e-20))]
+
+
+@triton.jit
+def _cast_kernel(V, Out, n, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, EXACT_CAST: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    v = tl.load(V + i, mask=i < n, other=0.0)
+    tl.store(Out + i, _quantize(v, 1.0, FP8_MAX, IS_E5M2, EXACT_CAST), mask=i < n)
+
+
+def _cast_through_kernel(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``values`` (fp32) through the kernels' own cast, as the norm kernel casts (EXACT_CAST
+    on the CPU, where Triton's interpreter runs it)."""
+    n = values.numel()
+    out = torch.empty(n, dtype=dtype, device=values.device)
+    exact = not values.is_cuda
+    _cast_kernel[(1,)](values, out.view(torch.uint8) if exact else out, n, FP8_MAX=float(torch.finfo(dtype).max),
+                       IS_E5M2=dtype == torch.float8_e5m2, EXACT_CAST=exact, BLOCK=triton.next_power_of_2(n))
+    return out
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=["e4m3", "e5m2"])
+def test_the_fp8_cast_is_torchs(device, fp8):
+    """Our cast equals torch's saturating cast on every kind of value: subnormals, ties, the
+    range's edge, overflow, NaN. (Triton's interpreter's own conversion is not torch's: it
+    rounded values near the bottom binades wrongly, which our kernel's EXACT_CAST avoids.)"""
+    fmax = torch.finfo(fp8).max
+    grid = torch.arange(256, dtype=torch.uint8).view(fp8).float()
+    grid = grid[grid.isfinite()]
+    mids = (grid.sort().values[1:] + grid.sort().values[:-1]) / 2  # ties: round to even
+    values = torch.cat([
+        torch.randn(3000) * torch.logspace(-12, 5, 3000), grid, mids, mids.nextafter(torch.tensor(0.0)),
+        torch.tensor([fmax, -fmax, fmax * 1.01, -fmax * 1e3, 1e30, float("inf"), -float("inf"), 0.0, -0.0,
+                      float("nan")])])
+    got = _cast_through_kernel(values.to(device), fp8).cpu()
+    want = values.clamp(-fmax, fmax).to(fp8)
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize("rms", [True, False], ids=["rms", "layer"])
+@pytest.mark.parametrize("with_residual", [False, True], ids=["plain", "residual"])
+def test_straight_through_gradients(device, rms, with_residual):
+    """The activation's gradient reaches x, the residual and the parameters as the norm's
+    backward on it (the fp32 norm's, by autograd through the reference)."""
+    m, n = 11, 256
+    x = torch.randn(m, n, device=device, requires_grad=True)
+    r = torch.randn(m, n, device=device, requires_grad=True) if with_residual else None
+    w = torch.randn(n, device=device, requires_grad=True)
+    b = None if rms else torch.randn(n, device=device, requires_grad=True)
+    g, gh = torch.randn(m, n, device=device), torch.randn(m, n, device=device)
+    recipe = FP8Recipe("per_group")
+    out = (F.rms_norm_fp8(x, w, recipe=recipe, residual=r) if rms
+           else F.layer_norm_fp8(x, w, b, recipe=recipe, residual=r))
+    assert isinstance(out.activation, FP8Activation) and out.activation.dtype == x.dtype
+    assert not out.data.requires_grad and not out.scale.requires_grad
+    loss = (out.activation * g).sum() + ((out.h * gh).sum() if r is not None else 0)
+    inputs = [t for t in (x, r, w, b) if t is not None]
+    got = torch.autograd.grad(loss, inputs)
+    y = reference.norm(x, w, b, RMS_EPS if rms else 1e-5, rms=rms, residual=r, out_dtype=torch.float32)
+    y, h = y if r is not None else (y, None)
+    want = torch.autograd.grad((y * g).sum() + ((h * gh).sum() if h is not None else 0), inputs)
+    for a, c in zip(got, want):
+        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-5)
+
+
+def test_straight_through_low_precision(device):
+    """bf16 inputs and weight: the gradients in their dtypes, within bf16 of the reference's."""
+    x = torch.randn(9, 256, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = (1 + 0.1 * torch.randn(256, device=device)).to(torch.bfloat16).requires_grad_()
+    g = torch.randn(9, 256, device=device, dtype=torch.bfloat16)
+    out = F.rms_norm_fp8(x, w, recipe=FP8Recipe("per_token"))
+    dx, dw = torch.autograd.grad((out.activation * g).sum(), (x, w))
+    assert dx.dtype == dw.dtype == torch.bfloat16
+    y = reference.norm(x, w, None, RMS_EPS, rms=True)
+    rx, rw = torch.autograd.grad((y * g).sum(), (x, w))
+    torch.testing.assert_close(dx, rx, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(dw, rw, rtol=2e-2, atol=5e-2)
+
+
+def test_activation_is_the_dequantized_value(device):
+    x = torch.randn(4, 3, 256, device=device, requires_grad=True)
+    out = F.rms_norm_fp8(x, None, recipe=FP8Recipe("per_group"))
+    act = out.activation
+    torch.testing.assert_close(act.dequantize(), dequantize(out.data, out.scale, "per_group", x.dtype))
+    # every torch op sees the dequantized value; detach keeps the FP8 form
+    torch.testing.assert_close(act * 2, act.dequantize() * 2)
+    assert isinstance(act.detach(), FP8Activation)
+    assert out.scale.shape == (4, 3, 2)
+
+
+def test_modules(device):
+    m = triton_layers.TritonRMSNorm(256, fp8=FP8Recipe("per_token"), device=device)
+    with torch.no_grad():
+        m.weight.normal_()
+    x = torch.randn(2, 5, 256, device=device)
+    got = m(x)
+    check_rows(got, reference.norm_fp8(x, m.weight, None, RMS_EPS, m.fp8, rms=True), m.fp8)
+    ln = triton_layers.TritonLayerNorm(256, fp8=FP8Recipe("per_tensor"), device=device)
+    ln.fp8_scale = torch.tensor([0.05], device=device)
+    r = torch.randn_like(x)
+    got = ln(x, r)
+    want = reference.norm_fp8(x, ln.weight, ln.bias, 1e-5, ln.fp8, ln.fp8_scale, residual=r)
+    check_rows(got, want, ln.fp8)
+    assert "fp8=FP8Recipe" in repr(m)
+    # the state_dict is the module's without FP8 (loads both ways)
+    assert set(m.state_dict()) == {"weight"}
+
+
+def test_empty_and_one_row(device):
+    for shape in ((0, 256), (1, 256), (2, 0, 128)):
+        x = torch.randn(shape, device=device)
+        for granularity in ("per_tensor", "per_token", "per_group"):
+            recipe = FP8Recipe(granularity)
+            got = F.rms_norm_fp8(x, None, recipe=recipe)
+            check_rows(got, reference.norm_fp8(x, None, None, RMS_EPS, recipe, rms=True), recipe)
+
+
+def test_rows_with_a_stride(device):
+    """The q slice of a wider tensor: read where it is, no copy."""
+    wide = torch.randn(7, 640, device=device)
+    x = wide[:, :384]
+    recipe = FP8Recipe("per_group", column_major_scales=True)
+    got = F.rms_norm_fp8(x, None, recipe=recipe)
+    check_rows(got, reference.norm_fp8(x, None, None, RMS_EPS, recipe, rms=True), recipe)
+    assert got.scale.stride() == (1, 8)  # (7 rows rounded up to 8: TMA-aligned columns)
+
+
+def test_plan_cache_fuzz(device):
+    """Calls of random recipes, shapes and grad modes in a random order, each against the
+    reference: a plan key that missed a recipe field would hand one call another's plan."""
+    gen = torch.Generator().manual_seed(1)
+    shapes = [(3, 128), (5, 256), (1, 384)]
+    recipes = [recipe_of(g, f, d) for g, f, _ in RECIPES for d in FP8]
+    for _ in range(40):
+        shape = shapes[torch.randint(len(shapes), (1,), generator=gen).item()]
+        recipe = recipes[torch.randint(len(recipes), (1,), generator=gen).item()]
+        grad = bool(torch.randint(2, (1,), generator=gen).item())
+        x = torch.randn(shape, generator=gen).to(device).requires_grad_(grad)
+        got = F.rms_norm_fp8(x, None, recipe=recipe)
+        check_rows(got, reference.norm_fp8(x.detach(), None, None, RMS_EPS, recipe, rms=True), recipe)
+        assert (got.activation is not None) == grad
+
+
+def test_float64_and_the_reference_path(device):
+    x = torch.randn(5, 256, dtype=torch.float64, device=device)
+    recipe = FP8Recipe("per_token")
+    got = F.rms_norm_fp8(x, None, recipe=recipe)
+    data, scale, _, _ = reference.norm_fp8(x, None, None, torch.finfo(torch.float64).eps, recipe, rms=True)
+    assert torch.equal(got.data.view(torch.uint8), data.view(torch.uint8)) and torch.equal(got.scale, scale)
+    got = F.rms_norm_fp8(x.float(), None, recipe=recipe, use_triton=False)
+    assert got.data.dtype == torch.float8_e4m3fn
+
+
+def test_bad_inputs(device):
+    x = torch.randn(4, 200, device=device)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        F.rms_norm_fp8(x, None, recipe=FP8Recipe("per_group"))
+    x = torch.randn(4, 256, device=device)
+    with pytest.raises(ValueError, match="> 0"):
+        F.rms_norm_fp8(x, None, recipe=FP8Recipe("per_tensor"), scale=torch.tensor([0.0], device=device))
+    with pytest.raises(ValueError, match="per tensor"):
+        F.rms_norm_fp8(x, None, recipe=FP8Recipe("per_token"), scale=torch.tensor([1.0], device=device))
+    with pytest.raises(TypeError, match="float32"):
+        F.rms_norm_fp8(x, None, recipe=FP8Recipe("per_tensor"), scale=torch.tensor([1], device=device))
+    with pytest.raises(TypeError, match="FP8Recipe"):
+        F.rms_norm_fp8(x, None, recipe="per_token")
+    with pytest.raises(ValueError, match="weight must have shape"):
+        F.rms_norm_fp8(x, torch.ones(128, device=device))
+    with pytest.raises(ValueError, match="granularity"):
+        FP8Recipe("per_block")
+    with pytest.raises(TypeError, match="float8"):
+        FP8Recipe("per_token", torch.bfloat16)
+    with pytest.raises(ValueError, match="scale_ub"):
+        FP8Recipe("per_group", scale_ub=2.0)
+    with pytest.raises(ValueError, match="scale_ub"):
+        FP8Recipe("per_token", scale_ub=0.0)
+    with pytest.raises(ValueError, match="column_major_scales"):
+        FP8Recipe("per_token", column_major_scales=True)
+    with pytest.raises(ValueError, match="last dim"):
+        triton_layers.TritonRMSNorm((2, 128), fp8=FP8Recipe())
+    m = triton_layers.TritonRMSNorm(256, fp8=FP8Recipe(), device=device)
+    with pytest.raises(ValueError, match="residual_in_place"), torch.no_grad():
+        m(x, torch.randn_like(x), residual_in_place=True)
+
+
+def test_compile_fullgraph(device):
+    """torch.compile(fullgraph=True) over an FP8 norm: on a GPU the kernel's custom op, on the
+    CPU the reference (the interpreter cannot be traced); both give the eager result."""
+    x = torch.randn(6, 256, device=device, dtype=torch.bfloat16)
+    w = torch.randn(256, device=device, dtype=torch.bfloat16)
+    recipe = FP8Recipe("per_token")
+
+    def f(x, w):
+        out = F.rms_norm_fp8(x, w, recipe=recipe)
+        return out.data, out.scale
+
+    torch._dynamo.reset()
+    data, scale = torch.compile(f, fullgraph=True)(x, w)
+    check_rows(FP8Rows(data, scale), reference.norm_fp8(x, w, None, RMS_EPS, recipe, rms=True), recipe)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="a CUDA graph needs a GPU")
+def test_cuda_graph():
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    recipes = [FP8Recipe(g) for g in ("per_tensor", "per_token", "per_group")]
+    with torch.no_grad():
+        for recipe in recipes:  # (warm: plans and compiled kernels before the capture)
+            F.rms_norm_fp8(x, w, recipe=recipe)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = [F.rms_norm_fp8(x, w, recipe=recipe) for recipe in recipes]
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+    for recipe, got in zip(recipes, outs):
+        check_rows(got, reference.norm_fp8(x, w, None, RMS_EPS, recipe, rms=True), recipe)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the training shape on a GPU")
+@pytest.mark.parametrize("granularity", ["per_tensor", "per_token", "per_group"])
+def test_training_shape_on_the_gpu(granularity):
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(4096, device="cuda")).to(torch.bfloat16)
+    r = torch.randn_like(x)
+    recipe = FP8Recipe(granularity)
+    got = F.rms_norm_fp8(x, w, recipe=recipe, residual=r)
+    check_rows(got, (*reference.norm_fp8(got.h, w, None, RMS_EPS, recipe, rms=True)[:2], got.h), recipe)
+    torch.testing.assert_close(got.h, x + r, rtol=0, atol=0)
+
+
+class _DequantizedLinear(torch.autograd.Function):
+    """A consumer of the activation with its own backward (as an FP8 GEMM's would be)."""
+
+    @staticmethod
+    def forward(ctx, activation, weight):
+        ctx.save_for_backward(activation, weight)
+        return activation.dequantize().float() @ weight.t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        activation, weight = ctx.saved_tensors
+        return grad @ weight, grad.t() @ activation.dequantize().float()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager"])
+def test_training_under_compile(device, backend):
+    """The activation through an autograd.Function consumer, compiled fullgraph: the same
+    gradients as eager (the subclass flattens to its FP8 data and scale for Dynamo; an
+    earlier form without that lost x's gradient silently)."""
+    x0, w0, lin0 = torch.randn(4, 256, device=device), torch.randn(256, device=device), torch.randn(64, 256,
+                                                                                                   device=device)
+
+    def loss(x, w, lin):
+        return _DequantizedLinear.apply(F.rms_norm_fp8(x, w, recipe=FP8Recipe("per_token")).activation, lin).sum()
+
+    def grads(fn):
+        tensors = [t.clone().requires_grad_() for t in (x0, w0, lin0)]
+        fn(*tensors).backward()
+        return [t.grad for t in tensors]
+
+    want = grads(loss)
+    torch._dynamo.reset()
+    got = grads(torch.compile(loss, backend=backend, fullgraph=True))
+    for a, b in zip(got, want):
+        assert a is not None
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,359 @@
+"""LayerNorm and RMSNorm (with the optional fused residual add) writing FP8: the norm and
+its quantization in one pass over the rows, scales per tensor, per token or per 1x128
+group (``triton_layers/fp8.py`` has the recipes and conventions; ``reference.norm_fp8``
+the definition). The backward is the norms' own (kernels/layer_norm.py), on the gradient
+of the dequantized output: straight through the quantization.
+
+One program normalizes BLOCK_M whole rows held in registers (rows up to the forward's
+``fwd_max_fused_cols``; longer ones take the reference). What each recipe adds to the norm:
+
+- per token: the row's amax, its scale, the row's data (the row is in registers: no extra
+  pass over memory);
+- per group: the same per 128-column block of the row (the tile seen as
+  ``(BLOCK_M, BLOCK_N / 128, 128)``);
+- per tensor, static: the given scale, loaded once per program;
+- per tensor, dynamic: two launches. The first computes every row's output and folds its
+  amax into one fp32 cell (``atomic_max``: order-free, exact), writing h and the
+  statistics; the second computes the rows again from x (and the residual) and writes the
+  data with the scale taken from that amax. The input is read twice: a per-tensor scale
+  depends on every row.
+
+The FP8 cast: on a GPU Triton's conversion (``cvt.rn.satfinite``: round to nearest even,
+subnormals kept), after the explicit clamp to the format's range. Triton's interpreter
+converts values that are not on the FP8 grid wrongly (it flushed e4m3 subnormals and rounded
+values near 2**-5 down a binade; a NaN became 384) but converts every exact FP8 value right,
+so on the CPU (``EXACT_CAST``) the kernel first rounds each value to the FP8 grid itself, in
+fp32 arithmetic, and writes NaN's bits directly. ``tests/test_fp8_norms.py`` checks both
+against torch's own cast.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import NamedTuple, Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .. import launch_config
+from ..fp8 import AMAX_FLOOR, GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows, new_scales
+from . import _common, _doors, _eager
+from . import _layer_norm_launch as _rules
+from . import layer_norm as _norms
+from ._fast_launch import current_device
+from ._norm_helpers import affine, div, load_input
+
+# (a tl.constexpr: compiled Triton reads constexpr globals only)
+AMAX_FLOOR_C = tl.constexpr(AMAX_FLOOR)
+
+# The recipes' kernel modes.
+_STATIC, _AMAX, _FROM_AMAX, _PER_TOKEN, _PER_GROUP = 0, 1, 2, 3, 4
+
+
+@triton.jit
+def _scale_of(amax, scale_ub, FP8_MAX: tl.constexpr, HAS_UB: tl.constexpr, POW2: tl.constexpr):
+    """A dynamic dequantization scale from amax (fp32, any shape): max(min(amax, ub), floor)
+    / fp8_max, correctly rounded, and rounded up to a power of two with POW2."""
+    if HAS_UB:
+        amax = tl.minimum(amax, scale_ub)
+    s = tl.div_rn(tl.maximum(amax, AMAX_FLOOR_C), tl.zeros_like(amax) + FP8_MAX)
+    if POW2:
+        bits = s.to(tl.int32, bitcast=True)
+        bits = (bits & 0x7F800000) + tl.where((bits & 0x7FFFFF) != 0, 0x800000, 0)
+        s = bits.to(tl.float32, bitcast=True)
+    return s
+
+
+
+@triton.jit
+def _quantize(y, inv, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, EXACT_CAST: tl.constexpr):
+    """y * inv saturated to the format's range and cast to FP8; with EXACT_CAST the FP8 bits
+    as uint8, the value first rounded to the FP8 grid in fp32 (see the top)."""
+    v = y * inv
+    v = tl.minimum(tl.maximum(v, -FP8_MAX, propagate_nan=tl.PropagateNan.ALL), FP8_MAX,
+                   propagate_nan=tl.PropagateNan.ALL)
+    if IS_E5M2:
+        fp8 = tl.float8e5
+        mant_bits, min_exp = 2, -14
+    else:
+        fp8 = tl.float8e4nv
+        mant_bits, min_exp = 3, -6
+    if EXACT_CAST:
+        bits = v.to(tl.int32, bitcast=True)
+        exp = tl.maximum(((bits >> 23) & 0xFF) - 127, min_exp)
+        # (a + c) - c rounds a to a multiple of 2**(exp - mant_bits), to nearest even: c, 1.5
+        # times 2**23 of those steps, has that step as its ulp, and a + c stays in c's binade.
+        c = (((exp - mant_bits + 23 + 127) << 23) | 0x400000).to(tl.float32, bitcast=True)
+        a = (bits & 0x7FFFFFFF).to(tl.float32, bitcast=True)
+        r = ((a + c) - c).to(tl.int32, bitcast=True) | (bits & -2147483648)  # (the sign bit back)
+        q = r.to(tl.float32, bitcast=True).to(fp8).to(tl.uint8, bitcast=True)
+        return tl.where(v != v, 0x7F, q).to(tl.uint8)
+    return v.to(fp8)
+
+
+@triton.jit
+def _norm_fp8_kernel(
+    X, R, H, Q, W, B, Stats, Scales, Amax, GivenScale,
+    stride_x_row, stride_r_row, stride_h_row, stride_s_row, stride_s_group, M, N, eps, scale_ub,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, STORE_H: tl.constexpr, STORE_STATS: tl.constexpr,
+    MODE: tl.constexpr, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, HAS_UB: tl.constexpr, POW2: tl.constexpr,
+    EXACT_CAST: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    if not EXACT_CAST:  # (compiled, not the interpreter, whose floats stay Python's)
+        # torch.compile's launcher passes Python floats as fp64: computed in fp32, as eager calls are
+        eps = eps.to(tl.float32)
+        scale_ub = scale_ub.to(tl.float32)
+    pid = tl.program_id(0)
+    rows = pid.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < M
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    mask = row_mask[:, None] & col_mask[None, :]
+    Z = X  # the normalized input, for its dtype
+    if HAS_RESIDUAL:
+        Z = H
+    z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, STORE_H)
+    mean = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if not IS_RMS:
+        mean = div(tl.sum(z, axis=1), N)
+        z = tl.where(mask, z - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(div(tl.sum(z * z, axis=1), N) + eps)
+    y = affine(z * rstd[:, None], Z, W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET, CAST_BEFORE_WEIGHT)
+    y = tl.where(mask, y, 0.0)  # (a bias would leave values in the masked columns)
+    if STORE_STATS:  # (the norms' stats layout: LayerNorm (mean, rstd) rows, RMSNorm (rstd))
+        if IS_RMS:
+            tl.store(Stats + rows, rstd, mask=row_mask)
+        else:
+            tl.store(Stats + rows, mean, mask=row_mask)
+            tl.store(Stats + M + rows, rstd, mask=row_mask)
+    if MODE == 1:  # the dynamic per-tensor scale's first launch: the amax only
+        tl.atomic_max(Amax, tl.max(tl.max(tl.abs(y), axis=1), axis=0), sem="relaxed")
+    else:
+        out = Q + rows[:, None] * N + cols[None, :]
+        if MODE == 3:  # per token
+            s = _scale_of(tl.max(tl.abs(y), axis=1), scale_ub, FP8_MAX, HAS_UB, POW2)
+            q = _quantize(y, tl.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), s)[:, None], FP8_MAX, IS_E5M2,
+                          EXACT_CAST)
+            tl.store(Scales + rows * stride_s_row, s, mask=row_mask)
+        elif MODE == 4:  # per group of GROUP columns
+            y3 = tl.reshape(y, (BLOCK_M, BLOCK_N // GROUP, GROUP))
+            s = _scale_of(tl.max(tl.abs(y3), axis=2), scale_ub, FP8_MAX, HAS_UB, POW2)
+            inv = tl.div_rn(tl.full([BLOCK_M, BLOCK_N // GROUP], 1.0, tl.float32), s)
+            q = tl.reshape(_quantize(y3, inv[:, :, None], FP8_MAX, IS_E5M2, EXACT_CAST), (BLOCK_M, BLOCK_N))
+            groups = tl.arange(0, BLOCK_N // GROUP)
+            tl.store(Scales + rows[:, None] * stride_s_row + groups[None, :] * stride_s_group, s,
+                     mask=row_mask[:, None] & (groups[None, :] < N // GROUP))
+        else:  # one scale: given (MODE 0), or from the first launch's amax (MODE 2)
+            if MODE == 2:
+                s = _scale_of(tl.load(Amax), scale_ub, FP8_MAX, HAS_UB, POW2)
+            else:
+                s = tl.load(GivenScale).to(tl.float32)
+            q = _quantize(y, tl.div_rn(tl.zeros_like(s) + 1.0, s), FP8_MAX, IS_E5M2, EXACT_CAST)
+            if pid == 0:
+                tl.store(Scales, s)
+        tl.store(out, q, mask=mask)
+
+
+_MODES = {"per_token": _PER_TOKEN, "per_group": _PER_GROUP}
+
+
+class _Plan(NamedTuple):
+    launches: tuple  # one KernelCall, or two for the dynamic per-tensor scale (amax, then data)
+    stats_shape: Optional[tuple]  # None: no statistics (no backward will read them)
+    residual_dtype: Optional[torch.dtype]
+
+
+def fits(n_cols: int) -> bool:
+    """Whether rows of ``n_cols`` fit the kernel (whole rows in registers); longer ones take
+    the reference."""
+    return n_cols <= launch_config.current().layer_norm.fwd_max_fused_cols
+
+
+def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
+                  residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major, with_stats) -> _Plan:
+    """The launches for inputs of these shapes, strides and dtypes (x and residual: rows as
+    they are, ``_common.rows_as_is``); the outputs are new and contiguous."""
+    cfg = launch_config.current().layer_norm
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols if n_cols else 0
+    block_m, block_n, _ = _rules.row_tile(n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block,
+                                          cfg.fp8_tile_elements)
+    block_n = max(block_n, GROUP_SIZE if granularity == "per_group" else 1)
+    fp8_max = torch.finfo(fp8_dtype).max
+    strides = (_common.row_stride(x), 0 if residual is None else _common.row_stride(residual),
+               0 if residual is None else n_cols)
+    if granularity == "per_group" and column_major:
+        scale_strides = (1, (n_rows + 3) // 4 * 4)
+    else:
+        scale_strides = (n_cols // GROUP_SIZE if granularity == "per_group" else 1, 1)
+    switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
+                    HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
+                    FP8_MAX=float(fp8_max), IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
+                    POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_M=block_m,
+                    BLOCK_N=block_n, num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
+    args = (*strides, *scale_strides, n_rows, n_cols, eps, max(scale_ub, 0.0))
+    grid = (_common.cdiv(n_rows, block_m),)
+    device = _common.device_index(x)
+    if granularity == "per_tensor" and static_scale is None:
+        launches = (
+            _doors.KernelCall(_norm_fp8_kernel, grid, args, dict(switches, MODE=_AMAX, STORE_H=True,
+                                                                 STORE_STATS=with_stats), device),
+            _doors.KernelCall(_norm_fp8_kernel, grid, args, dict(switches, MODE=_FROM_AMAX, STORE_H=False,
+                                                                 STORE_STATS=False), device))
+    else:
+        mode = _MODES.get(granularity, _STATIC)
+        launches = (_doors.KernelCall(_norm_fp8_kernel, grid, args,
+                                      dict(switches, MODE=mode, STORE_H=True, STORE_STATS=with_stats), device),)
+    stats_shape = ((1 if rms else 2), *x.shape[:-1]) if with_stats else None
+    return _Plan(launches, stats_shape, residual_dtype if residual is not None else None)
+
+
+def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
+                 cast_before_weight, residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major,
+                 with_stats) -> tuple:
+    """``(data, scale, h, stats)``: h and stats empty where not asked (a custom op returns tensors)."""
+    data = _common.new_output(x, fp8_dtype)
+    recipe = FP8Recipe(granularity, fp8_dtype, pow2_scales, scale_ub if scale_ub > 0 else None, column_major)
+    scales = new_scales(recipe, tuple(x.shape[:-1]), x.shape[-1], x)
+    h = x.new_empty((0,)) if residual is None else _common.new_output(x, plan.residual_dtype)
+    stats = x.new_empty(plan.stats_shape if plan.stats_shape else (0,), dtype=torch.float32)
+    q = data.view(torch.uint8) if x.device.type == "cpu" else data  # (EXACT_CAST writes the bits)
+    amax = x.new_zeros((1,), dtype=torch.float32) if len(plan.launches) == 2 else None
+    # (None for a pointer the kernel does not read: under torch.compile one tensor passed as
+    # several pointers, one of them written, came back unwritten: the per-token scales, H100)
+    stats_arg = stats if plan.stats_shape else None
+    h_arg = h if residual is not None else None
+    for kernel in plan.launches:
+        kernel(launch, x, residual, h_arg, q, weight, bias, stats_arg, scales, amax, static_scale)
+    return data, scales, h, stats
+
+
+def _no_backward(*_):
+    raise RuntimeError("norm_fp8 has no backward of its own: its straight-through gradient is the norm's "
+                       "(kernels/norm_fp8.py, NormFP8)")
+
+
+norm_fp8 = _doors.Op(_doors.OpDescription(
+    name="norm_fp8",
+    inputs=(("x", Tensor), ("residual", Optional[Tensor]), ("weight", Optional[Tensor]), ("bias", Optional[Tensor]),
+            ("static_scale", Optional[Tensor]), ("eps", float), ("rms", bool), ("unit_offset", bool),
+            ("cast_before_weight", bool), ("residual_dtype", torch.dtype), ("fp8_dtype", torch.dtype),
+            ("granularity", str), ("pow2_scales", bool), ("scale_ub", float), ("column_major", bool),
+            ("with_stats", bool)),
+    outputs=("data", "scale", "h", "stats"),
+    residuals=(),
+    plan_forward=_plan_forward,
+    run_forward=_run_forward,
+    saved=(),
+    save=lambda inputs, results, needs: (),
+    plan_backward=_no_backward,
+    run_backward=_no_backward,
+    differentiable=(),
+    row_strided=("x", "residual"),
+))
+"""``norm_fp8(x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
+residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major, with_stats) ->
+(data, scale, h, stats)``: the norm of 2-D rows (``x + residual`` in ``residual_dtype`` with a
+residual) quantized to FP8; ``scale_ub`` <= 0: none; ``with_stats``: the norms' statistics
+for the backward (else an empty tensor, as h without a residual). No autograd of its own:
+:class:`NormFP8` makes it differentiable (straight through)."""
+
+
+class _StraightThrough(torch.autograd.Function):
+    """norm_fp8 with the norm's backward on the gradient of the dequantized output."""
+
+    @staticmethod
+    def forward(ctx, plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
+                residual_dtype, out_dtype, recipe):
+        data, scale, h, stats = norm_fp8.call_planned(plan, *_op_args(
+            x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight, residual_dtype,
+            recipe, True))
+        ctx.flags = (rms, False, unit_offset, cast_before_weight, eps)  # (the norms' saved flags; stable False)
+        ctx.has_residual = residual is not None
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (x, residual, weight, bias))
+        ctx.save_for_backward(x if residual is None else h, weight, stats)
+        ctx.mark_non_differentiable(data, scale)
+        return FP8Activation(data, scale, recipe.granularity, out_dtype), data, scale, h if ctx.has_residual else None
+
+    @staticmethod
+    def backward(ctx, d_activation, _d_data, _d_scale, d_h):
+        op = _norms.residual_norm if ctx.has_residual else _norms.norm
+        x_dtype, r_dtype, _, _ = ctx.dtypes
+        asked = ctx.needs_input_grad[1:5]
+        needs = dict(x=asked[0], weight=asked[2], bias=asked[3])
+        saved = (*op._as_saved(ctx.saved_tensors), *ctx.flags)  # (a hook may hand back another layout)
+        grads = (d_activation,)
+        if ctx.has_residual:
+            needs["residual"] = asked[1]
+            saved, grads = (*saved, x_dtype, r_dtype), (d_activation, d_h)
+        plain = _eager.ready(grads)  # (the launch boundary's rule: a collective in flight is waited)
+        if torch.is_grad_enabled() or plain is None:
+            # create_graph=True, or a gradient of another subclass: the norm's backward in torch ops
+            out = op.backward_graph(grads, needs, saved)
+        else:
+            out = op.backward(_doors.direct, plain, needs, *saved)
+        return (None, *[out[name].to(dtype) if need else None
+                        for name, need, dtype in zip(("x", "residual", "weight", "bias"), asked, ctx.dtypes)],
+                *([None] * 8))
+
+
+def _op_args(x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight, residual_dtype,
+             recipe, with_stats) -> tuple:
+    """norm_fp8's arguments from the door's."""
+    return (x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
+            x.dtype if residual_dtype is None else residual_dtype, recipe.dtype, recipe.granularity,
+            recipe.pow2_scales, float(recipe.scale_ub or 0.0), recipe.column_major_scales, with_stats)
+
+
+class _DoorPlan(NamedTuple):
+    op_plan: _doors.OpPlan
+    autograd: bool
+
+    def same_decisions(self, other: "_DoorPlan") -> bool:
+        return self.autograd == other.autograd and self.op_plan.same_decisions(other.op_plan)
+
+
+class NormFP8:
+    """The functional FP8 norms' kernel door: ``(x, residual, weight, bias, static_scale, eps,
+    rms, unit_offset, cast_before_weight, residual_dtype, out_dtype, recipe) ->``
+    :class:`~triton_layers.fp8.FP8Rows`, the activation differentiable (straight through)
+    where a gradient will flow. Planned by ``_eager.EagerOp`` as the ops of both doors are
+    (:meth:`plan`, :meth:`call_planned`); a call it cannot plan (traced: the custom op) goes
+    through :meth:`__call__`, with no gradient."""
+
+    desc = SimpleNamespace(name="norm_fp8")  # (its name, for _eager's messages)
+
+    def plan(self, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
+             residual_dtype, out_dtype, recipe) -> _DoorPlan:
+        autograd = torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                   for t in (x, residual, weight, bias))
+        op_args = _op_args(x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
+                           residual_dtype, recipe, autograd)
+        return _DoorPlan(norm_fp8.plan(*op_args), autograd)
+
+    def call_planned(self, plan: _DoorPlan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
+                     cast_before_weight, residual_dtype, out_dtype, recipe) -> FP8Rows:
+        if plan.autograd:
+            if plan.op_plan.device is not None and plan.op_plan.device != current_device():
+                with torch.cuda.device(plan.op_plan.device):  # (Triton launches on the current device)
+                    return self.call_planned(plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
+                                             cast_before_weight, residual_dtype, out_dtype, recipe)
+            activation, data, scale, h = _StraightThrough.apply(
+                plan.op_plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
+                residual_dtype, out_dtype, recipe)
+            return FP8Rows(data, scale, h, activation)
+        data, scale, h, _ = norm_fp8.call_planned(plan.op_plan, *_op_args(
+            x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight, residual_dtype,
+            recipe, False))
+        return FP8Rows(data, scale, h if residual is not None else None)
+
+    def __call__(self, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
+                 residual_dtype, out_dtype, recipe) -> FP8Rows:
+        data, scale, h, _ = norm_fp8(*_op_args(x, residual, weight, bias, static_scale, eps, rms, unit_offset,
+                                               cast_before_weight, residual_dtype, recipe, False))
+        return FP8Rows(data, scale, h if residual is not None else None)
+
+
+norm_fp8_door = NormFP8()
