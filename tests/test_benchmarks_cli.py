@@ -906,6 +906,50 @@ def test_decode_bench_dry_run(tmp_path, monkeypatch):
     assert all(math.isfinite(r["us"]) for r in rows if r["impl"] in ("triton_layers", "torch"))
 
 
+def test_fp8_bench_dry_run(tmp_path, monkeypatch, capsys):
+    """benchmarks/bench_fp8.py at its tiny shape on the CPU: every recipe's op, ours and the peers
+    side by side in fp8.csv (FlashInfer on the static ops only, where it imports), bf16 alone by
+    default, each op's bytes model, and no output that the case's check finds wrong."""
+    from benchmarks import bench_fp8
+
+    _dry_run(monkeypatch)  # QUICK_SHAPES: the PART's cpu_shapes, (3, 256)
+    bench_fp8.main(["--quick", "--out", str(tmp_path)])
+    assert "WARNING" not in capsys.readouterr().err
+    rows = report.read_csv(str(tmp_path / "fp8.csv"))
+    assert list(dict.fromkeys(r["op"] for r in rows)) == list(bench_fp8.OPS) == [op.name for op in parts.part("fp8").ops]
+    assert {(r["shape"], r["dtype"], r["direction"]) for r in rows} == {("3x256", "bfloat16", "fwd")}
+    flashinfer = ["flashinfer"] if bench_fp8._flashinfer() is not None else []
+    for op in bench_fp8.OPS:
+        assert [r["impl"] for r in rows if r["op"] == op] == [
+            "triton_layers", "unfused", "unfused_compiled_quant", "compile"] + (flashinfer if "static" in op else []), op
+    assert all(math.isfinite(r["us"]) and r["gpu_us"] == 50.0 for r in rows if r["impl"] != "flashinfer")
+    # M=3, D=256, s=2: x (768 elements: 1536 bytes; with the residual x, r, h: 4608), the FP8 data (768),
+    # the fp32 scales (a row: 12; a 128-column group: 24; the tensor: 4), the weight (512; and the bias: 1024)
+    expected = {"rmsnorm_fp8_per_token": 1536 + 768 + 12 + 512, "rmsnorm_fp8_per_tensor": 1536 + 768 + 4 + 512,
+                "rmsnorm_fp8_static": 1536 + 768 + 4 + 512, "rmsnorm_fp8_per_group": 1536 + 768 + 24 + 512,
+                "rmsnorm_fp8_per_group_colmajor": 1536 + 768 + 24 + 512,
+                "add_rmsnorm_fp8_per_token": 4608 + 768 + 12 + 512, "add_rmsnorm_fp8_static": 4608 + 768 + 4 + 512,
+                "layernorm_fp8_per_token": 1536 + 768 + 12 + 1024}
+    for r in rows:
+        assert r["gbps"] == pytest.approx(expected[r["op"]] / 50.0 / 1e3), (r["op"], r["impl"])
+    # a full run: the training and decode shapes, every op, bf16 unless --dtypes names others
+    keys = bench_fp8.cases(harness.parse_args("", []))
+    decode = {(m, d) for d in (4096, 8192) for m in (1, 8, 64, 512)}
+    assert {shape for _, _, shape in keys} == {(16384, 4096), (4096, 8192)} | decode
+    assert len(keys) == len(bench_fp8.OPS) * 10 and {dtype for _, dtype, _ in keys} == {torch.bfloat16}
+    assert {dtype for _, dtype, _ in bench_fp8.cases(harness.parse_args("", ["--dtypes", "float32"]))} == {
+        torch.float32}
+
+
+def test_fp8_bench_help_needs_no_gpu():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_fp8", "--help"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert all(option in out.stdout for option in ("--quick", "--dtypes", "--out", "--no-compile"))
+    assert "Bytes model" in out.stdout and "rmsnorm_fp8_per_token" in out.stdout
+
+
 def test_host_ab_compare_gives_both_changes(monkeypatch, tmp_path):
     """bench_host --against: per call the change of ours/torch and of ours alone, over ABBA pairs
     (a "before" process twice as slow at everything leaves ours/torch at 1 and ours alone at 0.5)."""
