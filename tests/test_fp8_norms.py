@@ -389,3 +389,21 @@ def test_training_under_compile(device, backend):
     for a, b in zip(got, want):
         assert a is not None
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("granularity,fields", [("per_token", {}), ("per_token", {"pow2_scales": True}),
+                                                ("per_token", {"scale_ub": 1.0}), ("per_group", {}),
+                                                ("per_tensor", {}), ("per_tensor", {"pow2_scales": True})])
+def test_nan_and_inf_rows(device, granularity, fields):
+    """A row holding NaN or inf normalizes to NaN (as torch's norm): its scale is NaN and its
+    data NaN, as the reference's (torch's amax keeps a NaN; Triton's max would drop it), and
+    the other rows keep theirs (per tensor: one NaN scale for all)."""
+    x = torch.randn(5, 256, device=device)
+    x[0, 3], x[1, 5], x[2, 7] = float("nan"), float("inf"), -float("inf")
+    w = torch.randn(256, device=device)
+    recipe = FP8Recipe(granularity, **fields)
+    got = F.rms_norm_fp8(x, w, recipe=recipe)
+    data, scale, _, _ = reference.norm_fp8(x, w, None, RMS_EPS, recipe, rms=True)
+    assert torch.equal(got.data.view(torch.uint8), data.view(torch.uint8))
+    torch.testing.assert_close(got.scale, scale, rtol=4 * 2.0 ** -23, atol=0, equal_nan=True)
+    assert got.scale.isnan().any()

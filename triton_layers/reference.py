@@ -139,9 +139,10 @@ def pow2_ceil(s: Tensor) -> Tensor:
     """The smallest power of two >= each (positive, normal) fp32 ``s``: from the bits (the
     exponent, raised by one where any mantissa bit is set), so exact where ``ceil(log2(s))``
     can round the wrong way."""
-    bits = s.to(torch.float32).contiguous().view(torch.int32)
+    s = s.to(torch.float32).contiguous()
+    bits = s.view(torch.int32)
     up = torch.where((bits & 0x7FFFFF) != 0, 0x800000, 0).to(torch.int32)
-    return ((bits & 0x7F800000) + up).view(torch.float32)
+    return torch.where(s.isnan(), s, ((bits & 0x7F800000) + up).view(torch.float32))  # (NaN stays NaN)
 
 def layer_norm(
     x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, stable: bool

@@ -52,16 +52,28 @@ _STATIC, _AMAX, _FROM_AMAX, _PER_TOKEN, _PER_GROUP = 0, 1, 2, 3, 4
 
 
 @triton.jit
+def _max_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _amax(y, axis: tl.constexpr):
+    """max |y| along ``axis``, NaN where the values hold one (as torch's amax; tl.max drops it)."""
+    return tl.reduce(tl.abs(y), axis, _max_keeping_nan)
+
+
+@triton.jit
 def _scale_of(amax, scale_ub, FP8_MAX: tl.constexpr, HAS_UB: tl.constexpr, POW2: tl.constexpr):
     """A dynamic dequantization scale from amax (fp32, any shape): max(min(amax, ub), floor)
-    / fp8_max, correctly rounded, and rounded up to a power of two with POW2."""
+    / fp8_max, correctly rounded, and rounded up to a power of two with POW2 (a NaN amax, from
+    a row holding NaN or inf, gives a NaN scale: its data is NaN, as the reference's)."""
     if HAS_UB:
-        amax = tl.minimum(amax, scale_ub)
-    s = tl.div_rn(tl.maximum(amax, AMAX_FLOOR_C), tl.zeros_like(amax) + FP8_MAX)
+        amax = tl.minimum(amax, scale_ub, propagate_nan=tl.PropagateNan.ALL)
+    s = tl.div_rn(tl.maximum(amax, AMAX_FLOOR_C, propagate_nan=tl.PropagateNan.ALL), tl.zeros_like(amax) + FP8_MAX)
     if POW2:
         bits = s.to(tl.int32, bitcast=True)
         bits = (bits & 0x7F800000) + tl.where((bits & 0x7FFFFF) != 0, 0x800000, 0)
-        s = bits.to(tl.float32, bitcast=True)
+        s = tl.where(s != s, s, bits.to(tl.float32, bitcast=True))
     return s
 
 
@@ -129,17 +141,17 @@ def _norm_fp8_kernel(
             tl.store(Stats + rows, mean, mask=row_mask)
             tl.store(Stats + M + rows, rstd, mask=row_mask)
     if MODE == 1:  # the dynamic per-tensor scale's first launch: the amax only
-        tl.atomic_max(Amax, tl.max(tl.max(tl.abs(y), axis=1), axis=0), sem="relaxed")
+        tl.atomic_max(Amax, _amax(_amax(y, 1), 0), sem="relaxed")
     else:
         out = Q + rows[:, None] * N + cols[None, :]
         if MODE == 3:  # per token
-            s = _scale_of(tl.max(tl.abs(y), axis=1), scale_ub, FP8_MAX, HAS_UB, POW2)
+            s = _scale_of(_amax(y, 1), scale_ub, FP8_MAX, HAS_UB, POW2)
             q = _quantize(y, tl.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), s)[:, None], FP8_MAX, IS_E5M2,
                           EXACT_CAST)
             tl.store(Scales + rows * stride_s_row, s, mask=row_mask)
         elif MODE == 4:  # per group of GROUP columns
             y3 = tl.reshape(y, (BLOCK_M, BLOCK_N // GROUP, GROUP))
-            s = _scale_of(tl.max(tl.abs(y3), axis=2), scale_ub, FP8_MAX, HAS_UB, POW2)
+            s = _scale_of(_amax(y3, 2), scale_ub, FP8_MAX, HAS_UB, POW2)
             inv = tl.div_rn(tl.full([BLOCK_M, BLOCK_N // GROUP], 1.0, tl.float32), s)
             q = tl.reshape(_quantize(y3, inv[:, :, None], FP8_MAX, IS_E5M2, EXACT_CAST), (BLOCK_M, BLOCK_N))
             groups = tl.arange(0, BLOCK_N // GROUP)
