@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as TF
 
-from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
+from triton_layers import CausalSoftmax, CoordinateDescentRouter, FP8Recipe, TritonLayerNorm, TritonRMSNorm, WeightedSum
 from triton_layers import functional as F
 from triton_layers import reference
 
@@ -337,7 +337,53 @@ CASES = [
     Case("rt-num-tokens-0", lambda: _router()(x_(2, 10, 8), num_tokens=0),
          (ValueError, r"num_tokens must be an int >= 1, got 0")),
     Case("rt-empty", _empty_router, _check_empty_router),
+    # --- rms_norm_fp8 / layer_norm_fp8 / FP8Recipe
+    Case("fp8-group-cols", lambda: F.rms_norm_fp8(x_(4, 200), recipe=FP8Recipe("per_group")),
+         (ValueError, r"x's last dim must be a multiple of 128; got 200")),
+    Case("fp8-scale-nonpositive", lambda: F.rms_norm_fp8(x_(4, 256), recipe=FP8Recipe("per_tensor"),
+                                                         scale=torch.tensor([0.0], device=DEVICE)),
+         (ValueError, r"scale must be > 0 \(a dequantization scale\); got 0.0")),
+    Case("fp8-scale-granularity", lambda: F.rms_norm_fp8(x_(4, 256), recipe=FP8Recipe("per_token"),
+                                                         scale=torch.tensor([1.0], device=DEVICE)),
+         (ValueError, r"a static scale is per tensor; the recipe's granularity is 'per_token'")),
+    Case("fp8-scale-dtype", lambda: F.rms_norm_fp8(x_(4, 256), recipe=FP8Recipe("per_tensor"),
+                                                   scale=torch.tensor([1], device=DEVICE)),
+         (TypeError, r"scale has dtype torch.int64; expected one of torch.float32")),
+    Case("fp8-scale-shape", lambda: F.rms_norm_fp8(x_(4, 256), recipe=FP8Recipe("per_tensor"),
+                                                   scale=torch.ones(2, device=DEVICE)),
+         (ValueError, r"scale must be one fp32 element on x's device")),
+    Case("fp8-recipe-type", lambda: F.rms_norm_fp8(x_(4, 256), recipe="per_token"),
+         (TypeError, r"recipe must be a triton_layers.FP8Recipe; got str")),
+    Case("fp8-weight-shape", lambda: F.rms_norm_fp8(x_(4, 256), torch.ones(128, device=DEVICE)),
+         (ValueError, r"weight must have shape \(256,\) \(x's last dim\); got \(128,\)")),
+    Case("fp8-recipe-granularity", lambda: FP8Recipe("per_block"),
+         (ValueError, r"granularity must be one of 'per_tensor', 'per_token', 'per_group'; got 'per_block'")),
+    Case("fp8-recipe-dtype", lambda: FP8Recipe("per_token", torch.bfloat16),
+         (TypeError, r"dtype must be torch.float8_e4m3fn or torch.float8_e5m2; got torch.bfloat16")),
+    Case("fp8-recipe-scale-ub", lambda: FP8Recipe("per_token", scale_ub=0.0),
+         (ValueError, r"scale_ub must be a finite number > 0; got 0.0")),
+    Case("fp8-recipe-scale-ub-granularity", lambda: FP8Recipe("per_group", scale_ub=2.0),
+         (ValueError, r"scale_ub bounds per-token scales; got it with granularity 'per_group'")),
+    Case("fp8-recipe-column-major", lambda: FP8Recipe("per_token", column_major_scales=True),
+         (ValueError, r"column_major_scales is a layout of per-group scales")),
+    Case("fp8-module-shape", lambda: TritonRMSNorm((2, 128), fp8=FP8Recipe()),
+         (ValueError, r"the FP8 norms normalize the last dim only; got normalized_shape \(2, 128\)")),
+    Case("fp8-module-in-place", lambda: _fp8_in_place(),
+         (ValueError, r"residual_in_place=True is not offered with an fp8 recipe")),
+    Case("fp8-module-stable", lambda: TritonLayerNorm(256, stable=True, fp8=FP8Recipe())(x_(2, 256)),
+         (ValueError, r"the FP8 norms have no stable mode")),
+    Case("fp8-empty", lambda: F.rms_norm_fp8(x_(0, 256), recipe=FP8Recipe("per_group")),
+         lambda rows: _check_fp8_empty(rows)),
 ]
+
+
+def _fp8_in_place():
+    with torch.no_grad():
+        return TritonRMSNorm(256, fp8=FP8Recipe(), device=DEVICE)(x_(2, 256), x_(2, 256), residual_in_place=True)
+
+
+def _check_fp8_empty(rows) -> None:
+    assert rows.data.shape == (0, 256) and rows.data.dtype == torch.float8_e4m3fn and rows.scale.shape == (0, 2)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -1,8 +1,8 @@
 """FP8 out of the norms (triton_layers/fp8.py, kernels/norm_fp8.py): every recipe against the
 reference (the norm in fp32, the scale, torch's saturating cast), counting the FP8 values an
 fp32 rounding of the statistics moved (each at most one FP8 step); the reference against an
-independent definition; the straight-through gradients; the modules; bad inputs; and the
-FP8 cast itself (Triton's interpreter's is not torch's, ours is)."""
+independent definition; the straight-through gradients; the modules; and the FP8 cast itself
+(Triton's interpreter's is not torch's, ours is). Bad inputs: docs/BAD_INPUTS.md's fp8-* rows."""
 import math
 
 import pytest
@@ -274,36 +274,7 @@ def test_float64_and_the_reference_path(device):
     assert got.data.dtype == torch.float8_e4m3fn
 
 
-def test_bad_inputs(device):
-    x = torch.randn(4, 200, device=device)
-    with pytest.raises(ValueError, match="multiple of 128"):
-        F.rms_norm_fp8(x, None, recipe=FP8Recipe("per_group"))
-    x = torch.randn(4, 256, device=device)
-    with pytest.raises(ValueError, match="> 0"):
-        F.rms_norm_fp8(x, None, recipe=FP8Recipe("per_tensor"), scale=torch.tensor([0.0], device=device))
-    with pytest.raises(ValueError, match="per tensor"):
-        F.rms_norm_fp8(x, None, recipe=FP8Recipe("per_token"), scale=torch.tensor([1.0], device=device))
-    with pytest.raises(TypeError, match="float32"):
-        F.rms_norm_fp8(x, None, recipe=FP8Recipe("per_tensor"), scale=torch.tensor([1], device=device))
-    with pytest.raises(TypeError, match="FP8Recipe"):
-        F.rms_norm_fp8(x, None, recipe="per_token")
-    with pytest.raises(ValueError, match="weight must have shape"):
-        F.rms_norm_fp8(x, torch.ones(128, device=device))
-    with pytest.raises(ValueError, match="granularity"):
-        FP8Recipe("per_block")
-    with pytest.raises(TypeError, match="float8"):
-        FP8Recipe("per_token", torch.bfloat16)
-    with pytest.raises(ValueError, match="scale_ub"):
-        FP8Recipe("per_group", scale_ub=2.0)
-    with pytest.raises(ValueError, match="scale_ub"):
-        FP8Recipe("per_token", scale_ub=0.0)
-    with pytest.raises(ValueError, match="column_major_scales"):
-        FP8Recipe("per_token", column_major_scales=True)
-    with pytest.raises(ValueError, match="last dim"):
-        triton_layers.TritonRMSNorm((2, 128), fp8=FP8Recipe())
-    m = triton_layers.TritonRMSNorm(256, fp8=FP8Recipe(), device=device)
-    with pytest.raises(ValueError, match="residual_in_place"), torch.no_grad():
-        m(x, torch.randn_like(x), residual_in_place=True)
+# (bad inputs: docs/BAD_INPUTS.md's fp8-* rows, tests/test_bad_inputs.py)
 
 
 def test_compile_fullgraph(device):
