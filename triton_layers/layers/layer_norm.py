@@ -44,6 +44,7 @@ class TritonLayerNorm(nn.Module):
 
     torch_ops_when_compiled: bool = False
     output_under_autocast: str = "autocast"  # (layers/_autocast.py: "autocast", "torch" or "unchanged")
+    fp8: Optional[FP8Recipe] = None  # (class defaults: a module pickled before these existed still runs)
     fp8_scale: Optional[Tensor] = None
 
     def __init__(
