@@ -102,14 +102,19 @@ class FP8Recipe:
         return (*rows_shape, n_cols // GROUP_SIZE)
 
 
+def tma_aligned_rows(rows: int) -> int:
+    """The column stride of column-major per-group scales: ``rows`` rounded up to 4 fp32
+    (16 bytes, TMA's alignment)."""
+    return (rows + 3) // 4 * 4
+
+
 def new_scales(recipe: FP8Recipe, rows_shape: tuple[int, ...], n_cols: int, like: Tensor) -> Tensor:
     """An uninitialized fp32 scales tensor in the recipe's shape and layout (column-major
-    per-group scales: a ``(groups, rows rounded up to 4)`` buffer seen transposed, every
-    column 16-byte aligned for TMA)."""
+    per-group scales: a ``(groups, tma_aligned_rows(rows))`` buffer seen transposed)."""
     shape = recipe.scale_shape(rows_shape, n_cols)
     if recipe.column_major_scales:
         rows, groups = shape
-        return like.new_empty((groups, (rows + 3) // 4 * 4), dtype=torch.float32).t()[:rows]
+        return like.new_empty((groups, tma_aligned_rows(rows)), dtype=torch.float32).t()[:rows]
     return like.new_empty(shape, dtype=torch.float32)
 
 

@@ -116,7 +116,6 @@ def rms_norm(
                  unit_offset=unit_offset, residual_in_place=residual_in_place)
 
 
-
 def rms_norm_fp8(
     x: Tensor,
     weight: Optional[Tensor] = None,
@@ -205,9 +204,7 @@ def _norm_fp8_route(x, weight, bias, residual, scale, eps, residual_dtype, recip
                          f"is {torch.cuda.get_device_name(x.device)}, "
                          f"capability {torch.cuda.get_device_capability(x.device)}")
     normalized_dtype = x.dtype if residual is None else residual_dtype
-    if eps is None and rms:
-        eps = RMS_NORM_DEFAULT_EPS_FLOAT64 if normalized_dtype is torch.float64 else RMS_NORM_DEFAULT_EPS
-    check_number(eps, "eps", minimum=0)
+    eps = _checked_eps(eps, rms, normalized_dtype)
     out_dtype = (torch.promote_types(normalized_dtype, weight.dtype) if cast_before_weight and weight is not None
                  else normalized_dtype)  # (the activation's nominal dtype: what the norm would write)
     float64 = float64_among(("x", "weight", "bias", "residual", "residual_dtype"), x, weight, bias, residual,
@@ -225,10 +222,7 @@ def _norm_fp8_route(x, weight, bias, residual, scale, eps, residual_dtype, recip
         if not autograd:  # (rows copied: the result reshaped to x's)
             data, scales, h, _ = _kernels.norm_fp8_door(x2, r2, weight, bias, scale, eps, rms, bool(unit_offset),
                                                         bool(cast_before_weight), residual_dtype, out_dtype, recipe)
-            lead = tuple(x.shape[:-1])
-            if recipe.granularity == "per_token" or (recipe.granularity == "per_group"
-                                                      and not recipe.column_major_scales):
-                scales = scales.reshape(*lead, scales.shape[-1])
+            scales = scales.reshape(recipe.scale_shape(tuple(x.shape[:-1]), n_cols))  # (column-major: as it is)
             return FP8Rows(data.reshape(x.shape), scales, None if h is None else h.reshape(x.shape))
     data, scales, h, y = reference.norm_fp8(x, weight, bias, eps, recipe, scale, rms=rms, unit_offset=bool(unit_offset),
                                             cast_before_weight=bool(cast_before_weight), residual=residual,
@@ -243,6 +237,7 @@ def _norm_fp8_kernel_tensors(x, weight, bias, residual, scale) -> tuple:
 
 
 _NORM_FP8 = EagerOp("norm_fp8", _norm_fp8_route, _norm_fp8_kernel_tensors)
+
 
 def _sharded_along(t: Tensor, dim: int) -> bool:
     """Whether ``t`` is a DTensor sharded along ``dim``."""
@@ -312,9 +307,7 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
     else:
         n_cols, n_dims = _normalized_cols(x, weight, bias, normalized_shape)
     normalized_dtype = x.dtype if residual is None else residual_dtype  # (h's, with a residual)
-    if eps is None and rms:
-        eps = RMS_NORM_DEFAULT_EPS_FLOAT64 if normalized_dtype is torch.float64 else RMS_NORM_DEFAULT_EPS
-    check_number(eps, "eps", minimum=0)
+    eps = _checked_eps(eps, rms, normalized_dtype)
     device_type = "cuda" if x.is_cuda else x.device.type
     if out_dtype is not None:
         out_dtype = _out_dtype(out_dtype, "out_dtype")
@@ -381,6 +374,14 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
         y = y.reshape(x.shape)
         h = None if residual is None else h.reshape(x.shape)
     return y if residual is None else (y, h)
+
+
+def _checked_eps(eps: Optional[float], rms: bool, normalized_dtype: torch.dtype) -> float:
+    """``eps`` checked; None (RMSNorm) is torch's default for the normalized dtype."""
+    if eps is None and rms:
+        eps = RMS_NORM_DEFAULT_EPS_FLOAT64 if normalized_dtype is torch.float64 else RMS_NORM_DEFAULT_EPS
+    check_number(eps, "eps", minimum=0)
+    return eps
 
 
 def _residual_dtype(x: Tensor, residual: Optional[Tensor], residual_dtype: Optional[torch.dtype]):

@@ -37,11 +37,10 @@ import triton.language as tl
 from torch import Tensor
 
 from .. import launch_config
-from ..fp8 import AMAX_FLOOR, GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows, new_scales
+from ..fp8 import AMAX_FLOOR, GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows, new_scales, tma_aligned_rows
 from . import _common, _doors, _eager
 from . import _layer_norm_launch as _rules
 from . import layer_norm as _norms
-from ._fast_launch import current_device
 from ._norm_helpers import affine, div, load_input
 
 # (a tl.constexpr: compiled Triton reads constexpr globals only)
@@ -75,7 +74,6 @@ def _scale_of(amax, scale_ub, FP8_MAX: tl.constexpr, HAS_UB: tl.constexpr, POW2:
         bits = (bits & 0x7F800000) + tl.where((bits & 0x7FFFFF) != 0, 0x800000, 0)
         s = tl.where(s != s, s, bits.to(tl.float32, bitcast=True))
     return s
-
 
 
 @triton.jit
@@ -173,6 +171,7 @@ _MODES = {"per_token": _PER_TOKEN, "per_group": _PER_GROUP}
 
 class _Plan(NamedTuple):
     launches: tuple  # one KernelCall, or two for the dynamic per-tensor scale (amax, then data)
+    recipe: FP8Recipe  # (made once per signature: the run allocates the scales by it)
     stats_shape: Optional[tuple]  # None: no statistics (no backward will read them)
     residual_dtype: Optional[torch.dtype]
 
@@ -193,16 +192,16 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
     block_m, block_n, _ = _rules.row_tile(n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block,
                                           cfg.fp8_tile_elements)
     block_n = max(block_n, GROUP_SIZE if granularity == "per_group" else 1)
-    fp8_max = torch.finfo(fp8_dtype).max
+    recipe = FP8Recipe(granularity, fp8_dtype, pow2_scales, scale_ub if scale_ub > 0 else None, column_major)
     strides = (_common.row_stride(x), 0 if residual is None else _common.row_stride(residual),
                0 if residual is None else n_cols)
     if granularity == "per_group" and column_major:
-        scale_strides = (1, (n_rows + 3) // 4 * 4)
+        scale_strides = (1, tma_aligned_rows(n_rows))
     else:
         scale_strides = (n_cols // GROUP_SIZE if granularity == "per_group" else 1, 1)
     switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
-                    FP8_MAX=float(fp8_max), IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
+                    FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
                     POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_M=block_m,
                     BLOCK_N=block_n, num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
     args = (*strides, *scale_strides, n_rows, n_cols, eps, max(scale_ub, 0.0))
@@ -219,7 +218,7 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
         launches = (_doors.KernelCall(_norm_fp8_kernel, grid, args,
                                       dict(switches, MODE=mode, STORE_H=True, STORE_STATS=with_stats), device),)
     stats_shape = ((1 if rms else 2), *x.shape[:-1]) if with_stats else None
-    return _Plan(launches, stats_shape, residual_dtype if residual is not None else None)
+    return _Plan(launches, recipe, stats_shape, residual_dtype if residual is not None else None)
 
 
 def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
@@ -227,8 +226,7 @@ def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, e
                  with_stats) -> tuple:
     """``(data, scale, h, stats)``: h and stats empty where not asked (a custom op returns tensors)."""
     data = _common.new_output(x, fp8_dtype)
-    recipe = FP8Recipe(granularity, fp8_dtype, pow2_scales, scale_ub if scale_ub > 0 else None, column_major)
-    scales = new_scales(recipe, tuple(x.shape[:-1]), x.shape[-1], x)
+    scales = new_scales(plan.recipe, tuple(x.shape[:-1]), x.shape[-1], x)
     h = x.new_empty((0,)) if residual is None else _common.new_output(x, plan.residual_dtype)
     stats = x.new_empty(plan.stats_shape if plan.stats_shape else (0,), dtype=torch.float32)
     q = data.view(torch.uint8) if x.device.type == "cpu" else data  # (EXACT_CAST writes the bits)
@@ -347,11 +345,7 @@ class NormFP8:
 
     def call_planned(self, plan: _DoorPlan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
                      cast_before_weight, residual_dtype, out_dtype, recipe) -> FP8Rows:
-        if plan.autograd:
-            if plan.op_plan.device is not None and plan.op_plan.device != current_device():
-                with torch.cuda.device(plan.op_plan.device):  # (Triton launches on the current device)
-                    return self.call_planned(plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
-                                             cast_before_weight, residual_dtype, out_dtype, recipe)
+        if plan.autograd:  # (norm_fp8.call_planned makes the tensors' device current for the launch)
             activation, data, scale, h = _StraightThrough.apply(
                 plan.op_plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
                 residual_dtype, out_dtype, recipe)
