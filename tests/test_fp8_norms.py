@@ -103,6 +103,36 @@ def test_fused_residual(device, residual_dtype, granularity):
     check_rows(got, (*reference.norm_fp8(got.h, w, None, RMS_EPS, recipe, rms=True)[:2], got.h), recipe)
 
 
+
+@pytest.mark.parametrize("rows,parts_max,cells", [(5, 1024, 0), (77, 1024, "programs"), (77, 2, 1)],
+                         ids=["one_program", "amax_per_program", "atomic_cell"])
+def test_dynamic_per_tensor_paths(device, rows, parts_max, cells):
+    """The dynamic per-tensor scale's three paths (kernels/norm_fp8.py, the top): one launch
+    where one program holds every row, else an amax a program read whole by the second
+    launch, or past ``fp8_amax_parts_max`` programs one zeroed cell; each equal to the
+    reference, with a residual, for both norms, NaN kept in a row holding one."""
+    from triton_layers.kernels import norm_fp8 as kernel
+    n = 256
+    x = torch.randn(rows, n, device=device, dtype=torch.bfloat16) * 2 + 0.25
+    r = torch.randn(rows, n, device=device, dtype=torch.bfloat16)
+    w, b = torch.randn(n, device=device), torch.randn(n, device=device)
+    recipe = FP8Recipe("per_tensor")
+    with triton_layers.launch_config.use_knobs("layer_norm", fp8_tile_elements=2048, fp8_amax_parts_max=parts_max):
+        plan = kernel._plan_forward(x, r, w, b, None, 1e-5, False, False, False, torch.bfloat16,
+                                    recipe.dtype, "per_tensor", False, 0.0, False, False)
+        programs = plan.launches[0].grid[0]
+        assert plan.amax_cells == (programs if cells == "programs" else cells)
+        assert len(plan.launches) == (1 if cells == 0 else 2)
+        for rms in (True, False):
+            got = (F.rms_norm_fp8(x, w, recipe=recipe, residual=r) if rms
+                   else F.layer_norm_fp8(x, w, b, recipe=recipe, residual=r))
+            want = reference.norm_fp8(got.h, w, None if rms else b, RMS_EPS if rms else 1e-5, recipe, rms=rms)
+            check_rows(got, (*want[:2], got.h), recipe)
+        bad = x.clone()
+        bad[rows // 2, 3] = float("nan")
+        got = F.rms_norm_fp8(bad, w, recipe=recipe)
+        assert got.scale.isnan().all() and got.data.float().isnan().all()
+
 def test_the_reference_against_an_independent_definition():
     """The reference's y is torch's rms_norm (float64), and data * scale gives it back to FP8's
     precision; the scales are amax / 448 (power of two: 2 ** ceil(log2) away from ties)."""

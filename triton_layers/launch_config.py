@@ -174,6 +174,9 @@ class LayerNormLaunch:
     """Elements an FP8 norm program holds (whole rows: as many as fit, at least one)."""
     fp8_elems_per_thread: int = 64
     """Elements a thread of an FP8 norm program holds: its warps are its tile over 32 times this."""
+    fp8_amax_parts_max: int = 1024
+    """Most programs of a dynamic per-tensor FP8 norm that write an amax each (every program of
+    the second launch reads them all); more fold theirs into one zeroed cell (a memset first)."""
     fwd_4_warps_8192_gpus: tuple[str, ...] = ("H200",)
     """GPUs where 2-byte whole rows of 8,192 without a residual take 4 warps instead of 16."""
     bwd_programs_per_sm: int = 2

@@ -12,11 +12,15 @@ One program normalizes BLOCK_M whole rows held in registers (rows up to the forw
 - per group: the same per 128-column block of the row (the tile seen as
   ``(BLOCK_M, BLOCK_N / 128, 128)``);
 - per tensor, static: the given scale, loaded once per program;
-- per tensor, dynamic: two launches. The first computes every row's output and folds its
-  amax into one fp32 cell (``atomic_max``: order-free, exact), writing h and the
-  statistics; the second computes the rows again from x (and the residual) and writes the
-  data with the scale taken from that amax. The input is read twice: a per-tensor scale
-  depends on every row.
+- per tensor, dynamic: one launch where one program holds every row (decode: the tile's
+  amax is the tensor's); else two. The first computes every row's output and its amax,
+  writing h and the statistics; the second computes the rows again from x (and the
+  residual) and writes the data with the scale taken from the amaxes. The input is read
+  twice: a per-tensor scale depends on every row. The first launch's programs write one
+  amax each, and every program of the second (the same grid) reads them all (``AMAX_BLOCK``
+  at a time): no zeroed cell, so no memset launch, which at decode sizes costs as much as a
+  kernel. Past ``fp8_amax_parts_max`` programs they fold their amax into one zeroed fp32
+  cell instead (``atomic_max``; ``AMAX_BLOCK`` 0). Both are order-free and exact.
 
 The FP8 cast: on a GPU Triton's conversion (``cvt.rn.satfinite``: round to nearest even,
 subnormals kept), after the explicit clamp to the format's range. Triton's interpreter
@@ -47,7 +51,7 @@ from ._norm_helpers import affine, div, load_input
 AMAX_FLOOR_C = tl.constexpr(AMAX_FLOOR)
 
 # The recipes' kernel modes.
-_STATIC, _AMAX, _FROM_AMAX, _PER_TOKEN, _PER_GROUP = 0, 1, 2, 3, 4
+_STATIC, _AMAX, _FROM_AMAX, _PER_TOKEN, _PER_GROUP, _WHOLE = 0, 1, 2, 3, 4, 5
 
 
 @triton.jit
@@ -109,7 +113,8 @@ def _norm_fp8_kernel(
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, STORE_H: tl.constexpr, STORE_STATS: tl.constexpr,
     MODE: tl.constexpr, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, HAS_UB: tl.constexpr, POW2: tl.constexpr,
-    EXACT_CAST: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    EXACT_CAST: tl.constexpr, GROUP: tl.constexpr, AMAX_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     if not EXACT_CAST:  # (compiled, not the interpreter, whose floats stay Python's)
         # torch.compile's launcher passes Python floats as fp64: computed in fp32, as eager calls are
@@ -139,7 +144,10 @@ def _norm_fp8_kernel(
             tl.store(Stats + rows, mean, mask=row_mask)
             tl.store(Stats + M + rows, rstd, mask=row_mask)
     if MODE == 1:  # the dynamic per-tensor scale's first launch: the amax only
-        tl.atomic_max(Amax, _amax(_amax(y, 1), 0), sem="relaxed")
+        if AMAX_BLOCK > 0:
+            tl.store(Amax + pid, _amax(_amax(y, 1), 0))
+        else:
+            tl.atomic_max(Amax, _amax(_amax(y, 1), 0), sem="relaxed")
     else:
         out = Q + rows[:, None] * N + cols[None, :]
         if MODE == 3:  # per token
@@ -155,9 +163,16 @@ def _norm_fp8_kernel(
             groups = tl.arange(0, BLOCK_N // GROUP)
             tl.store(Scales + rows[:, None] * stride_s_row + groups[None, :] * stride_s_group, s,
                      mask=row_mask[:, None] & (groups[None, :] < N // GROUP))
-        else:  # one scale: given (MODE 0), or from the first launch's amax (MODE 2)
+        else:  # one scale: given (0), from the first launch's amaxes (2), from this tile's (5)
             if MODE == 2:
-                s = _scale_of(tl.load(Amax), scale_ub, FP8_MAX, HAS_UB, POW2)
+                if AMAX_BLOCK > 0:  # (one amax per program of the first launch: its grid is this one)
+                    parts = tl.arange(0, AMAX_BLOCK)
+                    amax = _amax(tl.load(Amax + parts, mask=parts < tl.num_programs(0), other=0.0), 0)
+                else:
+                    amax = tl.load(Amax)
+                s = _scale_of(amax, scale_ub, FP8_MAX, HAS_UB, POW2)
+            elif MODE == 5:
+                s = _scale_of(_amax(_amax(y, 1), 0), scale_ub, FP8_MAX, HAS_UB, POW2)
             else:
                 s = tl.load(GivenScale).to(tl.float32)
             q = _quantize(y, tl.div_rn(tl.zeros_like(s) + 1.0, s), FP8_MAX, IS_E5M2, EXACT_CAST)
@@ -171,6 +186,7 @@ _MODES = {"per_token": _PER_TOKEN, "per_group": _PER_GROUP}
 
 class _Plan(NamedTuple):
     launches: tuple  # one KernelCall, or two for the dynamic per-tensor scale (amax, then data)
+    amax_cells: int  # the first launch's amax cells: 0 (one launch), 1 (zeroed: atomic_max), or one a program
     recipe: FP8Recipe  # (made once per signature: the run allocates the scales by it)
     stats_shape: Optional[tuple]  # None: no statistics (no backward will read them)
     residual_dtype: Optional[torch.dtype]
@@ -203,22 +219,28 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
                     FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
                     POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_M=block_m,
-                    BLOCK_N=block_n, num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
+                    BLOCK_N=block_n, AMAX_BLOCK=0,
+                    num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
     args = (*strides, *scale_strides, n_rows, n_cols, eps, max(scale_ub, 0.0))
-    grid = (_common.cdiv(n_rows, block_m),)
+    programs = _common.cdiv(n_rows, block_m)
     device = _common.device_index(x)
-    if granularity == "per_tensor" and static_scale is None:
+    amax_cells = 0
+    if granularity == "per_tensor" and static_scale is None and programs > 1:
+        # two launches (the top): an amax a program, or past fp8_amax_parts_max one zeroed cell
+        amax_block = _common.next_power_of_2(programs) if programs <= cfg.fp8_amax_parts_max else 0
+        amax_cells = programs if amax_block else 1
+        switches["AMAX_BLOCK"] = amax_block
         launches = (
-            _doors.KernelCall(_norm_fp8_kernel, grid, args, dict(switches, MODE=_AMAX, STORE_H=True,
-                                                                 STORE_STATS=with_stats), device),
-            _doors.KernelCall(_norm_fp8_kernel, grid, args, dict(switches, MODE=_FROM_AMAX, STORE_H=False,
-                                                                 STORE_STATS=False), device))
+            _doors.KernelCall(_norm_fp8_kernel, (programs,), args,
+                              dict(switches, MODE=_AMAX, STORE_H=True, STORE_STATS=with_stats), device),
+            _doors.KernelCall(_norm_fp8_kernel, (programs,), args,
+                              dict(switches, MODE=_FROM_AMAX, STORE_H=False, STORE_STATS=False), device))
     else:
-        mode = _MODES.get(granularity, _STATIC)
-        launches = (_doors.KernelCall(_norm_fp8_kernel, grid, args,
+        mode = _WHOLE if granularity == "per_tensor" and static_scale is None else _MODES.get(granularity, _STATIC)
+        launches = (_doors.KernelCall(_norm_fp8_kernel, (programs,), args,
                                       dict(switches, MODE=mode, STORE_H=True, STORE_STATS=with_stats), device),)
     stats_shape = ((1 if rms else 2), *x.shape[:-1]) if with_stats else None
-    return _Plan(launches, recipe, stats_shape, residual_dtype if residual is not None else None)
+    return _Plan(launches, amax_cells, recipe, stats_shape, residual_dtype if residual is not None else None)
 
 
 def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
@@ -230,7 +252,11 @@ def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, e
     h = x.new_empty((0,)) if residual is None else _common.new_output(x, plan.residual_dtype)
     stats = x.new_empty(plan.stats_shape if plan.stats_shape else (0,), dtype=torch.float32)
     q = data.view(torch.uint8) if x.device.type == "cpu" else data  # (EXACT_CAST writes the bits)
-    amax = x.new_zeros((1,), dtype=torch.float32) if len(plan.launches) == 2 else None
+    amax = None
+    if plan.amax_cells == 1:
+        amax = x.new_zeros((1,), dtype=torch.float32)
+    elif plan.amax_cells:  # (one a program, each written before it is read)
+        amax = x.new_empty((plan.amax_cells,), dtype=torch.float32)
     # (None for a pointer the kernel does not read: under torch.compile one tensor passed as
     # several pointers, one of them written, came back unwritten: the per-token scales, H100)
     stats_arg = stats if plan.stats_shape else None
