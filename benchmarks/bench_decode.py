@@ -9,6 +9,19 @@ Shapes, bf16 by default (``--dtypes`` as the other benchmarks):
   128 and 256.
 
 Ops and bytes as ``bench_norms`` (rmsnorm: 2*M*D*s; add_rmsnorm: 4*M*D*s), forward alone.
+
+``chain``: the norms between other kernels, as a decoder runs them: ``y = rmsnorm(h)``, then
+``CHAIN_LAYERS`` times ``y, h = add_rmsnorm(y @ W, h)`` (W: D x D), all in one CUDA graph; rows
+1, 8, 64 at hidden 2048 and 4096. Programmatic dependent launch can only show here (a norm's
+launch overlapping the kernel before it), so ours runs twice: ``triton_layers`` (PDL on, the
+default on Hopper) and ``triton_layers_no_pdl`` (``launch_config`` knob ``pdl=False``; the
+config switches around each call, which empties the plan caches: compare its GPU time, not its
+eager time). ``matmul_only`` runs the matmuls alone; after the tables, the GPU time a norm
+call adds to the chain, ``(chain - matmul_only) / (CHAIN_LAYERS + 1)``, per implementation.
+``compile`` compiles the whole chain. Bytes: the norms' and the weight's reads, a nominal
+figure (the table's % of copy means little here; the times do). ``norm_chain``: the same
+without the matmuls, ``y = rmsnorm(h)`` then ``CHAIN_LAYERS`` fused adds each on the one
+before's outputs: every kernel's producer is a norm kernel, where PDL has both ends.
 Each cell, as every benchmark here: the eager call's time (at these sizes the host's pace) and
 the GPU time of the same call replayed from a CUDA graph, side by side, with the copy
 bandwidth of the run (``harness``). Run: ``python -m benchmarks.bench_decode --out DIR``
@@ -18,11 +31,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
 from benchmarks import bench_norms, harness
+from triton_layers import launch_config
 
 OP = "decode_norms"
 HIDDEN_SHAPES = [(rows, d) for d in (2048, 4096, 8192) for rows in (1, 8, 64, 512)]
@@ -30,29 +44,93 @@ QK_SHAPES = [(tokens * 32, head_dim) for head_dim in (64, 128, 256) for tokens i
 SHAPES = HIDDEN_SHAPES + QK_SHAPES
 QUICK_SHAPES = [(8, 4096), (32, 128)]
 OPS = ("rmsnorm", "add_rmsnorm")
+CHAIN, NORM_CHAIN = "chain", "norm_chain"
+CHAIN_LAYERS = 8
+CHAIN_SHAPES = [(rows, d) for d in (2048, 4096) for rows in (1, 8, 64)]
+QUICK_CHAIN_SHAPES = [(8, 4096)]
+OURS = bench_norms.OURS
+NO_PDL = launch_config.DEFAULT.with_knobs("layer_norm", pdl=False)
 
 
 def cases(opts: argparse.Namespace) -> list[tuple[str, torch.dtype, tuple[int, int]]]:
     """(op, dtype, (rows, row length)) of a run; the QK-norm shapes take no residual."""
     keys = harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)
-    return [(op, dtype, shape) for op in OPS for dtype, shape in keys
-            if op == "rmsnorm" or shape in HIDDEN_SHAPES or shape in QUICK_SHAPES[:1]]
+    chain = harness.dtype_shape_cases(opts, CHAIN_SHAPES, QUICK_CHAIN_SHAPES)
+    return ([(op, dtype, shape) for op in OPS for dtype, shape in keys
+             if op == "rmsnorm" or shape in HIDDEN_SHAPES or shape in QUICK_SHAPES[:1]]
+            + [(op, dtype, shape) for op in (CHAIN, NORM_CHAIN) for dtype, shape in chain])
+
+
+def _chain(rmsnorm: Callable, add_rmsnorm: Callable) -> Callable:
+    """The chain (the top) from one implementation's two norms: f(h, w, weight) -> (y, h)."""
+    def f(h, w, weight):
+        y = rmsnorm(h, w)
+        for _ in range(CHAIN_LAYERS):
+            y, h = add_rmsnorm(y @ weight, h, w)
+        return y, h
+    return f
+
+
+def _norm_chain(rmsnorm: Callable, add_rmsnorm: Callable) -> Callable:
+    """The norms alone (the top): f(h, w) -> (y, h)."""
+    def f(h, w):
+        y = rmsnorm(h, w)
+        for _ in range(CHAIN_LAYERS):
+            y, h = add_rmsnorm(y, h, w)
+        return y, h
+    return f
+
+
+def _matmul_only(h, w, weight):
+    """The chain's matmuls alone (its norms left out)."""
+    y = h
+    for _ in range(CHAIN_LAYERS):
+        y = y @ weight
+    return y, h
+
+
+def _no_pdl(fn: Callable) -> Callable:
+    """``fn`` launched with programmatic dependent launch off (the ``pdl`` knob)."""
+    def f(*args):
+        with launch_config.use_config(NO_PDL):
+            return fn(*args)
+    return f
 
 
 def implementations(opts: argparse.Namespace) -> dict:
-    """bench_norms' implementations of these ops (ours, torch, torch.compile, Liger)."""
-    return {name: {op: fns[op] for op in OPS if op in fns}
-            for name, fns in bench_norms.implementations(opts).items()}
+    """bench_norms' implementations of the single ops (ours, torch, torch.compile, Liger); the
+    chain from each one's pair of norms, compile's compiled whole, ours also without PDL, and
+    the matmuls alone."""
+    impls = {name: {op: fns[op] for op in OPS if op in fns}
+             for name, fns in bench_norms.implementations(opts).items()}
+    chains = {CHAIN: _chain, NORM_CHAIN: _norm_chain}
+    for name, fns in impls.items():
+        if name != "compile" and all(op in fns for op in OPS):
+            fns.update({op: chain(fns["rmsnorm"], fns["add_rmsnorm"]) for op, chain in chains.items()})
+    if "compile" in impls:
+        impls["compile"].update({op: harness.compiled(chain(*(bench_norms.TORCH[o] for o in OPS)))
+                                 for op, chain in chains.items()})
+    impls[OURS + "_no_pdl"] = {op: _no_pdl(impls[OURS][op]) for op in chains}
+    impls["matmul_only"] = {CHAIN: _matmul_only}
+    return impls
 
 
 def build(key: tuple[str, torch.dtype, tuple[int, int]], device: torch.device) -> harness.Case:
-    """x (M, D), a weight away from 1 (and the residual), nothing requiring a gradient; the
-    forward under torch.no_grad."""
+    """x (M, D), a weight away from 1 (and the residual; for the chain, W scaled to keep the
+    activations' size), nothing requiring a gradient; the forward under torch.no_grad."""
     op, dtype, (m, d) = key
     x = torch.randn(m, d, device=device, dtype=dtype)
     w = (1 + 0.1 * torch.randn(d, device=device)).to(dtype)
-    inputs = [x, w] if op == "rmsnorm" else [x, torch.randn_like(x), w]
-    nbytes = (2 if op == "rmsnorm" else 4) * m * d * harness.element_size(dtype)
+    s = harness.element_size(dtype)
+    if op == CHAIN:
+        inputs = [x, w, (torch.randn(d, d, device=device) / d ** 0.5).to(dtype)]
+        nbytes = CHAIN_LAYERS * d * d * s + (2 + 4 * CHAIN_LAYERS) * m * d * s
+    elif op == NORM_CHAIN:
+        inputs = [x, w]
+        nbytes = (2 + 4 * CHAIN_LAYERS) * m * d * s
+    else:
+        inputs = [x, w] if op == "rmsnorm" else [x, torch.randn_like(x), w]
+        nbytes = (2 if op == "rmsnorm" else 4) * m * d * s
 
     def make(impl):
         def call():
@@ -63,8 +141,28 @@ def build(key: tuple[str, torch.dtype, tuple[int, int]], device: torch.device) -
     return harness.Case(f"{m}x{d}", dtype, [harness.Direction("fwd", nbytes, make)], op=op)
 
 
+def norm_in_chain_us(results: list) -> dict:
+    """{(dtype, shape, impl): GPU us a norm call adds to the chain}: (chain - matmul_only) /
+    (CHAIN_LAYERS + 1), by GPU time (CUDA-graph replay), for each implementation of a chain
+    case that also has its matmul_only row; and ``impl (norms alone)``: norm_chain / (CHAIN_LAYERS + 1)."""
+    rows = [r for r in results if r.op == CHAIN]
+    base = {(r.dtype, r.shape): r.gpu_us for r in rows if r.impl == "matmul_only"}
+    out = {(r.dtype, r.shape, r.impl): (r.gpu_us - base[(r.dtype, r.shape)]) / (CHAIN_LAYERS + 1)
+           for r in rows if r.impl != "matmul_only" and (r.dtype, r.shape) in base}
+    return out | {(r.dtype, r.shape, r.impl + " (norms alone)"): r.gpu_us / (CHAIN_LAYERS + 1)
+                  for r in results if r.op == NORM_CHAIN}
+
+
+def _print_norm_in_chain(opts: argparse.Namespace, results: list) -> None:
+    per_call = norm_in_chain_us(results)
+    if per_call:
+        print(f"\nGPU us a norm call adds to the chain ((chain - matmul_only) / {CHAIN_LAYERS + 1}):")
+        for (dtype, shape, impl), us in per_call.items():
+            print(f"  {harness.dtype_name(dtype)} {shape} {impl}: {us:.2f}")
+
+
 def main(argv: Optional[list[str]] = None) -> None:
-    harness.run_alone(sys.modules[__name__], argv=sys.argv[1:] if argv is None else list(argv))
+    harness.run_alone(sys.modules[__name__], _print_norm_in_chain, argv=sys.argv[1:] if argv is None else list(argv))
 
 
 if __name__ == "__main__":

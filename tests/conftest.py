@@ -26,8 +26,8 @@ LOW_DTYPES = DTYPES[1:]  # fp16, bf16: torch's own error in them is the bar (tes
 
 # GPUs to plan for on any machine (launch_config.plan_as; the heuristics' gpu argument): the
 # names torch.cuda.get_device_name gives, their SMs and the shared memory a program may use.
-H100 = launch_config.GPU("NVIDIA H100 80GB HBM3", sm_count=132, shared_memory=232448)
-H200 = launch_config.GPU("NVIDIA H200", sm_count=132, shared_memory=232448)
+H100 = launch_config.GPU("NVIDIA H100 80GB HBM3", sm_count=132, shared_memory=232448, capability=(9, 0))
+H200 = launch_config.GPU("NVIDIA H200", sm_count=132, shared_memory=232448, capability=(9, 0))
 
 
 @pytest.fixture

@@ -886,7 +886,7 @@ def test_registers_takes_the_benchmarks_op_names():
         registers.main(["--ops", "nope"])
 
 
-def test_decode_bench_dry_run(tmp_path, monkeypatch):
+def test_decode_bench_dry_run(tmp_path, monkeypatch, capsys):
     """benchmarks/bench_decode.py at tiny shapes on the CPU: ours and the peers, forward only,
     every case with its GPU-time column."""
     from benchmarks import bench_decode
@@ -894,9 +894,15 @@ def test_decode_bench_dry_run(tmp_path, monkeypatch):
     _dry_run(monkeypatch)
     monkeypatch.setattr(bench_decode, "QUICK_SHAPES", [(3, 40), (4, 16)])
     monkeypatch.setattr(bench_decode, "HIDDEN_SHAPES", [(3, 40)])
+    monkeypatch.setattr(bench_decode, "QUICK_CHAIN_SHAPES", [(2, 32)])
     bench_decode.main(["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
     rows = report.read_csv(str(tmp_path / "decode_norms.csv"))
-    assert {r["op"] for r in rows} == {"rmsnorm", "add_rmsnorm"}
+    assert {r["op"] for r in rows} == {"rmsnorm", "add_rmsnorm", "chain", "norm_chain"}
+    chain = {r["impl"] for r in rows if r["op"] == "chain"}
+    assert {"triton_layers", "triton_layers_no_pdl", "torch", "matmul_only"} <= chain
+    # the chain's per-call figure: (chain - matmul_only) / (layers + 1), every implementation but the base
+    out = capsys.readouterr().out
+    assert "a norm call adds to the chain" in out and "2x32 triton_layers_no_pdl: 0.00" in out
     assert {r["direction"] for r in rows} == {"fwd"}
     assert {"triton_layers", "torch"} <= {r["impl"] for r in rows}
     assert {r["shape"] for r in rows if r["op"] == "add_rmsnorm"} == {"3x40"}  # QK-norm shapes: no residual
@@ -963,3 +969,28 @@ def test_host_ab_compare_gives_both_changes(monkeypatch, tmp_path):
     assert order == ["old", "new", "new", "old"]  # ABBA
     assert row["change"] == row["change_min"] == row["change_max"] == 1.0
     assert row["ours_change"] == row["ours_change_min"] == row["ours_change_max"] == 0.5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_fp8_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_fp8 with the timer patched out: each combination of its grid runs our FP8 norm
+    under those knobs (a spy sees the tile each plan got), and the default config is back after."""
+    from benchmarks.dev import tune_fp8
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _layer_norm_launch
+
+    runs = _fake_gpu_timer(monkeypatch)
+    tiles = []
+    row_tile = _layer_norm_launch.row_tile
+
+    def spy(rows, cols, limit, loop_block, tile_elements):
+        tiles.append(tile_elements)
+        return row_tile(rows, cols, limit, loop_block, tile_elements)
+    monkeypatch.setattr(_layer_norm_launch, "row_tile", spy)
+    monkeypatch.setattr(tune_fp8, "GRID", {"fp8_tile_elements": [256, 1024], "fp8_elems_per_thread": [16]})
+    tune_fp8.main(["--shapes", "3x256", "--ops", "rmsnorm_fp8_per_token,add_rmsnorm_fp8_per_token"])
+    assert len(runs) == 2 * 2
+    assert {256, 1024} <= set(tiles)
+    assert "fwd default" in capsys.readouterr().out
+    assert launch_config.current() is launch_config.DEFAULT

@@ -52,7 +52,8 @@ def _analyse() -> dict:
     from triton_layers.kernels import layer_norm as LN
 
     def written(kernel, args, constexprs):
-        kwargs = dict(zip(kernel.arg_names, args), **constexprs)
+        # (USE_PDL False: as the compiled door passes them, KernelCall._traced)
+        kwargs = dict(zip(kernel.arg_names, args), **constexprs, USE_PDL=False)
         return sorted(dep.name for dep in tkw.identify_accessed_tensors(kernel, kwargs, {}).read_writes.writes)
 
     out = {}
@@ -106,9 +107,9 @@ def _backward_prefetch() -> dict:
     from triton_layers.kernels import layer_norm as LN
     from triton_layers.kernels._layer_norm_launch import prefetch_stages
 
-    a100 = launch_config.GPU("NVIDIA A100-SXM4-80GB", sm_count=108, shared_memory=A100_SHARED)
+    a100 = launch_config.GPU("NVIDIA A100-SXM4-80GB", sm_count=108, shared_memory=A100_SHARED, capability=(8, 0))
     stages = prefetch_stages(3, 8192 * 4 * 3, a100, launch_config.DEFAULT.layer_norm.bwd_reduction_scratch_bytes)
-    const = dict(BWD_FLAGS, STORE_DR=False, BLOCK_M=1, BLOCK_N=8192, WEIGHT_PER_TILE=False)
+    const = dict(BWD_FLAGS, STORE_DR=False, BLOCK_M=1, BLOCK_N=8192, WEIGHT_PER_TILE=False, USE_PDL=False)
     pointers = {"DY", "DH", "Z", "W", "Stats", "DX", "DR", "Partials"}
     kernel = LN._norm_bwd_kernel
     shared = {}
@@ -250,7 +251,8 @@ def _shared_memory_on_smaller_gpus() -> dict:
     over, built = [], 0
     for gpu, (capability, limit) in SMALLER_GPUS.items():
         forms = []
-        with launch_config.plan_as(dataclasses.replace(registers.H100, shared_memory=limit)):
+        smaller = dataclasses.replace(registers.H100, shared_memory=limit, capability=divmod(capability, 10))
+        with launch_config.plan_as(smaller):
             for d in (1024, 4096, 8192):
                 for dtype in (torch.bfloat16, torch.float32):
                     for label, args in registers._norms((64, d), dtype) + registers._residual_norms((64, d), dtype):

@@ -34,8 +34,8 @@ from .conftest import H100, H200
 BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
 EXPECTED = json.loads((Path(__file__).parent / "launch_decisions.json").read_text(encoding="utf-8"))
 GPUS = {"H100": H100, "H200": H200,
-        "A100": launch_config.GPU("NVIDIA A100-SXM4-80GB", sm_count=108, shared_memory=166912),
-        "RTX4090": launch_config.GPU("NVIDIA GeForce RTX 4090", sm_count=128, shared_memory=101376)}
+        "A100": launch_config.GPU("NVIDIA A100-SXM4-80GB", sm_count=108, shared_memory=166912, capability=(8, 0)),
+        "RTX4090": launch_config.GPU("NVIDIA GeForce RTX 4090", sm_count=128, shared_memory=101376, capability=(8, 9))}
 CONFIGS = {"DEFAULT": launch_config.DEFAULT, "TINY": launch_config.TINY}
 
 
@@ -162,7 +162,7 @@ def test_a_gh200_takes_the_fallback_not_the_h200_rule():
     """ "NVIDIA GH200 480GB" is not named by the "H200" of fwd_4_warps_8192_gpus (a whole-token
     rule; a substring rule matched it): it plans as every GPU no rule names does, with its own
     SMs and shared memory, and bf16 whole rows of 8,192 forward at 16 warps, where an H200 takes 4."""
-    gh200 = launch_config.GPU("NVIDIA GH200 480GB", sm_count=132, shared_memory=232448)
+    gh200 = launch_config.GPU("NVIDIA GH200 480GB", sm_count=132, shared_memory=232448, capability=(9, 0))
     unnamed = dataclasses.replace(gh200, name="a GPU no rule names")
     assert not gh200.named(("H200",)) and not gh200.named(("H100",)) and gh200.named(("GH200",))
     assert H200.named(("H200",)) and dataclasses.replace(H200, name="NVIDIA H200 NVL").named(("H200",))
@@ -181,6 +181,7 @@ def test_a_cuda_device_is_queried_once(monkeypatch):
 
     class Props:
         multi_processor_count = 7
+        major, minor = 9, 0
         shared_memory_per_block_optin = 1234
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: (calls.append(index), Props())[1])

@@ -52,7 +52,7 @@ class GPU:
     device (:meth:`GPU.of`), passed to the heuristics that depend on it, and built by hand to
     plan as on another GPU (:func:`plan_as`; tests)::
 
-        H100 = GPU("NVIDIA H100 80GB HBM3", sm_count=132, shared_memory=232448)
+        H100 = GPU("NVIDIA H100 80GB HBM3", sm_count=132, shared_memory=232448, capability=(9, 0))
 
     Off CUDA it stands in for the device: the Triton interpreter's CPU tensors and meta
     tensors get ``GPU("", 4, None, device_type="cpu" | "meta", interpreted=...)``.
@@ -70,6 +70,14 @@ class GPU:
     interpreted: bool = False
     """Whether launches run in the Triton interpreter (TRITON_INTERPRET=1): one program at a
     time, so that programs that wait for each other need bounded waits."""
+    capability: tuple[int, int] = (0, 0)
+    """CUDA compute capability, e.g. ``(9, 0)`` for an H100; ``(0, 0)`` off CUDA or unknown."""
+
+    @property
+    def has_pdl(self) -> bool:
+        """Whether kernels here can use programmatic dependent launch: a CUDA GPU of compute
+        capability 9.0 or newer (Hopper), not the interpreter."""
+        return self.device_type == "cuda" and not self.interpreted and self.capability >= (9, 0)
 
     @staticmethod
     def of(device: torch.device) -> "GPU":
@@ -105,7 +113,7 @@ def _tokens(name: str) -> frozenset:
 def _cuda_gpu(index: int) -> GPU:
     props = torch.cuda.get_device_properties(index)
     return GPU(torch.cuda.get_device_name(index), props.multi_processor_count, _shared_memory(index, props),
-               "cuda", TRITON_INTERPRET)
+               "cuda", TRITON_INTERPRET, (props.major, props.minor))
 
 
 def _shared_memory(index: int, props) -> Optional[int]:
@@ -177,6 +185,11 @@ class LayerNormLaunch:
     fp8_amax_parts_max: int = 1024
     """Most programs of a dynamic per-tensor FP8 norm that write an amax each (every program of
     the second launch reads them all); more fold theirs into one zeroed cell (a memset first)."""
+    pdl: bool = os.environ.get("TRITON_LAYERS_PDL", "1") != "0"
+    """Programmatic dependent launch for the norms' kernels where the GPU has it (``GPU.has_pdl``):
+    each waits for the kernel before it, then lets the next launch. Off with TRITON_LAYERS_PDL=0
+    in the environment (read at import: for a debugger or a profiler that must see launches as
+    they were) or ``use_knobs("layer_norm", pdl=False)``."""
     fwd_4_warps_8192_gpus: tuple[str, ...] = ("H200",)
     """GPUs where 2-byte whole rows of 8,192 without a residual take 4 warps instead of 16."""
     bwd_programs_per_sm: int = 2

@@ -29,7 +29,7 @@ import torch
 _POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int8: "*i8",
             torch.uint8: "*u8", torch.int32: "*i32", torch.int64: "*i64", torch.bool: "*i1",
             torch.float8_e4m3fn: "*fp8e4nv", torch.float8_e5m2: "*fp8e5"}
-OPTIONS = ("num_warps", "num_stages")
+OPTIONS = ("num_warps", "num_stages", "launch_pdl")
 
 
 class Form(NamedTuple):

@@ -31,7 +31,7 @@ from triton_layers.launch_config import GPU, plan_as
 
 # The GPU the forms are planned for: its name as torch.cuda.get_device_name gives it, its SMs
 # and the shared memory a program may use (227 KB).
-H100 = GPU("NVIDIA H100 80GB HBM3", sm_count=132, shared_memory=232448)
+H100 = GPU("NVIDIA H100 80GB HBM3", sm_count=132, shared_memory=232448, capability=(9, 0))
 DTYPES = (torch.bfloat16, torch.float32)
 
 

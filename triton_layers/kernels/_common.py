@@ -62,6 +62,14 @@ def device_index(t: torch.Tensor) -> Optional[int]:
     return t.get_device() if t.is_cuda else None
 
 
+def pdl(on: bool) -> dict:
+    """A kernel's launch options for programmatic dependent launch: its ``USE_PDL`` constexpr
+    (the kernel waits on its producer first, kernels/_norm_helpers.py ``pdl_start``) and, on,
+    Triton's ``launch_pdl`` (the launch attribute; ``KernelCall`` drops it for the compiled
+    door, where Inductor launches). ``on``: the knob and the GPU agree (``GPU.has_pdl``)."""
+    return {"USE_PDL": True, "launch_pdl": True} if on else {"USE_PDL": False}
+
+
 def new_output(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """An uninitialized contiguous tensor of ``t``'s shape and device (and ``dtype``, default
     t's) for a launcher to write: ``torch.empty_like`` costs about a third of the host time of

@@ -146,6 +146,7 @@ def _launcher(compiled) -> tuple[Callable, tuple]:
 
 
 _LAYOUTS: dict = {}  # launcher class -> whether it has Triton 3.6's layout (see _launcher)
+_WRAP_TRITON = torch.library.wrap_triton  # (the compiled door's launch: KernelCall gives it _traced)
 _MISSING = object()
 # torch.cuda.current_device less its lazy-initialization check, on every launch: a CUDA
 # tensor in hand means CUDA is initialized. (CPU builds of torch lack it: the public one.)
@@ -241,12 +242,17 @@ class KernelCall:
     key fixes everything that key reads: the tensors' dtypes, alignment and None-ness, every
     other argument's value)."""
 
-    __slots__ = ("kernel", "grid", "scalars", "constexprs", "device", "_hit", "_pre_run_hooks")
+    __slots__ = ("kernel", "grid", "scalars", "constexprs", "device", "_hit", "_pre_run_hooks", "_traced")
 
     def __init__(self, kernel, grid: tuple, scalars: tuple, constexprs: dict, device: Optional[int]):
         self.kernel, self.grid, self.scalars, self.constexprs, self.device = kernel, grid, scalars, constexprs, device
         self._hit = None
         self._pre_run_hooks = getattr(kernel, "pre_run_hooks", ())  # (Triton's list, appended to in place)
+        # What the compiled door (wrap_triton) is given: no programmatic dependent launch (no
+        # launch_pdl, USE_PDL False). Inductor decides the launch attributes of what it launches,
+        # and its mutation analysis reads the kernel's grid-dependency wait as a write to every
+        # pointer argument, so that it would copy inputs the kernel only reads.
+        self._traced = {k: (False if k == "USE_PDL" else v) for k, v in constexprs.items() if k != "launch_pdl"}
 
     def _decisions(self) -> tuple:
         return (self.kernel, self.grid, self.scalars, self.constexprs, self.device)
@@ -271,7 +277,8 @@ class KernelCall:
                 c_launch, g0, g1, g2, function, prefix, tail = hit
                 c_launch(g0, g1, g2, runtime.stream(self.device), function, *prefix, *tensors, *tail)
                 return
-        launch(self.kernel)[self.grid](*tensors, *self.scalars, **self.constexprs)
+        launch(self.kernel)[self.grid](*tensors, *self.scalars,
+                                       **(self._traced if launch is _WRAP_TRITON else self.constexprs))
         if hit is None and launch is direct:
             self._hit = False  # launched once: the next eager launch looks for the compiled kernel
         elif hit is False and launch is direct and self.device is not None:

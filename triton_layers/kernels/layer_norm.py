@@ -40,8 +40,8 @@ from . import _layer_norm_launch as _rules
 from ._fast_launch import current_device, direct
 from ._norm_helpers import (
     STABLE_MIN_SCALE, affine, div, dz_coefficients, load_affine, load_bwd_tile, load_chunk, load_input, load_weight,
-    partial_rows, param_grads, publish, publish_sums, rounded_product, scale_shift, shifted_stats, stat_rows, store_dz,
-    store_partials, wait_arrivals,
+    partial_rows, param_grads, pdl_start, publish, publish_sums, rounded_product, scale_shift, shifted_stats, stat_rows,
+    store_dz, store_partials, wait_arrivals,
 )
 
 
@@ -52,8 +52,10 @@ def _norm_fwd_kernel(
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, STORE_STATS: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # One program normalizes BLOCK_M rows: short rows still give each program enough bytes.
+    pdl_start(USE_PDL)
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     Z = X  # the normalized input, for its dtype
     if HAS_RESIDUAL:
@@ -136,6 +138,7 @@ def _norm_fwd_split_kernel(
     UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr,
     BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr, MAX_POLLS: tl.constexpr, AHEAD: tl.constexpr,
     STORE_STATS: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # Rows longer than a block, in one pass: _norm_fwd_kernel's loop reads each row twice
     # (statistics, then y), and with many long rows in flight the second read misses L2
@@ -148,6 +151,7 @@ def _norm_fwd_split_kernel(
     # One row at a time, its statistics scalars: with a (1, n) tile's row vectors instead,
     # Triton 3.6 broadcast them to the tile through 2,048 shared-memory stores a thread per
     # row, and the kernel ran many times slower than the loop (BENCHMARKS.md, the H100 notes' norms).
+    pdl_start(USE_PDL)
     Mean, Rstd, _ = stat_rows(Stats, M, IS_RMS)
     ticket = tl.atomic_add(Arrivals, 1, sem="relaxed", scope="gpu")
     chunk = ticket % n_chunks
@@ -250,6 +254,7 @@ def _norm_bwd_kernel(
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
     WEIGHT_PER_TILE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # Rows that fit one block (longer rows take the two split kernels below).
     # Each program walks a contiguous range of BLOCK_M-row tiles and owns one row of the
@@ -258,6 +263,7 @@ def _norm_bwd_kernel(
     # program holding it in registers from start to end: on rows of 16,384 that frees 32
     # registers a thread for the tile's dy, zhat and the accumulators, which spilled
     # (LayerNormLaunch.bwd_long_row_weight_per_tile).
+    pdl_start(USE_PDL)
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     pid = tl.program_id(0).to(tl.int64)
     tile_start = pid * tiles_per_program
@@ -295,9 +301,11 @@ def _norm_bwd_row_sums_kernel(
     stride_dy_row, stride_z_row, M, N, n_chunks,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # Long rows, step 1: program (row, chunk) writes the chunk's share of the two row sums
     # sum(zhat * g) and sum(g) that dz needs.
+    pdl_start(USE_PDL)
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     rows = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
     chunk = tl.program_id(1)
@@ -322,6 +330,7 @@ def _norm_bwd_split_kernel(
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_POW2: tl.constexpr, ONE_PASS: tl.constexpr,
     PUBLISH_AHEAD: tl.constexpr, MAX_POLLS: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # Long rows, step 2: program (chunk, group) owns BLOCK_N columns of a group of rows:
     # dz for them, and the group's weight/bias partials for its columns, kept in registers.
@@ -343,6 +352,7 @@ def _norm_bwd_split_kernel(
     # run as timing picked fallback or published sums, most likely two compiled copies of the
     # sums rounded differently (the values pass the float64 check). MAX_POLLS = 0 waits until
     # every chunk arrived, bitwise reproducible.
+    pdl_start(USE_PDL)
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     chunk = tl.program_id(0)
     group = tl.program_id(1).to(tl.int64)
@@ -390,12 +400,14 @@ def _norm_bwd_split_kernel(
 
 
 @triton.jit
-def _partials_sum_kernel(Partials, Out, n_writers, N, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr):
+def _partials_sum_kernel(Partials, Out, n_writers, N, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr,
+                         USE_PDL: tl.constexpr):
     # The parameters' gradients: each column of each parameter's (n_writers, N) partials summed
     # over the writers, in the same order on every run. torch's sum over that (strided) dim
     # took a large share of the short-row backward (BENCHMARKS.md, "What the H200 parts are",
     # the parameters' partials); narrow column blocks give many programs, each with many rows
     # in flight.
+    pdl_start(USE_PDL)
     param = tl.program_id(1).to(tl.int64)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
@@ -492,7 +504,7 @@ def _plan_forward(
                0 if residual is None else n_cols, n_cols)
     switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
-                    STORE_STATS=store_stats)
+                    STORE_STATS=store_stats, **_common.pdl(cfg.pdl and gpu.has_pdl))
     # (k, *x.shape[:-1]): the rows as x has them, so that a shard of x along a row dim is the
     # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
     stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1]) if store_stats else None
@@ -572,9 +584,10 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
     else:
         max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
     block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    pdl = _common.pdl(cfg.pdl and gpu.has_pdl)
     switches = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
-                 CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
-                 COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db)
+                    CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
+                    COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db, **pdl)
     # dx, dr: new and contiguous (row stride n_cols), in the inputs' shape.
     strides = (dy_stride, dh_stride, _common.row_stride(z), n_cols, n_cols if store_dr else 0)
     n_partials = int(compute_dw) + int(compute_db)
@@ -611,7 +624,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
             row_sums = _doors.KernelCall(
                 _norm_bwd_row_sums_kernel, (n_rows, n_chunks), (dy_stride, _common.row_stride(z), n_rows, n_cols, n_chunks),
                 dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
-                     BLOCK_N=block_n, num_warps=_rules.num_warps(block_n, cfg)),
+                     BLOCK_N=block_n, num_warps=_rules.num_warps(block_n, cfg), **pdl),
                 device)
         split_m = _rules.split_rows(block_n, z.element_size(), one_pass, cfg)
         groups = _rules.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, gpu)
@@ -624,19 +637,19 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
             device))
     return _BackwardPlan(kernels, copy_dy, copy_dh, (x_dtype if need_x else r_dtype) if compute_dx else None,
                          r_dtype if store_dr else None, (n_partials, writers * n_cols),
-                         _partials_sum(n_partials, writers, z), sums_shape, one_pass)
+                         _partials_sum(n_partials, writers, z, pdl), sums_shape, one_pass)
 
 
-def _partials_sum(n_partials: int, writers: int, z: Tensor) -> Optional[_doors.KernelCall]:
+def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Optional[_doors.KernelCall]:
     """The launch summing ``writers`` rows of partials for each of ``n_partials`` parameters
-    (z's columns each)."""
+    (z's columns each); ``pdl``: the backward's launch options (``_common.pdl``)."""
     if not n_partials or writers == 1:
         return None
     n_cols = z.shape[-1]
     block_w, block_n = _rules.partials_tile(n_partials, writers, n_cols, launch_config.current().layer_norm,
                                           launch_config.GPU.of(z.device))
     return _doors.KernelCall(_partials_sum_kernel, (_common.cdiv(n_cols, block_n), n_partials), (writers, n_cols),
-                             dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4), _common.device_index(z))
+                             dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4, **pdl), _common.device_index(z))
 
 
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],

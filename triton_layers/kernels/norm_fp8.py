@@ -45,7 +45,7 @@ from ..fp8 import AMAX_FLOOR, GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows, new
 from . import _common, _doors, _eager
 from . import _layer_norm_launch as _rules
 from . import layer_norm as _norms
-from ._norm_helpers import affine, div, load_input
+from ._norm_helpers import affine, div, load_input, pdl_start
 
 # (a tl.constexpr: compiled Triton reads constexpr globals only)
 AMAX_FLOOR_C = tl.constexpr(AMAX_FLOOR)
@@ -115,7 +115,9 @@ def _norm_fp8_kernel(
     MODE: tl.constexpr, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, HAS_UB: tl.constexpr, POW2: tl.constexpr,
     EXACT_CAST: tl.constexpr, GROUP: tl.constexpr, AMAX_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     if not EXACT_CAST:  # (compiled, not the interpreter, whose floats stay Python's)
         # torch.compile's launcher passes Python floats as fp64: computed in fp32, as eager calls are
         eps = eps.to(tl.float32)
@@ -219,7 +221,7 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
                     FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
                     POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_M=block_m,
-                    BLOCK_N=block_n, AMAX_BLOCK=0,
+                    BLOCK_N=block_n, AMAX_BLOCK=0, **_common.pdl(cfg.pdl and launch_config.GPU.of(x.device).has_pdl),
                     num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
     args = (*strides, *scale_strides, n_rows, n_cols, eps, max(scale_ub, 0.0))
     programs = _common.cdiv(n_rows, block_m)
