@@ -6,7 +6,12 @@ Shapes, bf16 by default (``--dtypes`` as the other benchmarks):
 
 - the decoder's norms: rows (tokens in flight) 1, 8, 64, 512 at hidden 2048, 4096, 8192;
 - QK-norm (Qwen3, Gemma3, OLMo2): rows = tokens x heads, 1 x 32 and 64 x 32, at head_dim 64,
-  128 and 256.
+  128 and 256, and 4608 x 48 at 128 (a prefill), contiguous;
+- ``qk_rmsnorm_strided``: the same norm of the q slice of a fused qkv projection, a
+  ``(tokens, heads, head_dim)`` view with row stride ``(heads + 2 * kv_heads) * head_dim``
+  (kv_heads = heads / 6, at least 1): 1 x 32, 64 x 32 and 4608 x 48 at 128. Each
+  implementation gets the view as a model hands it (ours reads it in place; a peer that needs
+  rows copies it, or fails: an empty cell). Bytes 2*T*H*D*s, as the contiguous rows.
 
 Ops and bytes as ``bench_norms`` (rmsnorm: 2*M*D*s; add_rmsnorm: 4*M*D*s), forward alone.
 
@@ -40,7 +45,10 @@ from triton_layers import launch_config
 
 OP = "decode_norms"
 HIDDEN_SHAPES = [(rows, d) for d in (2048, 4096, 8192) for rows in (1, 8, 64, 512)]
-QK_SHAPES = [(tokens * 32, head_dim) for head_dim in (64, 128, 256) for tokens in (1, 64)]
+QK_SHAPES = [(tokens * 32, head_dim) for head_dim in (64, 128, 256) for tokens in (1, 64)] + [(4608 * 48, 128)]
+QK_STRIDED = "qk_rmsnorm_strided"
+QK_STRIDED_SHAPES = [(1, 32, 128), (64, 32, 128), (4608, 48, 128)]  # (tokens, heads, head_dim)
+QUICK_QK_STRIDED_SHAPES = [(64, 32, 128)]
 SHAPES = HIDDEN_SHAPES + QK_SHAPES
 QUICK_SHAPES = [(8, 4096), (32, 128)]
 OPS = ("rmsnorm", "add_rmsnorm")
@@ -58,7 +66,9 @@ def cases(opts: argparse.Namespace) -> list[tuple[str, torch.dtype, tuple[int, i
     chain = harness.dtype_shape_cases(opts, CHAIN_SHAPES, QUICK_CHAIN_SHAPES)
     return ([(op, dtype, shape) for op in OPS for dtype, shape in keys
              if op == "rmsnorm" or shape in HIDDEN_SHAPES or shape in QUICK_SHAPES[:1]]
-            + [(op, dtype, shape) for op in (CHAIN, NORM_CHAIN) for dtype, shape in chain])
+            + [(op, dtype, shape) for op in (CHAIN, NORM_CHAIN) for dtype, shape in chain]
+            + [(QK_STRIDED, dtype, shape)
+               for dtype, shape in harness.dtype_shape_cases(opts, QK_STRIDED_SHAPES, QUICK_QK_STRIDED_SHAPES)])
 
 
 def _chain(rmsnorm: Callable, add_rmsnorm: Callable) -> Callable:
@@ -111,6 +121,9 @@ def implementations(opts: argparse.Namespace) -> dict:
         impls["compile"].update({op: harness.compiled(chain(*(bench_norms.TORCH[o] for o in OPS)))
                                  for op, chain in chains.items()})
     impls[OURS + "_no_pdl"] = {op: _no_pdl(impls[OURS][op]) for op in chains}
+    for fns in impls.values():  # (the strided q slice through each one's RMSNorm as it is)
+        if "rmsnorm" in fns:
+            fns[QK_STRIDED] = fns["rmsnorm"]
     impls["matmul_only"] = {CHAIN: _matmul_only}
     return impls
 
@@ -118,10 +131,13 @@ def implementations(opts: argparse.Namespace) -> dict:
 def build(key: tuple[str, torch.dtype, tuple[int, int]], device: torch.device) -> harness.Case:
     """x (M, D), a weight away from 1 (and the residual; for the chain, W scaled to keep the
     activations' size), nothing requiring a gradient; the forward under torch.no_grad."""
-    op, dtype, (m, d) = key
+    op, dtype, shape = key
+    s = harness.element_size(dtype)
+    if op == QK_STRIDED:
+        return _qk_strided_case(dtype, shape, device)
+    m, d = shape
     x = torch.randn(m, d, device=device, dtype=dtype)
     w = (1 + 0.1 * torch.randn(d, device=device)).to(dtype)
-    s = harness.element_size(dtype)
     if op == CHAIN:
         inputs = [x, w, (torch.randn(d, d, device=device) / d ** 0.5).to(dtype)]
         nbytes = CHAIN_LAYERS * d * d * s + (2 + 4 * CHAIN_LAYERS) * m * d * s
@@ -139,6 +155,25 @@ def build(key: tuple[str, torch.dtype, tuple[int, int]], device: torch.device) -
         return call
 
     return harness.Case(f"{m}x{d}", dtype, [harness.Direction("fwd", nbytes, make)], op=op)
+
+
+def _qk_strided_case(dtype: torch.dtype, shape: tuple[int, int, int], device: torch.device) -> harness.Case:
+    """QK_STRIDED's case: the q view of a fused qkv output (the top) and a weight away from 1."""
+    tokens, heads, head_dim = shape
+    kv_heads = max(1, heads // 6)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, device=device, dtype=dtype)
+    q = qkv[:, : heads * head_dim].view(tokens, heads, head_dim)
+    w = (1 + 0.1 * torch.randn(head_dim, device=device)).to(dtype)
+
+    def make(impl):
+        def call():
+            with torch.no_grad():
+                return impl(q, w)
+        return call
+
+    nbytes = 2 * tokens * heads * head_dim * harness.element_size(dtype)
+    return harness.Case(f"{tokens}x{heads}x{head_dim} strided", dtype, [harness.Direction("fwd", nbytes, make)],
+                        op=QK_STRIDED)
 
 
 def norm_in_chain_us(results: list) -> dict:

@@ -895,9 +895,11 @@ def test_decode_bench_dry_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench_decode, "QUICK_SHAPES", [(3, 40), (4, 16)])
     monkeypatch.setattr(bench_decode, "HIDDEN_SHAPES", [(3, 40)])
     monkeypatch.setattr(bench_decode, "QUICK_CHAIN_SHAPES", [(2, 32)])
+    monkeypatch.setattr(bench_decode, "QUICK_QK_STRIDED_SHAPES", [(3, 6, 16)])
     bench_decode.main(["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
     rows = report.read_csv(str(tmp_path / "decode_norms.csv"))
-    assert {r["op"] for r in rows} == {"rmsnorm", "add_rmsnorm", "chain", "norm_chain"}
+    assert {r["op"] for r in rows} == {"rmsnorm", "add_rmsnorm", "chain", "norm_chain", "qk_rmsnorm_strided"}
+    assert {r["shape"] for r in rows if r["op"] == "qk_rmsnorm_strided"} == {"3x6x16 strided"}
     chain = {r["impl"] for r in rows if r["op"] == "chain"}
     assert {"triton_layers", "triton_layers_no_pdl", "torch", "matmul_only"} <= chain
     # the chain's per-call figure: (chain - matmul_only) / (layers + 1), every implementation but the base

@@ -186,6 +186,20 @@ def kernel_rows(x: Tensor, n_cols: int) -> Tensor:
     return as_rows(x, n_cols)
 
 
+def kernel_heads(x: Tensor, n_cols: int) -> Tensor:
+    """``x`` for the norms' forward without a residual: :func:`kernel_rows`, except that heads
+    ``(..., heads, n_cols)`` that are not rows with one stride (the q or k slice of a fused
+    qkv projection, QK-norm's input) stay a view ``(tokens, heads, n_cols)``, read in place
+    (kernels/_common.py ``head_layout``) instead of copied."""
+    if x.dim() >= 3 and x.shape[-1] == n_cols and n_cols > 1 and x.stride(-1) == 1 and not x.is_contiguous() \
+            and type(x) in PLAIN_TENSORS:
+        try:
+            return x if x.dim() == 3 else x.view(-1, *x.shape[-2:])
+        except RuntimeError:  # (the leading dims do not merge into one stride)
+            pass
+    return kernel_rows(x, n_cols)
+
+
 def as_rows(x: Tensor, n_cols: int) -> Tensor:
     """View ``x`` as (rows, n_cols) with last stride 1, copying only when that is impossible.
 

@@ -16,7 +16,7 @@ from torch import Tensor
 from . import reference
 from ._checks import (
     INPUT_DTYPES, KERNELS as _kernels, as_rows, check_flag, check_int, check_int_sequence, check_number,
-    check_same_device, check_shape, check_tensor, float64_among, kernel_rows, use_kernels,
+    check_same_device, check_shape, check_tensor, float64_among, kernel_heads, kernel_rows, use_kernels,
 )
 from ._tracing import tracing
 from ._values import check_k_within_row
@@ -334,7 +334,7 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
         x2, r2 = x, residual
     elif n_cols:
         rows = kernel_rows if kernels else as_rows
-        x2 = rows(x, n_cols)
+        x2 = kernel_heads(x, n_cols) if kernels and residual is None and n_dims == 1 else rows(x, n_cols)
         r2 = None if residual is None else rows(residual, n_cols)
     else:  # as_rows needs n_cols > 0 (reshape(-1, 0) is ambiguous): count the rows
         x2 = x.reshape(math.prod(x.shape[: x.dim() - n_dims]), 0)

@@ -57,6 +57,16 @@ def row_stride(t: torch.Tensor) -> int:
     return t.stride(0) if t.dim() == 2 else (t.shape[-1] if t.dim() else 1)
 
 
+def head_layout(t: torch.Tensor) -> Optional[tuple[int, int, int]]:
+    """``(token stride, heads, head stride)`` of a 3-D ``t`` of heads ``(tokens, heads, N)``
+    with last stride 1 that is not rows with one stride (the q or k slice of a fused qkv
+    projection): the norms' forward reads it in place (kernels/_norm_helpers.py ``head_rows``);
+    None for anything else."""
+    if t.dim() != 3 or t.stride(2) != 1 or t.is_contiguous():
+        return None
+    return t.stride(0), t.shape[1], t.stride(1)
+
+
 def device_index(t: torch.Tensor) -> Optional[int]:
     """``t``'s CUDA device index; None off CUDA (the Triton interpreter's CPU tensors)."""
     return t.get_device() if t.is_cuda else None

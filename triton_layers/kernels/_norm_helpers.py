@@ -64,11 +64,12 @@ def load_weight(W, cols, col_mask, HAS_WEIGHT: tl.constexpr, UNIT_OFFSET: tl.con
 
 
 @triton.jit
-def load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row,
+def load_input(X, R, H, rows, x_rows, cols, mask, stride_r_row, stride_h_row,
                 HAS_RESIDUAL: tl.constexpr, STORE_H: tl.constexpr):
     """A tile of the normalized input z in fp32 (0 outside ``mask``): x, or h = x + residual
-    in H's dtype (each cast to it, their sum rounded to it), written to H when STORE_H."""
-    z = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    in H's dtype (each cast to it, their sum rounded to it), written to H when STORE_H.
+    ``x_rows``: the rows' offsets in X (``rows * stride_x_row``, or :func:`head_rows`')."""
+    z = tl.load(X + x_rows[:, None] + cols[None, :], mask=mask, other=0.0)
     if HAS_RESIDUAL:
         h_dtype = H.dtype.element_ty
         r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
@@ -79,7 +80,7 @@ def load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_r
 
 
 @triton.jit
-def load_chunk(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row,
+def load_chunk(X, R, H, rows, x_rows, cols, mask, stride_r_row, stride_h_row,
                 HAS_RESIDUAL: tl.constexpr, FIRST_PASS: tl.constexpr):
     """A chunk of z in fp32 on the forward's long-row path, which passes over each row two or
     three times: the first pass reads x (and the residual, writing h); a later one reads x
@@ -88,7 +89,16 @@ def load_chunk(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_r
     another thread of the program may have written the h it reads."""
     if HAS_RESIDUAL and not FIRST_PASS:
         return tl.load(H + rows[:, None] * stride_h_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    return load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, FIRST_PASS)
+    return load_input(X, R, H, rows, x_rows, cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, FIRST_PASS)
+
+
+@triton.jit
+def head_rows(rows, stride_x_row, x_heads, stride_x_head):
+    """The offsets of ``rows`` in a tensor of heads (tokens, x_heads, N) with strides
+    (stride_x_row, stride_x_head, 1): row r is head r % x_heads of token r // x_heads. For rows
+    with one stride, x_heads is 1 (Triton specializes an argument equal to 1: the division and
+    remainder fold away) and the offsets are rows * stride_x_row."""
+    return (rows // x_heads) * stride_x_row + (rows % x_heads) * stride_x_head
 
 
 @triton.jit

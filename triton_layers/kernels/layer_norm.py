@@ -39,22 +39,24 @@ from . import _common, _doors
 from . import _layer_norm_launch as _rules
 from ._fast_launch import current_device, direct
 from ._norm_helpers import (
-    STABLE_MIN_SCALE, affine, div, dz_coefficients, load_affine, load_bwd_tile, load_chunk, load_input, load_weight,
-    partial_rows, param_grads, pdl_start, publish, publish_sums, rounded_product, scale_shift, shifted_stats, stat_rows,
-    store_dz, store_partials, wait_arrivals,
+    STABLE_MIN_SCALE, affine, div, dz_coefficients, head_rows, load_affine, load_bwd_tile, load_chunk, load_input,
+    load_weight, partial_rows, param_grads, pdl_start, publish, publish_sums, rounded_product, scale_shift,
+    shifted_stats, stat_rows, store_dz, store_partials, wait_arrivals,
 )
 
 
 @triton.jit
 def _norm_fwd_kernel(
     X, R, H, Y, W, B, Stats,
-    stride_x_row, stride_r_row, stride_h_row, stride_y_row, M, N, eps,
+    stride_x_row, stride_r_row, stride_h_row, stride_y_row, M, N, eps, x_heads, stride_x_head,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, STORE_STATS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     # One program normalizes BLOCK_M rows: short rows still give each program enough bytes.
+    # x may be heads (x_heads > 1, no residual): a strided q or k of a fused projection, read in
+    # place (head_rows).
     pdl_start(USE_PDL)
     Mean, Rstd, InvScale = stat_rows(Stats, M, IS_RMS)
     Z = X  # the normalized input, for its dtype
@@ -63,12 +65,13 @@ def _norm_fwd_kernel(
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < M
     cols = tl.arange(0, BLOCK_N)
+    x_rows = head_rows(rows, stride_x_row, x_heads, stride_x_head)
     y_rows = Y + rows[:, None] * stride_y_row
     inv_scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     mean = tl.zeros([BLOCK_M], dtype=tl.float32)
     if SINGLE_PASS:
         mask = row_mask[:, None] & (cols[None, :] < N)
-        z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
+        z = load_input(X, R, H, rows, x_rows, cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
         if STABLE:
             inv_scale = 1.0 / tl.maximum(tl.max(tl.abs(z), axis=1), STABLE_MIN_SCALE)
             z = rounded_product(z, inv_scale[:, None], mask)
@@ -87,7 +90,7 @@ def _norm_fwd_kernel(
             amax = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for start in range(0, N, BLOCK_N):
                 mask = row_mask[:, None] & (start + cols[None, :] < N)
-                z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                z = load_chunk(X, R, H, rows, x_rows, start + cols, mask, stride_r_row, stride_h_row,
                                HAS_RESIDUAL, True)
                 amax = tl.maximum(amax, tl.abs(z))
             inv_scale = 1.0 / tl.maximum(tl.max(amax, axis=1), STABLE_MIN_SCALE)
@@ -97,7 +100,7 @@ def _norm_fwd_kernel(
         # passes for data whose mean is large against its spread, with one pass over the row.
         shift = tl.zeros([BLOCK_M], dtype=tl.float32)
         if not IS_RMS:
-            shift = tl.load(X + rows * stride_x_row, mask=row_mask, other=0.0).to(tl.float32)
+            shift = tl.load(X + x_rows, mask=row_mask, other=0.0).to(tl.float32)
             if HAS_RESIDUAL:
                 shift += tl.load(R + rows * stride_r_row, mask=row_mask, other=0.0).to(tl.float32)
             shift = shift * inv_scale
@@ -105,7 +108,7 @@ def _norm_fwd_kernel(
         acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for start in range(0, N, BLOCK_N):
             mask = row_mask[:, None] & (start + cols[None, :] < N)
-            z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+            z = load_chunk(X, R, H, rows, x_rows, start + cols, mask, stride_r_row, stride_h_row,
                            HAS_RESIDUAL, not STABLE)  # the first pass unless stable mode's came before
             d = tl.where(mask, rounded_product(z, inv_scale[:, None], mask) - shift[:, None], 0.0)
             acc1 += d
@@ -116,7 +119,7 @@ def _norm_fwd_kernel(
         for start in range(0, N, BLOCK_N):
             col_mask = start + cols < N
             mask = row_mask[:, None] & col_mask[None, :]
-            z = load_chunk(X, R, H, rows, start + cols, mask, stride_x_row, stride_r_row, stride_h_row,
+            z = load_chunk(X, R, H, rows, x_rows, start + cols, mask, stride_r_row, stride_h_row,
                            HAS_RESIDUAL, False)
             zhat = (rounded_product(z, inv_scale[:, None], mask) - mean[:, None]) * rstd[:, None]
             y = affine(zhat, Z, W, B, start + cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
@@ -191,7 +194,7 @@ def _norm_fwd_split_kernel(
                 for other in range(0, n_chunks):
                     other_cols = other * BLOCK_N + tl.arange(0, BLOCK_N)
                     other_mask = (rows[:, None] < M) & (other_cols[None, :] < N)
-                    d_o = tl.where(other_mask, load_input(X, R, H, rows, other_cols, other_mask, stride_x_row,
+                    d_o = tl.where(other_mask, load_input(X, R, H, rows, rows * stride_x_row, other_cols, other_mask,
                                                           stride_r_row, stride_h_row, HAS_RESIDUAL, False) - shift, 0.0)
                     sums_dd = tl.where(chunk_ids == other, tl.sum(d_o * d_o), sums_dd)
                     sums_d = tl.where(chunk_ids == other, tl.sum(d_o), sums_d)
@@ -229,7 +232,7 @@ def _fwd_load_publish(X, R, H, Sums, Arrivals, row, row_stop, cols, col_mask, ch
         shift = tl.load(X + row * stride_x_row, mask=live, other=0.0).to(tl.float32)
         if HAS_RESIDUAL:
             shift += tl.load(R + row * stride_r_row, mask=live, other=0.0).to(tl.float32)
-    z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
+    z = load_input(X, R, H, rows, rows * stride_x_row, cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
     d = tl.where(mask, z - shift, 0.0)
     if live:
         publish(Sums + (row * n_chunks + chunk) * 2, tl.sum(d * d), tl.sum(d), None, Arrivals + 1 + row)
@@ -490,7 +493,8 @@ def _plan_forward(
     residual_dtype: Optional[torch.dtype], store_stats: bool = True, one_pass_allowed: bool = True,
 ) -> _ForwardPlan:
     """The forward's launch for inputs of these shapes, strides and dtypes. ``x`` and
-    ``residual`` are rows as they are (:func:`_common.rows_as_is`); y and h are new, contiguous.
+    ``residual`` are rows as they are (:func:`_common.rows_as_is`), or x heads without a
+    residual (:func:`_common.head_layout`); y and h are new, contiguous.
     ``store_stats=False`` (a call no gradient will flow from): no statistics are written or
     allocated. ``one_pass_allowed=False``: never the one-pass split kernel, whose programs read
     each other's chunks of x and the residual (h written over the residual must not be)."""
@@ -500,8 +504,9 @@ def _plan_forward(
     n_rows = x.numel() // n_cols if n_cols else 0
     max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
     block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
-    strides = (_common.row_stride(x), 0 if residual is None else _common.row_stride(residual),
-               0 if residual is None else n_cols, n_cols)
+    heads = _common.head_layout(x) if residual is None else None
+    strides = (_common.row_stride(x) if heads is None else heads[0],
+               0 if residual is None else _common.row_stride(residual), 0 if residual is None else n_cols, n_cols)
     switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
                     STORE_STATS=store_stats, **_common.pdl(cfg.pdl and gpu.has_pdl))
@@ -509,7 +514,7 @@ def _plan_forward(
     # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
     stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1]) if store_stats else None
     n_chunks = _common.cdiv(n_cols, cfg.fwd_one_pass_block)
-    if (not single_pass and not stable and one_pass_allowed
+    if (not single_pass and not stable and one_pass_allowed and heads is None
             and _rules.one_pass_forward(n_chunks, residual is not None, cfg, gpu)):
         # (one row at a time: no BLOCK_M)
         block = cfg.fwd_one_pass_block
@@ -524,7 +529,7 @@ def _plan_forward(
             _common.device_index(x))
         return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
     kernel = _doors.KernelCall(
-        _norm_fwd_kernel, (_common.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps),
+        _norm_fwd_kernel, (_common.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps, *((1, 0) if heads is None else heads[1:])),
         dict(switches, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
              num_warps=_rules.fwd_warps(block_m * block_n, x.element_size(), cfg,
                                        single_pass and residual is None, gpu)),

@@ -131,7 +131,7 @@ def _norm_fp8_kernel(
     Z = X  # the normalized input, for its dtype
     if HAS_RESIDUAL:
         Z = H
-    z = load_input(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row, HAS_RESIDUAL, STORE_H)
+    z = load_input(X, R, H, rows, rows * stride_x_row, cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, STORE_H)
     mean = tl.zeros([BLOCK_M], dtype=tl.float32)
     if not IS_RMS:
         mean = div(tl.sum(z, axis=1), N)
