@@ -176,7 +176,7 @@ def test_partials_sum_on_a_gpus_tiles(n_cols, device):
     writers = 37
     # (planned for a meta tensor as on an H100: the GPU's blocks, launched on this test's device)
     with launch_config.plan_as(H100):
-        call = LN._partials_sum(2, writers, torch.empty(1, n_cols, device="meta"))
+        call = LN._partials_sum(2, writers, torch.empty(1, n_cols, device="meta"), {"USE_PDL": False})
     assert 4 <= call.constexprs["BLOCK_N"] <= 128 and call.constexprs["BLOCK_W"] <= 64
     partials = torch.randn(2, writers * n_cols, device=device)
     out = [torch.full((2, n_cols), float("nan"), device=device) for _ in range(2)]
@@ -252,10 +252,10 @@ def test_one_pass_split_kernel_matches_two_passes(device):
     dy = torch.randn(m, n, device=device)
     stats = torch.stack([z.mean(1), (z.var(1, unbiased=False) + 1e-5).rsqrt()])
     flags = dict(IS_RMS=False, HAS_WEIGHT=True, STABLE=False, UNIT_OFFSET=False, CAST_BEFORE_WEIGHT=False,
-                 HAS_DH=False, STORE_DR=False, COMPUTE_DX=True, COMPUTE_DW=True, COMPUTE_DB=True)
+                 HAS_DH=False, STORE_DR=False, COMPUTE_DX=True, COMPUTE_DW=True, COMPUTE_DB=True, USE_PDL=False)
     sums = torch.empty(m, 1, 2, device=device)
     LN._norm_bwd_row_sums_kernel[(m, 1)](dy, z, w, stats, sums, n, n, m, n, 1, IS_RMS=False, HAS_WEIGHT=True,
-                                          STABLE=False, UNIT_OFFSET=False, BLOCK_N=128)
+                                          STABLE=False, UNIT_OFFSET=False, BLOCK_N=128, USE_PDL=False)
     out = {}
     for one_pass, ahead in ((False, 0), (True, 0), (True, 2)):
         dx, partials = torch.empty_like(z), torch.empty(2, 2 * n, device=device)
