@@ -19,7 +19,7 @@ Ops and bytes as ``bench_norms`` (rmsnorm: 2*M*D*s; add_rmsnorm: 4*M*D*s), forwa
 ``CHAIN_LAYERS`` times ``y, h = add_rmsnorm(y @ W, h)`` (W: D x D), all in one CUDA graph; rows
 1, 8, 64 at hidden 2048 and 4096. Programmatic dependent launch can only show here (a norm's
 launch overlapping the kernel before it), so ours runs twice: ``triton_layers`` (PDL on, the
-default on Hopper) and ``triton_layers_no_pdl`` (``launch_config`` knob ``pdl=False``; the
+default on Hopper) and ``triton_layers_no_pdl`` (``LaunchConfig.pdl`` False; the
 config switches around each call, which empties the plan caches: compare its GPU time, not its
 eager time). ``matmul_only`` runs the matmuls alone; after the tables, the GPU time a norm
 call adds to the chain, ``(chain - matmul_only) / (CHAIN_LAYERS + 1)``, per implementation.
@@ -35,6 +35,7 @@ bandwidth of the run (``harness``). Run: ``python -m benchmarks.bench_decode --o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Callable, Optional
 
@@ -57,7 +58,7 @@ CHAIN_LAYERS = 8
 CHAIN_SHAPES = [(rows, d) for d in (2048, 4096) for rows in (1, 8, 64)]
 QUICK_CHAIN_SHAPES = [(8, 4096)]
 OURS = bench_norms.OURS
-NO_PDL = launch_config.DEFAULT.with_knobs("layer_norm", pdl=False)
+NO_PDL = dataclasses.replace(launch_config.DEFAULT, pdl=False)
 
 
 def cases(opts: argparse.Namespace) -> list[tuple[str, torch.dtype, tuple[int, int]]]:

@@ -1,8 +1,9 @@
-"""Programmatic dependent launch (PDL) in the norms' kernels (kernels/_norm_helpers.py
-``pdl_start``, ``_common.pdl``, the ``pdl`` knob): where it is on (eager launches on Hopper
-and newer), where it is off (older GPUs, the interpreter, the knob or TRITON_LAYERS_PDL=0,
-the compiled door), and on a Hopper GPU that it changes no result: the same bits with it on
-and off, back to back on one stream, on a side stream and inside a CUDA graph."""
+"""Programmatic dependent launch (PDL) in every kernel of ours (kernels/_pdl.py ``pdl_start``,
+``_common.pdl``, ``LaunchConfig.pdl``): where it is on (eager launches on Hopper and newer),
+where it is off (older GPUs, the interpreter, the knob or TRITON_LAYERS_PDL=0, the compiled
+door), and on a Hopper GPU that it changes no result: the same bits with it on and off, back to
+back on one stream, on a side stream and inside a CUDA graph."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -23,11 +24,12 @@ def _meta(*shape, dtype=torch.bfloat16, grad=True):
     return torch.empty(shape, device="meta", dtype=dtype).requires_grad_(grad)
 
 
-def _launches(gpu: launch_config.GPU, **knobs) -> list:
-    """(kernel name, keyword arguments) of the eager launches of the norms' forward and
-    backward (short and long rows) and an FP8 norm's, planned as on ``gpu``."""
+def _launches(gpu: launch_config.GPU, pdl: bool = True) -> list:
+    """(kernel name, keyword arguments) of the eager launches of every op's forward and
+    backward (the norms' at short and long rows) and an FP8 norm's, planned as on ``gpu``."""
     out = []
-    with launch_config.plan_as(gpu), launch_config.use_knobs("layer_norm", **knobs):
+    config = dataclasses.replace(launch_config.current(), pdl=pdl)
+    with launch_config.plan_as(gpu), launch_config.use_config(config):
         for d in (1024, 131072):
             x, w = _meta(64, d), _meta(d)
             out += K.norm.record_launches(x, w, None, 1e-6, True, False, False, False, torch.bfloat16)
@@ -36,6 +38,10 @@ def _launches(gpu: launch_config.GPU, **knobs) -> list:
         out += K.norm_fp8.record_launches(_meta(64, 1024, grad=False), None, _meta(1024, grad=False), None, None,
                                           1e-6, True, False, False, torch.bfloat16, torch.float8_e4m3fn,
                                           "per_tensor", False, 0.0, False, False)
+        out += K.softmax.record_launches(_meta(8 * 64, 64), None, 64, 64, True, 1.0)
+        out += K.weighted_sum.record_launches(_meta(64, 1024), _meta(1024), _meta())
+        out += K.coor_descent.record_launches(_meta(4, 1000, dtype=torch.float32), None, None, 100.0, 5, 0.03,
+                                              4.0, 0.7)
     return [(kernel.__name__, kwargs) for kernel, _, kwargs in out]
 
 
@@ -43,14 +49,16 @@ def test_hopper_eager_launches_use_pdl():
     launches = _launches(H100)
     names = {name for name, _ in launches}
     assert {"_norm_fwd_kernel", "_norm_bwd_kernel", "_partials_sum_kernel", "_norm_fwd_split_kernel",
-            "_norm_bwd_split_kernel", "_norm_fp8_kernel"} <= names
+            "_norm_bwd_split_kernel", "_norm_fp8_kernel", "_softmax_fwd_kernel", "_softmax_bwd_kernel",
+            "_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel", "_coor_descent_fwd_kernel",
+            "_coor_descent_bwd_kernel"} <= names
     for name, kwargs in launches:
         assert kwargs["USE_PDL"] is True and kwargs["launch_pdl"] is True, name
 
 
-@pytest.mark.parametrize("gpu,knobs", [(A100, {}), (H100, {"pdl": False})], ids=["pre_hopper", "knob_off"])
-def test_pdl_off(gpu, knobs):
-    for name, kwargs in _launches(gpu, **knobs):
+@pytest.mark.parametrize("gpu,pdl", [(A100, True), (H100, False)], ids=["pre_hopper", "knob_off"])
+def test_pdl_off(gpu, pdl):
+    for name, kwargs in _launches(gpu, pdl):
         assert kwargs["USE_PDL"] is False and "launch_pdl" not in kwargs, name
 
 
@@ -63,7 +71,7 @@ def test_the_compiled_door_launches_without_pdl():
 
 
 def test_the_environment_switch_turns_it_off():
-    code = "from triton_layers import launch_config as c; print(c.DEFAULT.layer_norm.pdl)"
+    code = "from triton_layers import launch_config as c; print(c.DEFAULT.pdl)"
     env = dict(os.environ, TRITON_LAYERS_PDL="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          cwd=os.path.join(os.path.dirname(__file__), ".."))
@@ -119,7 +127,7 @@ def test_pdl_changes_no_result(where):
             torch.cuda.synchronize()
             return out
 
-    with launch_config.use_knobs("layer_norm", pdl=False):
+    with launch_config.use_config(dataclasses.replace(launch_config.current(), pdl=False)):
         off = [t.clone() for t in run()]
     on = run()
     for a, b_ in zip(on, off):

@@ -185,11 +185,6 @@ class LayerNormLaunch:
     fp8_amax_parts_max: int = 1024
     """Most programs of a dynamic per-tensor FP8 norm that write an amax each (every program of
     the second launch reads them all); more fold theirs into one zeroed cell (a memset first)."""
-    pdl: bool = os.environ.get("TRITON_LAYERS_PDL", "1") != "0"
-    """Programmatic dependent launch for the norms' kernels where the GPU has it (``GPU.has_pdl``):
-    each waits for the kernel before it, then lets the next launch. Off with TRITON_LAYERS_PDL=0
-    in the environment (read at import: for a debugger or a profiler that must see launches as
-    they were) or ``use_knobs("layer_norm", pdl=False)``."""
     fwd_4_warps_8192_gpus: tuple[str, ...] = ("H200",)
     """GPUs where 2-byte whole rows of 8,192 without a residual take 4 warps instead of 16."""
     bwd_programs_per_sm: int = 2
@@ -337,6 +332,11 @@ class LaunchConfig:
     """The weighted sum's knobs."""
     coor_descent: CoorDescentLaunch = CoorDescentLaunch()
     """coor_descent's knobs."""
+    pdl: bool = os.environ.get("TRITON_LAYERS_PDL", "1") != "0"
+    """Programmatic dependent launch for every kernel of ours where the GPU has it (``GPU.has_pdl``;
+    :func:`pdl_for`): each waits for the kernel before it, then lets the next launch. Off with
+    TRITON_LAYERS_PDL=0 in the environment (read at import: for a debugger or a profiler that must
+    see launches as they were) or ``use_config(dataclasses.replace(current(), pdl=False))``."""
 
 
     def with_knobs(self, op: str, **knobs: Any) -> "LaunchConfig":
@@ -345,7 +345,7 @@ class LaunchConfig:
         :class:`LaunchConfig` (``"layer_norm"``, ``"softmax"``, ``"weighted_sum"``,
         ``"coor_descent"``), each knob a field of that op's config; a name that is neither is a
         ``TypeError`` listing the names there are."""
-        ops = [f.name for f in dataclasses.fields(self)]
+        ops = [f.name for f in dataclasses.fields(self) if dataclasses.is_dataclass(getattr(self, f.name))]
         if op not in ops:
             raise TypeError(f"no op {op!r} in LaunchConfig: one of {ops}")
         cfg = getattr(self, op)
@@ -379,8 +379,9 @@ def shrunk(max_cols: int, loop_block: int, softmax_tile_elements: int = 64) -> L
                 changes[f.name] = softmax_tile_elements
         return dataclasses.replace(cfg, **changes)
 
-    return LaunchConfig(**{f.name: shrink(getattr(DEFAULT, f.name), f.name == "softmax")
-                           for f in dataclasses.fields(LaunchConfig)})
+    return dataclasses.replace(DEFAULT, **{f.name: shrink(getattr(DEFAULT, f.name), f.name == "softmax")
+                                           for f in dataclasses.fields(LaunchConfig)
+                                           if dataclasses.is_dataclass(getattr(DEFAULT, f.name))})
 
 
 # Rows over 16 columns take the chunked paths (8-column chunks), and weighted-sum tiles
@@ -432,6 +433,12 @@ def use_config(config: LaunchConfig) -> Iterator[LaunchConfig]:
         yield config
     finally:
         _set(saved)
+
+
+def pdl_for(gpu: GPU) -> bool:
+    """Whether launches on ``gpu`` use programmatic dependent launch: the current config's
+    ``pdl`` and the GPU's ``has_pdl``."""
+    return _current.pdl and gpu.has_pdl
 
 
 def use_knobs(op: str, **knobs: Any) -> "contextlib.AbstractContextManager[LaunchConfig]":

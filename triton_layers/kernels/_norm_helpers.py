@@ -11,20 +11,6 @@ STABLE_MIN_SCALE = tl.constexpr(1e-30)
 
 
 @triton.jit
-def pdl_start(USE_PDL: tl.constexpr):
-    """Programmatic dependent launch (Hopper and newer; ``_common.pdl``): wait until the
-    kernel before this one in the stream has finished and its writes are visible, then let
-    the kernel after this one launch. Called first thing, before any load or store: the wait
-    also keeps this kernel from writing memory the previous one still reads. What it saves
-    is the launch: the next kernel's programs are placed while this one drains, and start
-    the moment it ends. (A no-op for a kernel launched without the launch attribute, as the
-    compiled door launches; never compiled on GPUs without it, nor in the interpreter.)"""
-    if USE_PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-
-
-@triton.jit
 def div(row_sums, N):
     """Per-row sums / N, correctly rounded (the GPU's default fp32 division, div.full.f32,
     may be 2 ulp off; these means feed every element of the row)."""

@@ -41,6 +41,7 @@ from .. import reference
 from .. import launch_config
 from . import _common, _doors
 from . import _coor_descent_launch as _rules
+from ._pdl import pdl_start
 
 # log k uses k clamped to at least this (as colt5-attention does).
 K_MIN = tl.constexpr(1e-20)
@@ -93,9 +94,11 @@ def _coor_descent_fwd_kernel(
     k_value, eps, eps_init, eps_decay,
     HAS_MASK: tl.constexpr, K_PER_ROW: tl.constexpr,
     BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # Inductor may hand Python floats in as fp64: pin them to fp32, so that the values the
     # loop carries keep one type (Triton refuses a loop variable that changes type).
+    pdl_start(USE_PDL)
     k_value = tl.cast(k_value, tl.float32)
     eps = tl.cast(eps, tl.float32)
     eps_init = tl.cast(eps_init, tl.float32)
@@ -193,9 +196,11 @@ def _coor_descent_bwd_partial_kernel(
     S, Mask, DY, Stats, Eps, Partial,
     stride_s_row, stride_m_row, stride_dy_row, N, n_iters, n_chunks,
     HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # Rows of several chunks, step 1: Partial[row, 0, chunk] = sum of g over the chunk;
     # Partial[row, t - 1, chunk] = #{valid j in chunk: s_j + a_{t-1} > 0} for t = 2..T.
+    pdl_start(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     S += row * stride_s_row
@@ -240,10 +245,12 @@ def _coor_descent_bwd_kernel(
     k_value,
     HAS_MASK: tl.constexpr, K_PER_ROW: tl.constexpr, COMPUTE_DK: tl.constexpr,
     ONE_CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # A row of one chunk: its program computes the row's sum of g and counts itself (one
     # launch). Several chunks: every program of a row reduces the row's partials (step 1's)
     # itself, in the same fixed order.
+    pdl_start(USE_PDL)
     k_value = tl.cast(k_value, tl.float32)  # fp64 under Inductor, see the forward kernel
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
@@ -306,7 +313,8 @@ def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_valu
         (_common.row_stride(s), 0 if mask is None else n_cols, _k_stride(k), n_cols,
          n_cols, n_iters, k_value, eps, eps_init, eps_decay),
         dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, BLOCK_N=block, SINGLE_PASS=single_pass,
-             num_warps=_common.warps_for(block, cfg.fwd_elems_per_thread, cfg.fwd_max_warps)),
+             num_warps=_common.warps_for(block, cfg.fwd_elems_per_thread, cfg.fwd_max_warps),
+             **_common.pdl(launch_config.pdl_for(launch_config.GPU.of(s.device)))),
         _common.device_index(s))
     # (the rows as s has them: a shard of s along a row dim is the same shard of stats)
     return _ForwardPlan(kernel, (*s.shape[:-1], 2, n_iters), (n_iters + 1,))
@@ -345,18 +353,19 @@ def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
     stride_dy = n_cols if copy_dy else _common.row_stride(dy)
     warps = _common.warps_for(block, cfg.bwd_elems_per_thread)
     device = _common.device_index(s)
+    pdl = _common.pdl(launch_config.pdl_for(launch_config.GPU.of(s.device)))
     partials = None
     if n_chunks > 1:
         partials = _doors.KernelCall(
             _coor_descent_bwd_partial_kernel, (n_rows, n_chunks),
             (stride_s, stride_m, stride_dy, n_cols, n_iters, n_chunks),
-            dict(HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps), device)
+            dict(HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps, **pdl), device)
     grads_kernel = _doors.KernelCall(
         _coor_descent_bwd_kernel, (n_rows, n_chunks),
         (stride_s, stride_m, stride_dy, _k_stride(k), n_cols, n_cols, n_iters, n_chunks, k_value),
         dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=needs["k"], ONE_CHUNK=n_chunks == 1,
              BLOCK_N=block,
-             CHUNKS_BLOCK=max(_common.next_power_of_2(n_chunks), 2), num_warps=warps),
+             CHUNKS_BLOCK=max(_common.next_power_of_2(n_chunks), 2), num_warps=warps, **pdl),
         device)
     return _BackwardPlan(partials, grads_kernel, copy_dy, (n_rows, n_iters, n_chunks))
 

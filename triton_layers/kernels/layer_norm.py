@@ -40,9 +40,10 @@ from . import _layer_norm_launch as _rules
 from ._fast_launch import current_device, direct
 from ._norm_helpers import (
     STABLE_MIN_SCALE, affine, div, dz_coefficients, head_rows, load_affine, load_bwd_tile, load_chunk, load_input,
-    load_weight, partial_rows, param_grads, pdl_start, publish, publish_sums, rounded_product, scale_shift,
+    load_weight, partial_rows, param_grads, publish, publish_sums, rounded_product, scale_shift,
     shifted_stats, stat_rows, store_dz, store_partials, wait_arrivals,
 )
+from ._pdl import pdl_start
 
 
 @triton.jit
@@ -509,7 +510,7 @@ def _plan_forward(
                0 if residual is None else _common.row_stride(residual), 0 if residual is None else n_cols, n_cols)
     switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
-                    STORE_STATS=store_stats, **_common.pdl(cfg.pdl and gpu.has_pdl))
+                    STORE_STATS=store_stats, **_common.pdl(launch_config.pdl_for(gpu)))
     # (k, *x.shape[:-1]): the rows as x has them, so that a shard of x along a row dim is the
     # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
     stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1]) if store_stats else None
@@ -589,7 +590,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
     else:
         max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
     block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
-    pdl = _common.pdl(cfg.pdl and gpu.has_pdl)
+    pdl = _common.pdl(launch_config.pdl_for(gpu))
     switches = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                     CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
                     COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db, **pdl)

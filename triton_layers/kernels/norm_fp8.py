@@ -45,7 +45,8 @@ from ..fp8 import AMAX_FLOOR, GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows, new
 from . import _common, _doors, _eager
 from . import _layer_norm_launch as _rules
 from . import layer_norm as _norms
-from ._norm_helpers import affine, div, load_input, pdl_start
+from ._norm_helpers import affine, div, load_input
+from ._pdl import pdl_start
 
 # (a tl.constexpr: compiled Triton reads constexpr globals only)
 AMAX_FLOOR_C = tl.constexpr(AMAX_FLOOR)
@@ -221,7 +222,7 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
                     FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
                     POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_M=block_m,
-                    BLOCK_N=block_n, AMAX_BLOCK=0, **_common.pdl(cfg.pdl and launch_config.GPU.of(x.device).has_pdl),
+                    BLOCK_N=block_n, AMAX_BLOCK=0, **_common.pdl(launch_config.pdl_for(launch_config.GPU.of(x.device))),
                     num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
     args = (*strides, *scale_strides, n_rows, n_cols, eps, max(scale_ub, 0.0))
     programs = _common.cdiv(n_rows, block_m)

@@ -27,6 +27,7 @@ from torch import Tensor
 from .. import launch_config
 from . import _common, _doors
 from . import _softmax_launch as _rules
+from ._pdl import pdl_start
 
 LOG2E = math.log2(math.e)
 
@@ -185,10 +186,12 @@ def _softmax_fwd_kernel(
     n_rows, n_cols, n_q, rows_per_batch, scale_log2,
     CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, PREFIX_SPLITS: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # PREFIX_SPLITS (causal, single pass): 2 or 4 = a tile whose rows all see at most 1/2
     # (1/4) of the columns computes on that part only: the causal tiles' arithmetic bounded by
     # their visible prefix, not the row length (see prefix_splits in _softmax_launch).
+    pdl_start(USE_PDL)
     scale_log2 = tl.cast(scale_log2, tl.float32)  # Inductor may pass Python floats as fp64
     pid = _program_tile(CAUSAL)
     if SINGLE_PASS:
@@ -239,6 +242,7 @@ def _softmax_fwd_class_kernel(
     stride_x_row, stride_y_row, stride_mask_row,
     n_rows, n_cols, n_q, rows_per_batch, scale_log2, q_lo, q_count,
     HAS_MASK: tl.constexpr, WIDTH: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # The causal forward of long rows held whole, as one launch per class of rows: the rows of
     # queries q_lo .. q_lo + q_count - 1 of every score matrix, one a program, see at most
@@ -247,6 +251,7 @@ def _softmax_fwd_class_kernel(
     # threads fills an SM, and a row that reads a short prefix still spends a whole load's
     # latency alone there. A launch of the short rows' class, with half the warps, fits two
     # programs an SM (docs/TUNING.md, "SoftmaxLaunch.causal_class_min_cols").
+    pdl_start(USE_PDL)
     scale_log2 = tl.cast(scale_log2, tl.float32)  # Inductor may pass Python floats as fp64
     pid = _program_tile(True)  # (both ends in turn: the class's rows still grow with q)
     row = (pid // q_count) * n_q + q_lo + pid % q_count
@@ -262,8 +267,10 @@ def _softmax_bwd_kernel(
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, PREFIX_SPLITS: tl.constexpr,
     RELOAD: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # y is 0 at every masked key, so dx is too: only the causal prefix needs reading.
+    pdl_start(USE_PDL)
     scale = tl.cast(scale, tl.float32)  # Inductor may pass Python floats as fp64
     pid = _program_tile(CAUSAL)
     if SINGLE_PASS:
@@ -308,7 +315,13 @@ def _plan(y_like: Tensor, causal: bool) -> tuple:
     block_m, block_n, single_pass, warps, prefix_splits = _rules.tile(
         n_rows, n_cols, launch_config.current().softmax, causal)
     return n_rows, n_cols, (_common.cdiv(n_rows, block_m),), dict(
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, PREFIX_SPLITS=prefix_splits, num_warps=warps)
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, PREFIX_SPLITS=prefix_splits, num_warps=warps,
+        **_common.pdl(launch_config.pdl_for(launch_config.GPU.of(y_like.device))))
+
+
+def _launch_pdl(tile: dict) -> dict:
+    """The launch option of ``tile``'s programmatic dependent launch (``_common.pdl``), for another kernel."""
+    return {"launch_pdl": True} if tile.get("launch_pdl") else {}
 
 
 def _local_counts(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int,
@@ -341,7 +354,8 @@ def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_
     if classes:
         n_matrices = n_rows // n_q
         return tuple(_doors.KernelCall(_softmax_fwd_class_kernel, (n_matrices * count,), (*args, q_lo, count),
-                                       dict(HAS_MASK=has_mask, WIDTH=width, BLOCK_N=tile["BLOCK_N"], num_warps=warps),
+                                       dict(HAS_MASK=has_mask, WIDTH=width, BLOCK_N=tile["BLOCK_N"], num_warps=warps,
+                                            USE_PDL=tile["USE_PDL"], **_launch_pdl(tile)),
                                        device)
                      for q_lo, count, width, warps in classes)
     return (_doors.KernelCall(_softmax_fwd_kernel, grid, args, dict(CAUSAL=causal, HAS_MASK=has_mask, **tile),

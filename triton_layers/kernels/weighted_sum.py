@@ -30,6 +30,7 @@ from torch import Tensor
 from .. import launch_config
 from . import _common, _doors
 from . import _weighted_sum_launch as _rules
+from ._pdl import pdl_start
 
 @triton.jit
 def _store_rows(Y, B, rows, mask, y, HAS_BIAS: tl.constexpr):
@@ -45,7 +46,9 @@ def _weighted_sum_fwd_kernel(
     stride_x_row, M, D, cols_per_program,
     HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, NUM_STAGES: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     pid_m = tl.program_id(0).to(tl.int64)
     pid_d = tl.program_id(1).to(tl.int64)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -73,8 +76,10 @@ def _weighted_sum_fwd_kernel(
 def _weighted_sum_fwd_reduce_kernel(
     Partial, B, Y, M, n_splits,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # Adds the column ranges' partial sums of each row in a fixed order.
+    pdl_start(USE_PDL)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     mask = rows < M
     y = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -90,9 +95,11 @@ def _weighted_sum_bwd_kernel(
     stride_dy, stride_x_row, stride_dx_row, M, D, rows_per_program,
     COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, NUM_STAGES: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     # Program (pid_d, pid_m) owns columns [pid_d * BLOCK_D, +BLOCK_D) of the rows
     # [pid_m * rows_per_program, +rows_per_program) and row pid_m of the partials.
+    pdl_start(USE_PDL)
     pid_d = tl.program_id(0).to(tl.int64)
     pid_m = tl.program_id(1).to(tl.int64)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -147,16 +154,17 @@ def _plan_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> _Forward
     wanted = _common.cdiv(launch_config.GPU.of(x.device).sm_count * cfg.fwd_programs_per_sm, row_blocks)
     cols_per_program, splits = _rules.split_range(n_cols, block_d, wanted)
     device = _common.device_index(x)
+    pdl = _common.pdl(launch_config.pdl_for(launch_config.GPU.of(x.device)))
     kernel = _doors.KernelCall(
         _weighted_sum_fwd_kernel, (row_blocks, splits), (_common.row_stride(x), n_rows, n_cols, cols_per_program),
         dict(HAS_BIAS=bias is not None, SPLIT=splits > 1, BLOCK_M=block_m, BLOCK_D=block_d,
-             NUM_STAGES=cfg.fwd_stages_4byte if wide else cfg.fwd_stages, num_warps=warps),
+             NUM_STAGES=cfg.fwd_stages_4byte if wide else cfg.fwd_stages, num_warps=warps, **pdl),
         device)
     reduce = None
     if splits > 1:
         block = min(cfg.reduce_block, _common.next_power_of_2(n_rows))
         reduce = _doors.KernelCall(_weighted_sum_fwd_reduce_kernel, (_common.cdiv(n_rows, block),), (n_rows, splits),
-                                   dict(HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4), device)
+                                   dict(HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4, **pdl), device)
     # (no buffer, not even an empty one, where it is not written: each allocation costs host time)
     return _ForwardPlan(tuple(x.shape[:-1]), (splits, n_rows) if splits > 1 else None, kernel, reduce)
 
@@ -206,7 +214,7 @@ def _plan_backward(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tenso
             _weighted_sum_bwd_kernel, (col_blocks, programs),
             (dy_stride, _common.row_stride(x) if dw else 0, n_cols, n_rows, n_cols, rows_per_program),
             dict(COMPUTE_DX=dx, COMPUTE_DW=dw, COMPUTE_DB=db, BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=stages,
-                 num_warps=warps),
+                 num_warps=warps, **_common.pdl(launch_config.pdl_for(launch_config.GPU.of(dy.device)))),
             _common.device_index(dy))
 
     if two_pass:  # dx (and db, from the dy it reads anyway), then dw
