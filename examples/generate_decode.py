@@ -77,7 +77,14 @@ def prepare(model, mode: str):
     """The model set up for ``mode`` (the module docstring)."""
     if mode == "explicit":
         model.generation_config.disable_compile = True
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+        def forward(*args, **kwargs):
+            # (a new CUDA-graph step per call: the static cache's buffers are updated in place,
+            # and generate reads each step's logits before the next call)
+            torch.compiler.cudagraph_mark_step_begin()
+            return compiled(*args, **kwargs)
+        model.forward = forward
     elif mode == "none":
         model.generation_config.disable_compile = True
     return model
