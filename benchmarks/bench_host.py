@@ -184,7 +184,8 @@ PARTS = (
 
 def part_steps(dev) -> dict[str, Callable[[], None]]:
     """Each part of :data:`PARTS` as a call to time, on one LayerNorm problem (8x256)."""
-    from triton_layers.kernels import _doors, _eager, ops
+    from triton_layers.calls import doors as _doors, fast_launch as _fast_launch, eager as _eager
+    from triton_layers.kernels import ops
 
     x, w, b = (torch.randn(*s, device=dev, requires_grad=True) for s in ((8, 256), (256,), (256,)))
     flags = (1e-5, False, False, False, False, x.dtype)
@@ -194,10 +195,10 @@ def part_steps(dev) -> dict[str, Callable[[], None]]:
     op.call_planned(plan, x, w, b, *flags)  # compiles
     kernel_call = plan.forward.kernel
     # (a second launch: the plan's launch keeps the compiled kernel from then on)
-    y, stats = plan.run_forward(_doors.direct, plan.forward, xd, wd, bd, *flags)
+    y, stats = plan.run_forward(_fast_launch.direct, plan.forward, xd, wd, bd, *flags)
     tensors = (xd, None, None, y, wd, bd, stats)  # the kernel's tensors, as the forward run passes them
     args, constexprs = (*tensors, *kernel_call.scalars), kernel_call.constexprs
-    fast = _doors.direct(kernel_call.kernel)
+    fast = _fast_launch.direct(kernel_call.kernel)
     fast[kernel_call.grid](*args, **constexprs)
 
     class Empty(torch.autograd.Function):
@@ -221,8 +222,8 @@ def part_steps(dev) -> dict[str, Callable[[], None]]:
         "functional.layer_norm": lambda: F.layer_norm(x, w, b),
         "planned door (Op.call_planned)": lambda: op.call_planned(plan, x, w, b, *flags),
         "autograd.Function.apply": lambda: op._planned_apply(plan, x, w, b, *flags),
-        "forward run (plan made)": lambda: plan.run_forward(_doors.direct, plan.forward, xd, wd, bd, *flags),
-        "launch, planned (KernelCall)": lambda: kernel_call(_doors.direct, *tensors),
+        "forward run (plan made)": lambda: plan.run_forward(_fast_launch.direct, plan.forward, xd, wd, bd, *flags),
+        "launch, planned (KernelCall)": lambda: kernel_call(_fast_launch.direct, *tensors),
         "checks and plan (unplanned call)": unplanned,
         "launch, cached (_FastLaunch)": lambda: fast[kernel_call.grid](*args, **constexprs),
         "launch, JITFunction.run": lambda: kernel_call.kernel[kernel_call.grid](*args, **constexprs),

@@ -74,7 +74,7 @@ def looped(request):
 def spy_main_inputs(monkeypatch, op) -> list:
     """The main (first) tensor each call of the kernel op ``op`` receives, planned or not, in
     call order: ``seen = spy_main_inputs(monkeypatch, kernel_ops.softmax)``."""
-    from triton_layers.kernels import _doors
+    from triton_layers.calls import doors as _doors
 
     seen = []
     call_planned, plain = _doors.Op.call_planned, _doors.Op.__call__

@@ -33,7 +33,7 @@ from triton_layers import functional as F
 from triton_layers import reference
 from triton_layers._checks import KERNELS
 from triton_layers._families import family_of
-from triton_layers.kernels._eager import EAGER_OPS, checking_plans
+from triton_layers.calls.eager import EAGER_OPS, checking_plans
 
 from .conftest import DEVICE, spy_main_inputs
 

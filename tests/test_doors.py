@@ -1,6 +1,6 @@
 """Both doors of every op give the same results, bitwise: the torch.library custom op
 (what torch.compile traces) and the eager autograd.Function, both built by
-``kernels/_doors.py`` from one description per op. Also: the descriptions themselves
+``calls/doors.py`` from one description per op. Also: the descriptions themselves
 (every gradient is named after an input that exists) and the launch-config switch.
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ import torch
 
 from triton_layers import functional as F
 from triton_layers import launch_config
-from triton_layers.kernels import _common, _doors, _eager, _fast_launch
+from triton_layers.calls import doors as _doors, eager as _eager, fast_launch as _fast_launch
+from triton_layers.kernels import _common
 from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import SMALL, spy_main_inputs
@@ -223,7 +224,7 @@ def test_fast_launch_key_separates_what_triton_specializes_on():
     """The eager door's cache of compiled kernels (``_fast_launch._key``) must give another key
     wherever Triton could compile another kernel: a tensor's dtype or 16-byte alignment, an
     argument's type (1, True and 1.0 are equal in Python), a constexpr's value, the device."""
-    from triton_layers.kernels._fast_launch import _key
+    from triton_layers.calls.fast_launch import _key
 
     t = torch.zeros(16)
     base = _key(0, (t, 1, 2.0), {"BLOCK": 64})
@@ -275,7 +276,7 @@ def test_fast_launch_calls_the_c_launch_only_where_it_knows_the_layout(runner, d
     closures a call) only where that object has 3.6's layout and the kernel needs no scratch
     buffer, and passes what ``__call__`` would have: grid, stream, function, cooperative and
     PDL flags, no scratch, the packed metadata, no launch metadata or hooks, the arguments."""
-    from triton_layers.kernels._fast_launch import _launcher
+    from triton_layers.calls.fast_launch import _launcher
 
     compiled = _Compiled(runner)
     launch, prefix = _launcher(compiled)
@@ -326,16 +327,16 @@ def test_kernel_call_launches_the_compiled_kernel_it_found(monkeypatch):
     monkeypatch.setitem(_fast_launch._FAST, kernel, fast)
     monkeypatch.setattr(_fast_launch, "current_device", lambda: 1)
     t = torch.zeros(16)
-    call = _doors.KernelCall(kernel, (4, 2), (7,), {"BLOCK": 64}, 1)
-    call(_doors.direct, t)  # a first launch: through Triton, which compiles
+    call = _fast_launch.KernelCall(kernel, (4, 2), (7,), {"BLOCK": 64}, 1)
+    call(_fast_launch.direct, t)  # a first launch: through Triton, which compiles
     assert len(kernel.calls) == 1 and not runner.calls and call._hit is False
-    call(_doors.direct, t)  # now cached by _FastLaunch (keyed), then by the call itself (not keyed)
+    call(_fast_launch.direct, t)  # now cached by _FastLaunch (keyed), then by the call itself (not keyed)
     assert call._hit
-    call(_doors.direct, t)
+    call(_fast_launch.direct, t)
     want = ("c", (4, 2, 1, "stream1", "fn", False, True, None, None, "meta", None, None, None, t, 7, 64))
     assert runner.calls == [want, want]
     runtime.hooks = True
-    call(_doors.direct, t)
+    call(_fast_launch.direct, t)
     assert len(kernel.calls) == 2 and len(runner.calls) == 2
     runtime.hooks = False
     traced = []

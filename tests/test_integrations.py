@@ -413,7 +413,7 @@ def test_a_broken_interpreter_is_named_not_run(monkeypatch):
     TRITON_INTERPRET=1 raises a RuntimeError naming it, at the call, instead of the
     interpreter's TypeError from inside a kernel; use_triton=False still takes the reference."""
     from triton_layers import _checks
-    from triton_layers.kernels import _eager
+    from triton_layers.calls import eager as _eager
 
     if not _checks.TRITON_INTERPRET:
         pytest.skip("needs TRITON_INTERPRET=1 (set by conftest without a GPU)")

@@ -171,7 +171,7 @@ def test_partials_sum_on_a_gpus_tiles(n_cols, device):
     (partials_tile for 132 SMs: 4-128 columns, off a GPU the interpreter's wide blocks run):
     every writer's row counted once, against float64, and the same bits on a second run."""
     from triton_layers.kernels import layer_norm as LN
-    from triton_layers.kernels._doors import direct
+    from triton_layers.calls.doors import direct
 
     writers = 37
     # (planned for a meta tensor as on an H100: the GPU's blocks, launched on this test's device)

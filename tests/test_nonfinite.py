@@ -20,7 +20,7 @@ from .conftest import looped_config
 from .oracle import agree, run
 
 # No warning either: the interpreter computes in numpy, whose floating-point warnings the
-# launch turns off (kernels/_fast_launch._Quiet), as a GPU computes NaN and inf silently.
+# launch turns off (calls/fast_launch._Quiet), as a GPU computes NaN and inf silently.
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
 NAN, INF = float("nan"), float("inf")

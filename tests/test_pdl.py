@@ -13,7 +13,7 @@ import torch
 
 from triton_layers import FP8Recipe, functional as F, launch_config
 from triton_layers.kernels import ops as K
-from triton_layers.kernels._fast_launch import _FAST, KernelCall
+from triton_layers.calls.fast_launch import _FAST, KernelCall
 
 from .conftest import H100
 

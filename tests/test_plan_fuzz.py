@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from triton_layers import launch_config
-from triton_layers.kernels import _eager
+from triton_layers.calls import eager as _eager
 
 from .test_training_setups import HOOKS, under
 from .training_cases import LAYOUTS, OPS, check_grads, make, plain_run, rel_err, tolerance

@@ -13,7 +13,8 @@ import triton_layers
 from triton_layers import CausalSoftmax, _checks, reference
 from triton_layers import functional as F
 from triton_layers import launch_config
-from triton_layers.kernels import _common, _doors
+from triton_layers.calls import doors as _doors, fast_launch as _fast_launch
+from triton_layers.kernels import _common
 from triton_layers.kernels import _softmax_launch as rules
 from triton_layers.kernels import ops as kernel_ops
 
@@ -153,7 +154,7 @@ def test_causal_prefix_splits(device, splits, dtype, shape, masked, monkeypatch)
         y = F.softmax(leaf, causal=True, scale=0.7, key_padding_mask=mask)
         return y, torch.autograd.grad(y, leaf, dy)[0]
     launched = []  # PREFIX_SPLITS of every kernel launch
-    direct = _doors.direct
+    direct = _fast_launch.direct
 
     def spy(kernel):
         launcher = direct(kernel)

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.utils._pytree import tree_map
 
 import triton_layers as tl
-from triton_layers.kernels import _eager, _fast_launch
+from triton_layers.calls import eager as _eager, fast_launch as _fast_launch
 from tests import training_cases as cases
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")

@@ -1,5 +1,5 @@
 """Tensor and sequence parallelism: every op on DTensors, sharded, computing on the local
-shards (the sharding rules of kernels/_sharding.py), with no communication inside our ops.
+shards (the sharding rules of calls/sharding.py), with no communication inside our ops.
 
 Each test spawns ranks over gloo on the CPU (the kernels run through the Triton
 interpreter, as the rest of the suite) and checks, on every rank, the outputs and every
@@ -124,16 +124,16 @@ def _norm_cases(mesh, device):
     # A normalized dim sharded: no rule shards it; the replicated fallback (DTensor gathers).
     cases["layer_norm, the normalized dim sharded"] = (lambda x, w, b: F.layer_norm(x, w, b), (x, w, b),
                                                        (lambda t: shard(t, 2), rep, rep))
-    # Eagerly, each case through both doors a DTensor can take (kernels/_dtensor_eager.py): the
+    # Eagerly, each case through both doors a DTensor can take (calls/dtensor.py): the
     # local one, where the placements are a strategy of the rule as they are, and DTensor's
     # dispatch of the custom op (the local door turned off).
-    from triton_layers.kernels import _dtensor_eager
+    from triton_layers.calls import dtensor as _dtensor_eager
 
     from triton_layers import _checks
 
     local_door = _dtensor_eager.call
     kernels_run = device == "cuda" or _checks.TRITON_INTERPRET  # (else CPU tensors take the reference)
-    from triton_layers.kernels import _eager
+    from triton_layers.calls import eager as _eager
 
     # ("local, planned": the same calls again, their kept plans each checked against a new one)
     for door in ("local", "local, planned", "dispatch"):

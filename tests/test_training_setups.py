@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 import triton_layers
 from triton_layers import functional as F
 from triton_layers import reference
-from triton_layers.kernels import _doors, _eager
+from triton_layers.calls import doors as _doors, eager as _eager
 
 from .training_cases import LAYOUTS, OPS, check_grads, make, misaligned_copy, plain_run, rel_err
 
@@ -217,7 +217,7 @@ def test_the_cached_launch_steps_aside_for_tritons_switches(monkeypatch):
     compiles the variant they ask for and calls the hooks); with none set, ours runs."""
     from triton import knobs
 
-    from triton_layers.kernels._fast_launch import _Runtime
+    from triton_layers.calls.fast_launch import _Runtime
 
     runtime = _Runtime.__new__(_Runtime)  # (without a GPU driver's stream)
     runtime.read_knobs(knobs)
@@ -325,7 +325,7 @@ def one_rank_mesh():
 @pytest.mark.parametrize("module", ["TritonLayerNorm", "TritonRMSNorm"])
 def test_dtensors_never_reach_the_eager_door(module, one_rank_mesh, monkeypatch):
     """A DTensor input (tensor parallel's SequenceParallel hands the norm one) never reaches the
-    eager door's launch as a wrapper: the door for DTensors (kernels/_dtensor_eager.py) hands it
+    eager door's launch as a wrapper: the door for DTensors (calls/dtensor.py) hands it
     the local shards, plain tensors (tests/test_tensor_parallel.py: that and the custom op's
     sharding rule); the output and the gradients are the plain call's."""
     from torch.distributed.tensor import Shard, distribute_tensor

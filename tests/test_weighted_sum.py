@@ -21,7 +21,7 @@ from triton_layers import functional as F
 from triton_layers import launch_config
 from triton_layers.kernels import _weighted_sum_launch
 from triton_layers.kernels import ops as kernel_ops
-from triton_layers.kernels._doors import direct
+from triton_layers.calls.doors import direct
 
 from .conftest import DTYPES, LOW_DTYPES, spy_main_inputs
 from .oracle import check, compare

@@ -13,10 +13,10 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from ._tracing import tracing
+from .calls.tracing import tracing
 # (the value checkers: use_kernels's, and re-exported for the functional ops' checks)
 from ._values import check_flag, check_int, check_int_sequence, check_number, check_use_triton  # noqa: F401
-from .kernels._eager import (  # (no Triton there: importable without it)
+from .calls.eager import (  # (no Triton there: importable without it)
     PLAIN_TENSORS, functorch_active, is_async_collective, is_dtensor, subclass_of,
 )
 from .launch_config import TRITON_INTERPRET
@@ -121,7 +121,7 @@ def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional
     torch.func transform (vmap, grad, ...), and for tensor subclasses (FakeTensor outside
     torch.compile, wrappers: their data is not one plain buffer a kernel can read; torch's
     ops on them are what the subclass defines). DTensors take the kernels (through the
-    custom op, whose sharding rule runs it on the local shards: ``kernels/_sharding``) where
+    custom op, whose sharding rule runs it on the local shards: ``calls/sharding``) where
     the op has a rule (``dtensors``), else the reference. ``True`` forces the kernels and
     raises where they cannot run; ``False`` forces the reference.
 
@@ -135,7 +135,7 @@ def use_kernels(x: Tensor, use_triton: Optional[bool], others: Sequence[Optional
     kind = None if tracing() else subclass_of((x, *others))
     if kind is not None and ((dtensors and is_dtensor(kind)) or is_async_collective(kind)):
         # (a DTensor: the custom op's door; a collective in flight: the doors wait for it
-        # before launching, kernels/_eager.ready. The device decides, below.)
+        # before launching, calls/eager.ready. The device decides, below.)
         kind = None
     if kind is not None:
         can_run = False

@@ -18,10 +18,10 @@ from ._checks import (
     INPUT_DTYPES, KERNELS as _kernels, as_rows, check_flag, check_int, check_int_sequence, check_number,
     check_same_device, check_shape, check_tensor, float64_among, kernel_heads, kernel_rows, use_kernels,
 )
-from ._tracing import tracing
+from .calls.tracing import tracing
 from ._values import check_k_within_row
 from .fp8 import GROUP_SIZE, FP8Recipe, FP8Rows, reference_activation
-from .kernels._eager import EagerOp, Launch, subclass_of
+from .calls.eager import EagerOp, Launch, subclass_of
 
 __all__ = ["layer_norm", "rms_norm", "layer_norm_fp8", "rms_norm_fp8", "softmax", "weighted_sum", "coor_descent", "uses_kernels"]
 

@@ -396,7 +396,7 @@ TINY = dataclasses.replace(
 
 _current = DEFAULT
 # Emptied (``.clear()``) whenever the config (or plan_as's GPU) changes: the plan caches of both
-# doors, which hold the decisions made under it (kernels/_eager.py: PlanCache).
+# doors, which hold the decisions made under it (calls/eager.py: PlanCache).
 _on_change: "weakref.WeakSet" = weakref.WeakSet()
 
 

@@ -1,6 +1,7 @@
-"""Private: the Triton kernels, a file per op (``<op>.py``: kernels, plans, runs and the op's
-description; ``_<op>_launch.py``: its shape heuristics), and the call engine both doors share
-(``_eager``, ``_doors``, ``_fast_launch``, ``_dtensor_eager``, ``_sharding``).
+"""Private: the Triton kernels, one file per op (``<op>.py``: its kernels, plans, runs and the
+op's description), its shape heuristics beside it (``_<op>_launch.py``), and the helpers the
+kernels share (``_common``: host arithmetic and layouts; ``_norm_helpers``; ``_pdl``). The call
+engine that runs them, eager and compiled, is :mod:`triton_layers.calls`.
 
 Nothing here is public API; use :mod:`triton_layers.functional` or the layers.
 ``kernels.ops`` gathers the differentiable ops.

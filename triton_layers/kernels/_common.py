@@ -13,6 +13,8 @@ from typing import Optional
 
 import torch
 
+from ..calls.fast_launch import direct
+
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division for host code (``triton.cdiv`` costs microseconds per call there)."""
@@ -85,3 +87,14 @@ def new_output(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Te
     t's) for a launcher to write: ``torch.empty_like`` costs about a third of the host time of
     ``torch.empty(t.shape, ...)``, whose ``torch.Size`` argument dominates at small shapes."""
     return torch.empty_like(t, dtype=dtype, memory_format=torch.contiguous_format)
+
+
+def mask_bytes(mask: Optional[torch.Tensor], launch) -> Optional[torch.Tensor]:
+    """A bool mask as uint8 for the kernels, contiguous (the plans take its row stride to be
+    its last dim): a free view on the eager door (``launch`` is ``direct``), a (small) copy on
+    the compiled one, whose Inductor cannot lower a bool -> uint8 view."""
+    if mask is None:
+        return None
+    if not mask.is_contiguous():
+        mask = mask.contiguous()
+    return mask.view(torch.uint8) if launch is direct else mask.to(torch.uint8)

@@ -39,7 +39,9 @@ import triton.language as tl
 from torch import Tensor
 from .. import reference
 from .. import launch_config
-from . import _common, _doors
+from . import _common
+from ..calls import doors as _doors
+from ..calls.fast_launch import KernelCall
 from . import _coor_descent_launch as _rules
 from ._pdl import pdl_start
 
@@ -294,7 +296,7 @@ def _k_stride(k: Optional[Tensor]) -> int:
 
 
 class _ForwardPlan(NamedTuple):
-    kernel: _doors.KernelCall
+    kernel: KernelCall
     stats_shape: tuple[int, ...]
     schedule_shape: tuple[int]
 
@@ -308,7 +310,7 @@ def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_valu
     n_cols = s.shape[-1]
     n_rows = s.numel() // n_cols if n_cols else 0
     block, single_pass = _common.row_block(n_cols, cfg.max_fused_cols, cfg.loop_block)
-    kernel = _doors.KernelCall(
+    kernel = KernelCall(
         _coor_descent_fwd_kernel, (n_rows,),
         (_common.row_stride(s), 0 if mask is None else n_cols, _k_stride(k), n_cols,
          n_cols, n_iters, k_value, eps, eps_init, eps_decay),
@@ -327,13 +329,13 @@ def _run_forward(launch, plan: _ForwardPlan, s: Tensor, mask: Optional[Tensor], 
     y = _common.new_output(s)
     stats = s.new_empty(plan.stats_shape, dtype=torch.float32)
     eps_schedule = s.new_empty(plan.schedule_shape, dtype=torch.float32)
-    plan.kernel(launch, s, _doors.mask_bytes(mask, launch), k, y, stats, eps_schedule)
+    plan.kernel(launch, s, _common.mask_bytes(mask, launch), k, y, stats, eps_schedule)
     return y, stats, eps_schedule
 
 
 class _BackwardPlan(NamedTuple):
-    partials: Optional[_doors.KernelCall]  # None: rows of one chunk, one launch
-    grads: _doors.KernelCall
+    partials: Optional[KernelCall]  # None: rows of one chunk, one launch
+    grads: KernelCall
     copy_dy: bool
     partial_shape: tuple[int, int, int]
 
@@ -356,11 +358,11 @@ def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
     pdl = _common.pdl(launch_config.pdl_for(launch_config.GPU.of(s.device)))
     partials = None
     if n_chunks > 1:
-        partials = _doors.KernelCall(
+        partials = KernelCall(
             _coor_descent_bwd_partial_kernel, (n_rows, n_chunks),
             (stride_s, stride_m, stride_dy, n_cols, n_iters, n_chunks),
             dict(HAS_MASK=mask is not None, BLOCK_N=block, num_warps=warps, **pdl), device)
-    grads_kernel = _doors.KernelCall(
+    grads_kernel = KernelCall(
         _coor_descent_bwd_kernel, (n_rows, n_chunks),
         (stride_s, stride_m, stride_dy, _k_stride(k), n_cols, n_cols, n_iters, n_chunks, k_value),
         dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, COMPUTE_DK=needs["k"], ONE_CHUNK=n_chunks == 1,
@@ -376,7 +378,7 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Ten
     dy = grads[0].contiguous() if plan.copy_dy else grads[0]
     ds = _common.new_output(s)
     dk = s.new_empty(k.shape, dtype=torch.float32) if needs["k"] else None  # (one a row, as k)
-    mask_u8 = _doors.mask_bytes(mask, launch)
+    mask_u8 = _common.mask_bytes(mask, launch)
     partial = None
     if plan.partials is not None:
         partial = s.new_empty(plan.partial_shape, dtype=torch.float32)

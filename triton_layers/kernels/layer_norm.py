@@ -35,9 +35,10 @@ from torch import Tensor
 
 from .. import reference
 from .. import launch_config
-from . import _common, _doors
+from . import _common
+from ..calls import doors as _doors
 from . import _layer_norm_launch as _rules
-from ._fast_launch import current_device, direct
+from ..calls.fast_launch import KernelCall, current_device, direct
 from ._norm_helpers import (
     STABLE_MIN_SCALE, affine, div, dz_coefficients, head_rows, load_affine, load_bwd_tile, load_chunk, load_input,
     load_weight, partial_rows, param_grads, publish, publish_sums, rounded_product, scale_shift,
@@ -481,7 +482,7 @@ def _split_tile(
 
 
 class _ForwardPlan(NamedTuple):
-    kernel: _doors.KernelCall
+    kernel: KernelCall
     out_dtype: torch.dtype
     residual_dtype: Optional[torch.dtype]
     stats_shape: Optional[tuple[int, ...]]  # None: no statistics (no backward will read them)
@@ -512,7 +513,7 @@ def _plan_forward(
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
                     STORE_STATS=store_stats, **_common.pdl(launch_config.pdl_for(gpu)))
     # (k, *x.shape[:-1]): the rows as x has them, so that a shard of x along a row dim is the
-    # same shard of stats one dim on (the sharding rules, kernels/_sharding.py)
+    # same shard of stats one dim on (the sharding rules, calls/sharding.py)
     stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1]) if store_stats else None
     n_chunks = _common.cdiv(n_cols, cfg.fwd_one_pass_block)
     if (not single_pass and not stable and one_pass_allowed and heads is None
@@ -521,7 +522,7 @@ def _plan_forward(
         block = cfg.fwd_one_pass_block
         groups = _rules.row_groups(n_rows, n_chunks, 1, _rules.one_pass_forward_programs_per_sm(x.element_size(), cfg),
                                   gpu)
-        kernel = _doors.KernelCall(
+        kernel = KernelCall(
             _norm_fwd_split_kernel, (groups * n_chunks,),
             (*strides, n_rows, n_cols, eps, n_chunks, _common.cdiv(n_rows, groups)),
             dict(switches, BLOCK_N=block, CHUNKS_POW2=_common.next_power_of_2(n_chunks), MAX_POLLS=cfg.split_wait_polls,
@@ -529,7 +530,7 @@ def _plan_forward(
                  num_warps=_rules.fwd_warps(block, x.element_size(), cfg)),
             _common.device_index(x))
         return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
-    kernel = _doors.KernelCall(
+    kernel = KernelCall(
         _norm_fwd_kernel, (_common.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps, *((1, 0) if heads is None else heads[1:])),
         dict(switches, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
              num_warps=_rules.fwd_warps(block_m * block_n, x.element_size(), cfg,
@@ -563,7 +564,7 @@ class _BackwardPlan(NamedTuple):
     dx_dtype: Optional[torch.dtype]  # None: no dx computed
     dr_dtype: Optional[torch.dtype]  # None: dresidual is dx itself (or not asked)
     partials_shape: tuple[int, int]
-    reduce: Optional[_doors.KernelCall]  # the partials' sum (None: one writer, the partials are the sums)
+    reduce: Optional[KernelCall]  # the partials' sum (None: one writer, the partials are the sums)
     sums_shape: Optional[tuple[int, int, int]]  # the split path's per-chunk row sums
     one_pass: bool
 
@@ -612,7 +613,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
         stage_bytes = block_m * block_n * loaded + (block_n * weight.element_size()
                                                     if weight_per_tile and weight is not None else 0)
         writers = programs
-        kernels = (_doors.KernelCall(
+        kernels = (KernelCall(
             _norm_bwd_kernel, (programs,), (*strides, n_rows, n_cols, tiles_per_program),
             dict(BLOCK_M=block_m, BLOCK_N=block_n,
                  NUM_STAGES=_rules.prefetch_stages(stages, stage_bytes, gpu, cfg.bwd_reduction_scratch_bytes),
@@ -627,7 +628,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
         one_pass = compute_dx and _rules.one_pass_split(n_chunks, rms, z.element_size(), cfg, gpu)
         row_sums = None
         if compute_dx and not one_pass:
-            row_sums = _doors.KernelCall(
+            row_sums = KernelCall(
                 _norm_bwd_row_sums_kernel, (n_rows, n_chunks), (dy_stride, _common.row_stride(z), n_rows, n_cols, n_chunks),
                 dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                      BLOCK_N=block_n, num_warps=_rules.num_warps(block_n, cfg), **pdl),
@@ -635,7 +636,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
         split_m = _rules.split_rows(block_n, z.element_size(), one_pass, cfg)
         groups = _rules.row_groups(n_rows, n_chunks, split_m, cfg.split_programs_per_sm, gpu)
         writers = groups
-        kernels = (row_sums, _doors.KernelCall(
+        kernels = (row_sums, KernelCall(
             _norm_bwd_split_kernel, (n_chunks, groups), (*strides, n_rows, n_cols, n_chunks, _common.cdiv(n_rows, groups)),
             dict(BLOCK_M=split_m, BLOCK_N=block_n, CHUNKS_POW2=_common.next_power_of_2(n_chunks),
                  ONE_PASS=one_pass, PUBLISH_AHEAD=cfg.split_publish_ahead, MAX_POLLS=cfg.split_wait_polls,
@@ -646,7 +647,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
                          _partials_sum(n_partials, writers, z, pdl), sums_shape, one_pass)
 
 
-def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Optional[_doors.KernelCall]:
+def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Optional[KernelCall]:
     """The launch summing ``writers`` rows of partials for each of ``n_partials`` parameters
     (z's columns each); ``pdl``: the backward's launch options (``_common.pdl``)."""
     if not n_partials or writers == 1:
@@ -654,7 +655,7 @@ def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Option
     n_cols = z.shape[-1]
     block_w, block_n = _rules.partials_tile(n_partials, writers, n_cols, launch_config.current().layer_norm,
                                           launch_config.GPU.of(z.device))
-    return _doors.KernelCall(_partials_sum_kernel, (_common.cdiv(n_cols, block_n), n_partials), (writers, n_cols),
+    return KernelCall(_partials_sum_kernel, (_common.cdiv(n_cols, block_n), n_partials), (writers, n_cols),
                              dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4, **pdl), _common.device_index(z))
 
 
@@ -820,7 +821,7 @@ class ResidualNormInPlace:
     :meth:`call_planned`); the functional route sends it only plain tensors, outside tracing,
     where no gradient flows."""
 
-    desc = SimpleNamespace(name="residual_norm_in_place")  # (its name, for _eager's messages)
+    desc = SimpleNamespace(name="residual_norm_in_place")  # (its name, for calls/eager's messages)
 
     def plan(self, x, residual, weight, bias, eps, rms, stable, unit_offset, cast_before_weight, out_dtype,
              residual_dtype) -> _InPlacePlan:

@@ -42,7 +42,9 @@ from torch import Tensor
 
 from .. import launch_config
 from ..fp8 import AMAX_FLOOR, GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows, new_scales, tma_aligned_rows
-from . import _common, _doors, _eager
+from . import _common
+from ..calls import doors as _doors, eager as _eager
+from ..calls.fast_launch import KernelCall, direct
 from . import _layer_norm_launch as _rules
 from . import layer_norm as _norms
 from ._norm_helpers import affine, div, load_input
@@ -234,13 +236,13 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
         amax_cells = programs if amax_block else 1
         switches["AMAX_BLOCK"] = amax_block
         launches = (
-            _doors.KernelCall(_norm_fp8_kernel, (programs,), args,
+            KernelCall(_norm_fp8_kernel, (programs,), args,
                               dict(switches, MODE=_AMAX, STORE_H=True, STORE_STATS=with_stats), device),
-            _doors.KernelCall(_norm_fp8_kernel, (programs,), args,
+            KernelCall(_norm_fp8_kernel, (programs,), args,
                               dict(switches, MODE=_FROM_AMAX, STORE_H=False, STORE_STATS=False), device))
     else:
         mode = _WHOLE if granularity == "per_tensor" and static_scale is None else _MODES.get(granularity, _STATIC)
-        launches = (_doors.KernelCall(_norm_fp8_kernel, (programs,), args,
+        launches = (KernelCall(_norm_fp8_kernel, (programs,), args,
                                       dict(switches, MODE=mode, STORE_H=True, STORE_STATS=with_stats), device),)
     stats_shape = ((1 if rms else 2), *x.shape[:-1]) if with_stats else None
     return _Plan(launches, amax_cells, recipe, stats_shape, residual_dtype if residual is not None else None)
@@ -332,7 +334,7 @@ class _StraightThrough(torch.autograd.Function):
             # create_graph=True, or a gradient of another subclass: the norm's backward in torch ops
             out = op.backward_graph(grads, needs, saved)
         else:
-            out = op.backward(_doors.direct, plain, needs, *saved)
+            out = op.backward(direct, plain, needs, *saved)
         return (None, *[out[name].to(dtype) if need else None
                         for name, need, dtype in zip(("x", "residual", "weight", "bias"), asked, ctx.dtypes)],
                 *([None] * 8))
@@ -362,7 +364,7 @@ class NormFP8:
     (:meth:`plan`, :meth:`call_planned`); a call it cannot plan (traced: the custom op) goes
     through :meth:`__call__`, with no gradient."""
 
-    desc = SimpleNamespace(name="norm_fp8")  # (its name, for _eager's messages)
+    desc = SimpleNamespace(name="norm_fp8")  # (its name, for calls/eager's messages)
 
     def plan(self, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
              residual_dtype, out_dtype, recipe) -> _DoorPlan:

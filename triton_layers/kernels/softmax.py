@@ -25,7 +25,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 from .. import launch_config
-from . import _common, _doors
+from . import _common
+from ..calls import doors as _doors
+from ..calls.fast_launch import KernelCall
 from . import _softmax_launch as _rules
 from ._pdl import pdl_start
 
@@ -336,7 +338,7 @@ def _local_counts(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_
 
 
 def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int, causal: bool,
-                  scale: float) -> tuple[_doors.KernelCall, ...]:
+                  scale: float) -> tuple[KernelCall, ...]:
     """The forward's launches for ``x`` (..., Nk) whose rows are a matrix as it is
     (:func:`_common.rows_as_is`). ``key_padding_mask`` is bool (B, Nk), True = padding; row
     ``r`` uses its row ``r // rows_per_batch``. ``n_q`` is the number of queries per score
@@ -353,20 +355,20 @@ def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_
                                    launch_config.current().softmax)
     if classes:
         n_matrices = n_rows // n_q
-        return tuple(_doors.KernelCall(_softmax_fwd_class_kernel, (n_matrices * count,), (*args, q_lo, count),
+        return tuple(KernelCall(_softmax_fwd_class_kernel, (n_matrices * count,), (*args, q_lo, count),
                                        dict(HAS_MASK=has_mask, WIDTH=width, BLOCK_N=tile["BLOCK_N"], num_warps=warps,
                                             USE_PDL=tile["USE_PDL"], **_launch_pdl(tile)),
                                        device)
                      for q_lo, count, width, warps in classes)
-    return (_doors.KernelCall(_softmax_fwd_kernel, grid, args, dict(CAUSAL=causal, HAS_MASK=has_mask, **tile),
+    return (KernelCall(_softmax_fwd_kernel, grid, args, dict(CAUSAL=causal, HAS_MASK=has_mask, **tile),
                               device),)
 
 
-def _run_forward(launch: Callable, kernels: tuple[_doors.KernelCall, ...], x: Tensor,
+def _run_forward(launch: Callable, kernels: tuple[KernelCall, ...], x: Tensor,
                  key_padding_mask: Optional[Tensor], *_) -> tuple[Tensor]:
     """``(y,)``, y of x's shape."""
     y = _common.new_output(x)
-    mask = _doors.mask_bytes(key_padding_mask, launch)
+    mask = _common.mask_bytes(key_padding_mask, launch)
     for kernel in kernels:
         kernel(launch, x, y, mask)
     return (y,)
@@ -379,7 +381,7 @@ def _plan_backward(grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool,
     n_q = _local_counts(y, None, n_q, 1, causal)[0]
     n_rows, n_cols, grid, tile = _plan(y, causal)
     reload = _rules.bwd_reload(tile["BLOCK_N"], tile["SINGLE_PASS"], launch_config.current().softmax)
-    kernel = _doors.KernelCall(
+    kernel = KernelCall(
         _softmax_bwd_kernel, grid,
         (n_cols if copy_dy else _common.row_stride(dy), n_cols, n_cols, n_rows, n_cols, n_q, scale),
         dict(CAUSAL=causal, RELOAD=reload, **tile), _common.device_index(y))

@@ -28,7 +28,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 from .. import launch_config
-from . import _common, _doors
+from . import _common
+from ..calls import doors as _doors
+from ..calls.fast_launch import KernelCall
 from . import _weighted_sum_launch as _rules
 from ._pdl import pdl_start
 
@@ -136,8 +138,8 @@ def _weighted_sum_bwd_kernel(
 class _ForwardPlan(NamedTuple):
     y_shape: tuple
     partial_shape: Optional[tuple[int, int]]  # split columns: per-split row sums (else None)
-    kernel: _doors.KernelCall
-    reduce: Optional[_doors.KernelCall]  # the split sums' reduction
+    kernel: KernelCall
+    reduce: Optional[KernelCall]  # the split sums' reduction
 
 
 def _plan_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> _ForwardPlan:
@@ -155,7 +157,7 @@ def _plan_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> _Forward
     cols_per_program, splits = _rules.split_range(n_cols, block_d, wanted)
     device = _common.device_index(x)
     pdl = _common.pdl(launch_config.pdl_for(launch_config.GPU.of(x.device)))
-    kernel = _doors.KernelCall(
+    kernel = KernelCall(
         _weighted_sum_fwd_kernel, (row_blocks, splits), (_common.row_stride(x), n_rows, n_cols, cols_per_program),
         dict(HAS_BIAS=bias is not None, SPLIT=splits > 1, BLOCK_M=block_m, BLOCK_D=block_d,
              NUM_STAGES=cfg.fwd_stages_4byte if wide else cfg.fwd_stages, num_warps=warps, **pdl),
@@ -163,7 +165,7 @@ def _plan_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> _Forward
     reduce = None
     if splits > 1:
         block = min(cfg.reduce_block, _common.next_power_of_2(n_rows))
-        reduce = _doors.KernelCall(_weighted_sum_fwd_reduce_kernel, (_common.cdiv(n_rows, block),), (n_rows, splits),
+        reduce = KernelCall(_weighted_sum_fwd_reduce_kernel, (_common.cdiv(n_rows, block),), (n_rows, splits),
                                    dict(HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4, **pdl), device)
     # (no buffer, not even an empty one, where it is not written: each allocation costs host time)
     return _ForwardPlan(tuple(x.shape[:-1]), (splits, n_rows) if splits > 1 else None, kernel, reduce)
@@ -180,8 +182,8 @@ def _run_forward(launch, plan: _ForwardPlan, x: Tensor, weight: Tensor, bias: Op
 
 
 class _BackwardPlan(NamedTuple):
-    kernel: Optional[_doors.KernelCall]  # None: only the bias needs a gradient (a sum of dy)
-    dw_kernel: Optional[_doors.KernelCall]  # two passes: the one reading x for dw (else None)
+    kernel: Optional[KernelCall]  # None: only the bias needs a gradient (a sum of dy)
+    dw_kernel: Optional[KernelCall]  # two passes: the one reading x for dw (else None)
     copy_dy: bool
     dx_shape: tuple
     programs: int  # rows of the parameter gradients' partial sums
@@ -209,8 +211,8 @@ def _plan_backward(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tenso
     rows_per_program, programs = _rules.split_range(n_rows, block_m, wanted)
     two_pass = compute_dx and compute_dw and n_rows * n_cols * elem_size >= cfg.bwd_two_pass_min_bytes
 
-    def launch(dx: bool, dw: bool, db: bool, stages: Optional[int]) -> _doors.KernelCall:
-        return _doors.KernelCall(
+    def launch(dx: bool, dw: bool, db: bool, stages: Optional[int]) -> KernelCall:
+        return KernelCall(
             _weighted_sum_bwd_kernel, (col_blocks, programs),
             (dy_stride, _common.row_stride(x) if dw else 0, n_cols, n_rows, n_cols, rows_per_program),
             dict(COMPUTE_DX=dx, COMPUTE_DW=dw, COMPUTE_DB=db, BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=stages,

@@ -15,7 +15,7 @@ from typing import Optional
 
 from torch import Tensor, nn
 
-from .._tracing import tracing
+from ..calls.tracing import tracing
 
 
 def use_triton_for(module: nn.Module, residual: Optional[Tensor]) -> Optional[bool]:

@@ -13,7 +13,7 @@ forward and backward (each a plan and a run), what the backward needs, and each 
 by argument name. A new argument is added in one place, and a gradient cannot land on the
 wrong input. Eager calls' plans (:class:`OpPlan`) are kept by their one owner,
 ``_eager.EagerOp``; how the eager door launches a kernel is in ``_fast_launch``. Whether
-we are being traced is decided in one place (``triton_layers._tracing``).
+we are being traced is decided in one place (``triton_layers.calls.tracing``).
 
 Where the door may not launch: a tensor subclass (DTensor, FakeTensor, ...) never reaches
 a launcher (:meth:`Op.__call__` sends it to the custom op, :meth:`Op.plan` refuses it); a
@@ -33,12 +33,11 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 from torch.library import triton_op, wrap_triton
 
-from .._tracing import tracing
-from . import _dtensor_eager, _eager
-from ._fast_launch import KernelCall, current_device, direct
+from .tracing import tracing
+from . import dtensor as _dtensor_eager, eager as _eager
+from .fast_launch import KernelCall, current_device, direct
 
-__all__ = ["OpDescription", "Op", "OpPlan", "KernelCall", "direct", "traced", "mask_bytes",
-           "recomputed_grads"]
+__all__ = ["OpDescription", "Op", "OpPlan", "traced", "recomputed_grads"]
 
 
 def traced(launch: Callable) -> bool:
@@ -81,7 +80,7 @@ class OpDescription:
       DTensor whose local shard has another, is answered with a contiguous copy
       (:meth:`Op._as_saved`, :meth:`Op._readable`).
     - ``row_sharded``, ``shared_when``, ``unshardable_rows``: how the op shards for DTensors
-      (``_sharding``): the tensors that hold rows, by name (inputs, outputs, residuals, saved)
+      (``calls/sharding``): the tensors that hold rows, by name (inputs, outputs, residuals, saved)
       ``{name: (offset, trailing)}``; when the ``shared_grads`` pairs are one tensor, from the
       backward's arguments by name (default: whenever both are asked); the row dims that may
       not be sharded, from the forward's or backward's arguments. None: no rule.
@@ -600,17 +599,6 @@ def _unaliased(tensors) -> tuple:
 def _empty(grads) -> Tensor:
     ref = next(g for g in grads if g is not None)
     return ref.new_empty(0)
-
-
-def mask_bytes(mask: Optional[Tensor], launch: Callable) -> Optional[Tensor]:
-    """A bool mask as uint8 for the kernels, contiguous (the plans take its row stride to be
-    its last dim): a free view on the eager door, a (small) copy on the compiled one, whose
-    Inductor cannot lower a bool -> uint8 view."""
-    if mask is None:
-        return None
-    if not mask.is_contiguous():
-        mask = mask.contiguous()
-    return mask.to(torch.uint8) if traced(launch) else mask.view(torch.uint8)
 
 
 class OpPlan:

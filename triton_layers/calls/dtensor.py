@@ -1,6 +1,6 @@
 """The eager door for DTensors whose placements an op's sharding rule takes as they are.
 
-A DTensor reaching an op takes the custom op, whose sharding rule (``_sharding``) DTensor's
+A DTensor reaching an op takes the custom op, whose sharding rule (``calls/sharding``) DTensor's
 dispatch runs: it picks the rule's strategy that moves the fewest bytes, redistributes the
 inputs to it, runs the op on each rank's local tensors and wraps the results. That dispatch
 is Python, run on every call, twice (forward and backward): on torch 2.11 it cost our
@@ -34,8 +34,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from . import _eager
-from ._sharding import forward_rule
+from . import eager as _eager
+from .sharding import forward_rule
 
 __all__ = ["NOT_LOCAL", "Door", "call", "local_tensors"]
 

@@ -32,9 +32,9 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from .._tracing import tracing
+from .tracing import tracing
 from .. import launch_config
-from ._fast_launch import MAX_KEYS
+from .fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
            "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of",

@@ -4,7 +4,7 @@
 goes through :class:`_FastLaunch`, which keeps each compiled kernel by its specialization
 key (:func:`_key`) and launches it through its compiled launcher; a plan's
 :class:`KernelCall` keeps the compiled kernel it found and launches it without a key.
-The compiled door launches through ``wrap_triton`` instead (kernels/_doors.py).
+The compiled door launches through ``wrap_triton`` instead (calls/doors.py).
 """
 from __future__ import annotations
 

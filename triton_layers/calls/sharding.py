@@ -104,7 +104,7 @@ _FORWARD_RULES: dict = {}
 
 def forward_rule(desc):
     """The rule of ``desc``'s forward custom op, made once: the one registered with DTensor and
-    the one the DTensor door (``_dtensor_eager``) asks."""
+    the one the DTensor door (``calls/dtensor``) asks."""
     rule = _FORWARD_RULES.get(desc.name)
     if rule is None:
         rule = _FORWARD_RULES[desc.name] = rule_for(desc, backward=False)

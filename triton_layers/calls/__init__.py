@@ -1,0 +1,12 @@
+"""Private: the call engine, no Triton kernel in it. How a call of an op reaches its kernels:
+
+- ``eager``: the one owner of the eager path (:class:`~triton_layers.calls.eager.EagerOp`: checks,
+  route, plan cache) for every public op;
+- ``doors``: an op's description (``OpDescription``) and its two doors, the eager autograd
+  Function and the compiled door (a ``triton_op`` Inductor traces);
+- ``fast_launch``: the eager launches of compiled Triton kernels (``KernelCall``, ``direct``);
+- ``dtensor`` and ``sharding``: DTensor calls on local shards, and the sharding rules;
+- ``tracing``: whether a call is being traced.
+
+The kernels (:mod:`triton_layers.kernels`) import from here, never the other way.
+"""
