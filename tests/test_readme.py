@@ -37,35 +37,3 @@ def test_getting_started_is_near_the_top():
     start = next(i for i, line in enumerate(lines) if line.startswith("## Getting started"))
     assert any("3. Call the functional ops" in line for line in lines[start:60])
 
-
-def _anchors(page: Path) -> set[str]:
-    """The anchors GitHub gives ``page``'s headings: lower case, punctuation but ``-`` and ``_``
-    dropped, spaces as ``-``, a repeated one suffixed ``-1``, ``-2``, ..."""
-    seen: dict[str, int] = {}
-    anchors = set()
-    for heading in re.findall(r"^#+ (.*)$", page.read_text(encoding="utf-8"), flags=re.M):
-        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-        n = seen.get(slug, 0)
-        seen[slug] = n + 1
-        anchors.add(slug if n == 0 else f"{slug}-{n}")
-    return anchors
-
-
-@pytest.mark.parametrize("page", ["README.md", "BENCHMARKS.md", *sorted(p.relative_to(ROOT).as_posix()
-                                                                  for p in (ROOT / "docs").glob("*.md"))])
-def test_links_resolve(page):
-    """Every relative link of ``page`` names a file of the repository and, after a ``#``, one of
-    its headings (a renamed section or a moved table breaks the link, not silently)."""
-    path = ROOT / page
-    broken = []
-    text = re.sub(r"```.*?```|`[^`\n]*`", "", path.read_text(encoding="utf-8"), flags=re.S)  # (code is not links)
-    for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if re.match(r"[a-z]+:", target):
-            continue  # (https: and other absolute links)
-        file, _, anchor = target.partition("#")
-        linked = (path.parent / file).resolve() if file else path
-        if not linked.exists():
-            broken.append(target)
-        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
-            broken.append(target)
-    assert not broken, f"{page}: links that resolve to nothing: {broken}"
