@@ -395,12 +395,23 @@ TINY = dataclasses.replace(
 
 
 _current = DEFAULT
-# Emptied (``.clear()``) whenever the config (or plan_as's GPU) changes: the plan caches of both
-# doors, which hold the decisions made under it (calls/eager.py: PlanCache).
+# What on_change registered: emptied (``.clear()``) whenever the config (or plan_as's GPU)
+# changes. Weakly held: a cache that goes away leaves the set by itself.
 _on_change: "weakref.WeakSet" = weakref.WeakSet()
 
 
-def _changed() -> None:
+def on_change(cache) -> None:
+    """Register ``cache`` (anything with ``clear()``, hashable by identity) to be emptied
+    whenever the launch config or :func:`plan_as`'s GPU changes, and by
+    :func:`changed`: a cache of decisions made under the config (the plan caches of both
+    doors, calls/eager.py ``PlanCache``). Held weakly."""
+    _on_change.add(cache)
+
+
+def changed() -> None:
+    """Empty every cache registered with :func:`on_change` (the next call of each signature
+    plans anew): what a change of the config does, for tools that change what plans read
+    some other way."""
     for cache in list(_on_change):
         cache.clear()
 
@@ -415,7 +426,7 @@ def _set(config: LaunchConfig) -> None:
     global _current
     if config is not _current:
         _current = config
-        _changed()
+        changed()
 
 
 @contextlib.contextmanager
@@ -467,9 +478,9 @@ def plan_as(gpu: GPU) -> Iterator[GPU]:
         raise TypeError(f"gpu must be a GPU, got {type(gpu).__name__}")
     saved = _plan_as
     _plan_as = gpu
-    _changed()
+    changed()
     try:
         yield gpu
     finally:
         _plan_as = saved
-        _changed()
+        changed()

@@ -119,7 +119,7 @@ EAGER_OPS: dict = {}
 def clear_plans() -> None:
     """Forget every plan kept, the eager door's and the compiled door's (the next call of each
     signature plans anew): what a change of the launch config does."""
-    launch_config._changed()
+    launch_config.changed()
 
 
 class PlanMismatch(RuntimeError):
@@ -312,7 +312,7 @@ class PlanCache(dict):
 
     def __init__(self):
         super().__init__()
-        launch_config._on_change.add(self)
+        launch_config.on_change(self)
 
     # (members of a WeakSet: caches are told apart by identity, not by their contents)
     __hash__, __eq__ = object.__hash__, object.__eq__
