@@ -9,11 +9,16 @@ values), ``lru_cache``d where a plan calls them often. Nothing here queries CUDA
 from __future__ import annotations
 
 import functools
+import math
 from typing import Optional
 
 import torch
 
 from ..calls.fast_launch import direct
+
+
+LOG2E = math.log2(math.e)
+"""log2(e): the kernels compute exp(x) as exp2(x * LOG2E)."""
 
 
 def cdiv(a: int, b: int) -> int:

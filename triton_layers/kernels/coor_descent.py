@@ -47,7 +47,7 @@ from ._pdl import pdl_start
 
 # log k uses k clamped to at least this (as colt5-attention does).
 K_MIN = tl.constexpr(1e-20)
-LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
+LOG2E = tl.constexpr(_common.LOG2E)  # (a tl.constexpr: compiled Triton reads constexpr globals only)
 
 
 @triton.jit

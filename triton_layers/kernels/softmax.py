@@ -18,7 +18,6 @@ max/sum pass, then an output pass re-reading the row, mostly from L2).
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Optional
 
 import triton
@@ -31,7 +30,6 @@ from ..calls.fast_launch import KernelCall
 from . import _softmax_launch as _rules
 from ._pdl import pdl_start
 
-LOG2E = math.log2(math.e)
 
 
 @triton.jit
@@ -349,7 +347,7 @@ def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_
     n_rows, n_cols, grid, tile = _plan(x, causal)
     # (y is new and contiguous; the mask reaches the kernel contiguous: see mask_bytes)
     strides = (_common.row_stride(x), n_cols, 0 if key_padding_mask is None else key_padding_mask.shape[-1])
-    args = (*strides, n_rows, n_cols, n_q, rows_per_batch, scale * LOG2E)
+    args = (*strides, n_rows, n_cols, n_q, rows_per_batch, scale * _common.LOG2E)
     has_mask, device = key_padding_mask is not None, _common.device_index(x)
     classes = _rules.causal_classes(n_cols, n_q, x.element_size(), tile["BLOCK_N"], tile["SINGLE_PASS"], causal,
                                    launch_config.current().softmax)
