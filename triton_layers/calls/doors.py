@@ -131,6 +131,7 @@ class Op:
 
     def __init__(self, desc: OpDescription):
         self.desc = desc
+        self.name = desc.name  # (what EagerOp's messages call it, as every door it plans for)
         self._names = tuple(n for n, _ in desc.inputs)
         self._result_names = desc.outputs + desc.residuals
         self._n_out = len(desc.outputs)

@@ -299,7 +299,7 @@ class EagerOp:
                 or (plan is not None and not plan.same_decisions(fresh[1]))):
             raise PlanMismatch(
                 f"triton_layers.{self.name}: the cached plan for this call differs from a new one "
-                f"(cached {op.desc.name} {tail} {plan!r}; new {fresh!r}): a plan key misses something it bakes in")
+                f"(cached {op.name} {tail} {plan!r}; new {fresh!r}): a plan key misses something it bakes in")
 
 
 _MISSING = object()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import operator
-from types import SimpleNamespace
 from typing import NamedTuple, Optional
 
 import torch
@@ -821,7 +820,7 @@ class ResidualNormInPlace:
     :meth:`call_planned`); the functional route sends it only plain tensors, outside tracing,
     where no gradient flows."""
 
-    desc = SimpleNamespace(name="residual_norm_in_place")  # (its name, for calls/eager's messages)
+    name = "residual_norm_in_place"  # (what EagerOp's messages call it)
 
     def plan(self, x, residual, weight, bias, eps, rms, stable, unit_offset, cast_before_weight, out_dtype,
              residual_dtype) -> _InPlacePlan:

@@ -32,7 +32,6 @@ against torch's own cast.
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import NamedTuple, Optional
 
 import torch
@@ -364,7 +363,7 @@ class NormFP8:
     (:meth:`plan`, :meth:`call_planned`); a call it cannot plan (traced: the custom op) goes
     through :meth:`__call__`, with no gradient."""
 
-    desc = SimpleNamespace(name="norm_fp8")  # (its name, for calls/eager's messages)
+    name = "norm_fp8"  # (what EagerOp's messages call it)
 
     def plan(self, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
              residual_dtype, out_dtype, recipe) -> _DoorPlan:
