@@ -28,12 +28,36 @@ def _prose(text: str) -> str:
     return re.sub(r"\]\([^)\s]*\)", "]", text)
 
 
+# What a run measured, beside FIGURE: a date or a commit hash (which run, at which code), registers
+# and spills a thread, bytes and shared memory. A dated note is a docs/journal/ file.
+RUN_FACT = re.compile(r"(?<![\w/#.-])(?:20\d\d-\d\d-\d\d|(?=[0-9a-f]*\d)[0-9a-f]{7,12}(?![\w-])"
+                      r"|\d[\d,]*(?:-\d[\d,]*)?\s?(?:registers|KB|KiB|MB|MiB|GB|GiB|bytes)\b)")
+
+
 @pytest.mark.parametrize("page", REASON_PAGES)
 def test_reason_pages_link_to_figures_instead_of_copying_them(page):
     prose = _prose((ROOT / page).read_text(encoding="utf-8"))
-    copies = [prose[max(0, m.start() - 40):m.end()].replace("\n", " ") for m in FIGURE.finditer(prose)]
-    assert not copies, (f"{page}: measured figures written here; link to the BENCHMARKS.md table "
-                        f"(or docs/TUNING.md section) that holds them instead: {copies}")
+    copies = [prose[max(0, m.start() - 40):m.end()].replace("\n", " ")
+              for pattern in (FIGURE, RUN_FACT) for m in pattern.finditer(prose)]
+    assert not copies, (f"{page}: measured figures, dates or commit hashes written here; link to the "
+                        f"BENCHMARKS.md table, the docs/TUNING.md section or the docs/journal/ note that "
+                        f"holds them instead: {copies}")
+
+
+def test_the_run_fact_pattern_finds_dates_hashes_registers_and_bytes():
+    found = [m.group() for m in RUN_FACT.finditer(_prose(
+        "on 2026-11-24; at a15d6d8; 96 registers; 232 bytes; 192 KB; 64 MiB; 56-496 bytes; "
+        "the journal/2026-11-24-x.md link, [a](#h-2026-11-24), ffn2816, fp8, `0f4e2a1`"))]
+    assert found == ["2026-11-24", "a15d6d8", "96 registers", "232 bytes", "192 KB", "64 MiB", "56-496 bytes"]
+
+
+def test_docstrings_hold_no_dated_runs():
+    """The code's docstrings and comments say what the code does and why, not which run measured
+    it when: no date of a run in triton_layers/ (a dated note is a docs/journal/ file)."""
+    dated = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "triton_layers").rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"\b20\d\d-\d\d-\d\d\b", line)]
+    assert not dated, f"dated runs in the code (move them to docs/journal/): {dated}"
 
 
 def test_the_pattern_finds_figures():

@@ -2,8 +2,9 @@
 
 - ``eager``: the one owner of the eager path (:class:`~triton_layers.calls.eager.EagerOp`: checks,
   route, plan cache) for every public op;
-- ``doors``: an op's description (``OpDescription``) and its two doors, the eager autograd
-  Function and the compiled door (a ``triton_op`` Inductor traces);
+- ``description``: an op described once (``OpDescription``);
+- ``doors``: ``Op``, both doors of an op from its description, the eager autograd Functions;
+- ``compiled``: the compiled door (a ``triton_op`` pair Inductor traces);
 - ``fast_launch``: the eager launches of compiled Triton kernels (``KernelCall``, ``direct``);
 - ``dtensor`` and ``sharding``: DTensor calls on local shards, and the sharding rules;
 - ``tracing``: whether a call is being traced.

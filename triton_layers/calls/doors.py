@@ -1,14 +1,10 @@
-"""Two doors to every op, built from one description of it.
+"""Two doors to every op, built from one description of it (``calls/description.py``).
 
-Eager calls go through an ``autograd.Function`` that launches the kernels directly.
-``torch.compile`` sees a ``torch.library.triton_op`` pair (forward, backward) tied by
-``register_autograd``, whose kernels are launched through ``wrap_triton`` so that
-Inductor can trace them. Why two: measured on an H200 (torch 2.11), calling the custom
-op eagerly costs far more host time per forward + backward than the ``autograd.Function``
-(BENCHMARKS.md, "What the H200 parts are"); the difference is the custom op's dispatch and
-its registered autograd (eager calls of a ``triton_op`` already launch without ``wrap_triton``).
+Eager calls go through an ``autograd.Function`` that launches the kernels directly (made here:
+:class:`Op`'s planned door, and its door for DTensor shards). ``torch.compile`` sees a
+``torch.library.triton_op`` pair made by ``calls/compiled.py``; :class:`Op` holds both.
 
-Both doors are built here from one :class:`OpDescription` per op: its arguments, its
+Both doors are built from one :class:`OpDescription` per op: its arguments, its
 forward and backward (each a plan and a run), what the backward needs, and each gradient
 by argument name. A new argument is added in one place, and a gradient cannot land on the
 wrong input. Eager calls' plans (:class:`OpPlan`) are kept by their one owner,
@@ -23,107 +19,24 @@ backward that must itself be differentiated (``create_graph=True``) runs the des
 from __future__ import annotations
 
 import collections
-import inspect
 import operator
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
-from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
-from torch.library import triton_op, wrap_triton
 
 from .tracing import tracing
 from . import dtensor as _dtensor_eager, eager as _eager
-from .fast_launch import KernelCall, current_device, direct
+from .compiled import _builds_graph, compiled_door
+from .description import OpDescription
+from .fast_launch import current_device, direct
 
-__all__ = ["OpDescription", "Op", "OpPlan", "traced", "recomputed_grads"]
+__all__ = ["Op", "OpPlan", "traced"]
 
 
 def traced(launch: Callable) -> bool:
     """Whether a launcher was handed the compiled door's ``wrap_triton``."""
     return launch is not direct
-
-
-@dataclass(frozen=True)
-class OpDescription:
-    """One op, described once; :func:`build` makes both doors from it.
-
-    - ``inputs``: ``(name, type)`` of the forward's arguments, in call order (the types
-      make the custom op's schema: ``Tensor``, ``Optional[Tensor]``, ``float``, ``int``,
-      ``bool``, ``torch.dtype``).
-    - ``outputs``: names of the op's outputs; ``residuals``: names of the tensors the
-      forward also returns, for the backward only (statistics; no gradient flows to them).
-    - The forward in two halves: ``plan_forward(*inputs)`` decides everything a call's
-      tensors' metadata fixes (geometry, kernel choices, :class:`KernelCall` objects)
-      without launching, and ``run_forward(launch, plan, *inputs)`` allocates and launches,
-      returning a tuple of tensors: ``outputs`` then ``residuals``. Eager calls keep the
-      plan per call signature (:meth:`Op.plan`), so that a repeated signature pays only the run.
-    - ``saved``: ``(name, type)`` of what the backward needs, tensors (``Tensor``,
-      ``Optional[Tensor]``) first; ``save(inputs, results, needs)`` returns those values
-      in that order, from the inputs and the forward's results (named tuples:
-      ``inputs.x``, ``results.stats``) and ``needs`` (argument name -> whether it needs a
-      gradient).
-    - The backward likewise: ``plan_backward(grads, needs, *saved)`` and ``run_backward(launch,
-      plan, grads, needs, *saved)``, which gets the outputs' gradients (a tuple) and returns
-      ``{argument name: gradient}`` for the arguments in ``needs`` that are True; gradients
-      in fp32 are cast to their argument's dtype by the door. A planned call keeps its
-      backward plans by the gradients' strides.
-    - ``differentiable``: the arguments that can get a gradient.
-    - ``shared_grads``: ``(a, b)`` pairs of arguments whose gradients are equal: when both
-      need one and they have one dtype, the backward returns b's gradient tensor as a's
-      too (no copy). The compiled door then returns it once (a custom op's outputs may not
-      alias) and hands it to both.
-    - ``row_strided``: the inputs and saved tensors the plans may take as rows with a row
-      stride (2-D with last stride 1; a 1-D tensor by its stride). Every other one reaches
-      them contiguous: a saved-tensor hook that hands one back in another layout, or a
-      DTensor whose local shard has another, is answered with a contiguous copy
-      (:meth:`Op._as_saved`, :meth:`Op._readable`).
-    - ``row_sharded``, ``shared_when``, ``unshardable_rows``: how the op shards for DTensors
-      (``calls/sharding``): the tensors that hold rows, by name (inputs, outputs, residuals, saved)
-      ``{name: (offset, trailing)}``; when the ``shared_grads`` pairs are one tensor, from the
-      backward's arguments by name (default: whenever both are asked); the row dims that may
-      not be sharded, from the forward's or backward's arguments. None: no rule.
-    - ``plan_forward_no_grad(*inputs)``: the forward's plan for a call no gradient will flow
-      from (``torch.no_grad``, inference mode, inputs that need none), which may skip what only
-      the backward reads (the norms' statistics: its ``run_forward`` then returns None in
-      their place). None: ``plan_forward``'s.
-    - ``backward_graph(grads, needs, *saved)``: the backward in differentiable torch ops
-      (``{argument name: gradient}`` as ``run_backward``), run where autograd must build the
-      backward's own graph (``create_graph=True`` with a tensor that requires a gradient:
-      gradient penalties, higher-order derivatives). None: such a call raises, naming the op.
-
-    The outputs' gradients are not materialized: one whose output has no consumer is None.
-    """
-
-    name: str
-    inputs: tuple[tuple[str, Any], ...]
-    outputs: tuple[str, ...]
-    residuals: tuple[str, ...]
-    plan_forward: Callable[..., Any]
-    run_forward: Callable[..., tuple]
-    saved: tuple[tuple[str, Any], ...]
-    save: Callable[..., tuple]
-    plan_backward: Callable[..., Any]
-    run_backward: Callable[..., dict]
-    differentiable: tuple[str, ...]
-    shared_grads: tuple[tuple[str, str], ...] = ()
-    row_strided: tuple[str, ...] = ()
-    backward_graph: Optional[Callable[..., dict]] = None
-    row_sharded: Optional[dict] = None
-    plan_forward_no_grad: Optional[Callable[..., Any]] = None
-    shared_when: Optional[Callable[[dict], bool]] = None
-    unshardable_rows: Optional[Callable[[dict, int], tuple]] = None
-
-
-def _signature(params: tuple[tuple[str, Any], ...], returns: Any) -> inspect.Signature:
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    return inspect.Signature([inspect.Parameter(n, kind, annotation=t) for n, t in params], return_annotation=returns)
-
-
-def _tensor_tuple(n: int) -> Any:
-    """The return annotation of a custom op giving ``n`` tensors."""
-    return Tensor if n == 1 else tuple[(Tensor,) * n]
 
 
 class Op:
@@ -158,7 +71,7 @@ class Op:
         # Plans by the arguments' signatures, as the eager door keeps its own (cleared with them):
         # the compiled door's where its body launches directly.
         self._door_plans = _eager.PlanCache()
-        self.forward_op, self.backward_op = self._compiled_door()
+        self.forward_op, self.backward_op = compiled_door(self)
 
     # -- the description's forward and backward, planned for this call alone ------------
     def forward(self, launch: Callable, *args) -> tuple:
@@ -374,51 +287,6 @@ class Op:
     def _camel(self) -> str:
         return "".join(part.title() for part in self.desc.name.split("_"))
 
-    # -- compiled door -------------------------------------------------------------------
-    def _compiled_door(self):
-        op = self
-        d = self.desc
-        n_out = self._n_out
-
-        def forward_body(*args):
-            # (the tensors as the plans read them: a DTensor's local shard, say, may come in
-            # any layout; traced calls from functional are already so, and pass through)
-            args = op._readable(args, op._input_strided)
-            return _one_or_tuple(op._door_forward(_traced_launch(args), args))
-
-        forward_body.__signature__ = _signature(d.inputs, _tensor_tuple(len(self._result_names)))
-        forward_op = triton_op(f"triton_layers::{d.name}_fwd", mutates_args=())(forward_body)
-
-        grad_params = tuple((f"grad_{name}", Optional[Tensor]) for name in d.outputs)
-        backward_params = grad_params + d.saved + (("needs", list[bool]),)
-
-        def backward_body(*args):
-            grads = args[:n_out]
-            first_value = n_out + op._n_saved_tensors
-            saved = (*op._as_saved(args[n_out:first_value]), *args[first_value:-1])
-            needs = dict(zip(d.differentiable, args[-1]))
-            out = op._door_backward(_traced_launch(args), grads, needs, saved)
-            # A custom op returns tensors only: an empty one stands for "no gradient", and
-            # for the second of a shared pair (backward() below hands it the first's).
-            shared = {a for a, b in d.shared_grads if needs[a] and needs[b] and out[a] is out[b]}
-            return _one_or_tuple(_unaliased(
-                out[n] if needs[n] and n not in shared else _empty(grads) for n in d.differentiable))
-
-        backward_body.__signature__ = _signature(backward_params, _tensor_tuple(len(d.differentiable)))
-        backward_op = triton_op(f"triton_layers::{d.name}_bwd", mutates_args=())(backward_body)
-
-        def setup_context(ctx, inputs, output):
-            op._stash(ctx, inputs, (output,) if isinstance(output, Tensor) else tuple(output))
-
-        def backward(ctx, *grads):
-            saved = op._saved(ctx)
-            if torch.is_grad_enabled() and _builds_graph(grads, saved[:op._n_saved_tensors]):
-                return op._grads_in_order(op.backward_graph(grads[:n_out], ctx.needs, saved), ctx.needs, ctx.dtypes)
-            return op._custom_op_backward(grads[:n_out], ctx.needs, ctx.dtypes, saved)
-
-        forward_op.register_autograd(backward, setup_context=setup_context)
-        return forward_op, backward_op
-
     # -- the public callable -------------------------------------------------------------
     def __call__(self, *args):
         """The op on ``args`` (the description's inputs, in order; the first is a tensor).
@@ -504,64 +372,9 @@ _new_tuple = tuple.__new__
 _is_grad_enabled = torch.is_grad_enabled
 
 
-def _traced_launch(args: tuple) -> Callable:
-    """How the compiled door's bodies launch.
-
-    - Real plain tensors and nothing tracing (no dispatch mode: a DTensor's local shards, a call
-      of the custom op outside torch.compile): the eager door's own launcher, ``direct`` (the
-      kernel's compiled launcher on a GPU, the interpreter on the CPU). ``wrap_triton`` would
-      launch there too, but through Triton's per-call binding and a higher-order op: tens of
-      microseconds a kernel, paid on every norm of a tensor-parallel model.
-    - Tensors without data off a GPU (meta tensors, CPU fakes: DTensor's sharding propagation,
-      FakeTensorMode): a launch that does nothing, since the Triton interpreter (the only way
-      our kernels run on a CPU) would read their data.
-    - Anything else (CUDA fakes under torch.compile, functional tensors, a dispatch mode that
-      records: make_fx, CommDebugMode): ``wrap_triton``, which traces the kernel (and on a
-      GPU launches nothing for fakes)."""
-    plain = True
-    for a in args:
-        if isinstance(a, Tensor):
-            if not a.is_cuda and (a.is_meta or isinstance(a, _FakeTensor)):
-                return _no_launch
-            plain = plain and type(a) in _eager.PLAIN_TENSORS
-    if plain and not _dispatch_modes():
-        return direct
-    return wrap_triton
-
-
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-
-
-def _no_launch(kernel):
-    return _NoGrid()
-
-
-class _NoGrid:
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: None
-
-
-def recomputed_grads(compute: Callable[[], Tensor], inputs: dict, grad: Tensor) -> dict:
-    """``{name: gradient}`` of ``compute()`` (recomputed now, under grad mode) for each of
-    ``inputs`` (``name -> tensor``, each carrying its autograd history), weighted by ``grad``, as
-    a graph autograd can differentiate again: what the descriptions' ``backward_graph`` build on.
-    An input the output does not depend on gets zeros."""
-    if not inputs:
-        return {}
-    with torch.enable_grad():
-        found = torch.autograd.grad(compute(), list(inputs.values()), grad, create_graph=True, allow_unused=True)
-    return {n: torch.zeros_like(t) if g is None else g for (n, t), g in zip(inputs.items(), found)}
-
-
 def _rows_with_stride(t: Tensor) -> bool:
     """Whether a kernel can read ``t`` by its pointer and one stride: 1-D, or 2-D with last stride 1."""
     return t.dim() == 1 or (t.dim() == 2 and t.stride(1) == 1)
-
-
-def _builds_graph(grads: tuple, saved_tensors: tuple) -> bool:
-    """Whether a backward running in grad mode (``create_graph=True``) must record its own graph:
-    a gradient or a saved tensor requires a gradient. (Asked only in grad mode.)"""
-    return any(t is not None and t.requires_grad for t in (*grads, *saved_tensors))
 
 
 def _picker(positions: tuple[int, ...]) -> Callable[[tuple], tuple]:
@@ -572,34 +385,6 @@ def _picker(positions: tuple[int, ...]) -> Callable[[tuple], tuple]:
     if not positions:  # (an op with nothing differentiable: the FP8 norms')
         return lambda t: ()
     return operator.itemgetter(*positions)
-
-
-def _one_or_tuple(tensors):
-    """A custom op whose schema returns one Tensor must return it bare."""
-    tensors = tuple(tensors)
-    return tensors[0] if len(tensors) == 1 else tensors
-
-
-def _unaliased(tensors) -> tuple:
-    """The tensors, each that shares memory with an earlier one cloned: a custom op's outputs
-    may not alias each other (the launchers may return views of one reduction, e.g.
-    LayerNorm's weight and bias gradients; the eager door keeps those views). Real tensors are
-    told apart by their storage's address (a view made where autograd does not record it, as
-    under DTensor's local dispatch, has no ``_base``), fakes by their ``_base``."""
-    out, seen = [], set()
-    for t in tensors:
-        if t.numel() and not t.is_meta and not isinstance(t, _FakeTensor) and type(t) in _eager.PLAIN_TENSORS:
-            key = t.untyped_storage().data_ptr()
-        else:
-            key = id(t._base if t._base is not None else t)
-        out.append(t.clone() if key in seen else t)
-        seen.add(key)
-    return tuple(out)
-
-
-def _empty(grads) -> Tensor:
-    ref = next(g for g in grads if g is not None)
-    return ref.new_empty(0)
 
 
 class OpPlan:

@@ -41,6 +41,7 @@ from .. import reference
 from .. import launch_config
 from . import _common
 from ..calls import doors as _doors
+from ..calls.description import OpDescription, recomputed_grads
 from ..calls.fast_launch import KernelCall
 from . import _coor_descent_launch as _rules
 from ._pdl import pdl_start
@@ -394,12 +395,12 @@ def _backward_graph(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor]
     gradients of the unrolled iterations, recomputed from the saved s (and k), which carry
     their autograd history."""
     wanted = {n: t for n, t in (("s", s), ("k", k)) if needs[n]}
-    return _doors.recomputed_grads(
+    return recomputed_grads(
         lambda: reference.coor_descent(s, n_iters, k_value if k is None else k.reshape(s.shape[:-1]), eps, eps_init,
                                        eps_decay, mask), wanted, grads[0])
 
 
-coor_descent = _doors.Op(_doors.OpDescription(
+coor_descent = _doors.Op(OpDescription(
     name="coor_descent",
     inputs=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("k_value", float),
             ("n_iters", int), ("eps", float), ("eps_init", float), ("eps_decay", float)),

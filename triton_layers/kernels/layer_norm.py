@@ -36,6 +36,7 @@ from .. import reference
 from .. import launch_config
 from . import _common
 from ..calls import doors as _doors
+from ..calls.description import OpDescription, recomputed_grads
 from . import _layer_norm_launch as _rules
 from ..calls.fast_launch import KernelCall, current_device, direct
 from ._norm_helpers import (
@@ -172,7 +173,7 @@ def _norm_fwd_split_kernel(
     # Each row's chunk is loaded and its sums published one row ahead: the wait for a row's
     # other chunks overlaps the load of the next (waiting right after publishing, a program
     # spent a load's and a wait's latency on every row, in turn, and ran no faster than the
-    # loop that reads x twice: H100, 2026-11-25).
+    # loop that reads x twice, on an H100: docs/TUNING.md, "LayerNormLaunch.fwd_one_pass").
     # With AHEAD 2, two rows ahead (three chunks held: z, z_next, and the newest, z_far).
     z, shift = _fwd_load_publish(X, R, H, Sums, Arrivals, row_start, row_stop, cols, col_mask, chunk, n_chunks,
                                  stride_x_row, stride_r_row, stride_h_row, IS_RMS, HAS_RESIDUAL)
@@ -716,7 +717,7 @@ def _backward_graph(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tenso
     dy, dh = grads[0], grads[1] if len(grads) > 1 else None
     need_z = needs["x"] or needs.get("residual", False)
     wanted = {n: t for n, t, need in (("z", z, need_z), ("weight", weight, needs["weight"])) if need}
-    found = {n: torch.zeros_like(t) for n, t in wanted.items()} if dy is None else _doors.recomputed_grads(
+    found = {n: torch.zeros_like(t) for n, t in wanted.items()} if dy is None else recomputed_grads(
         lambda: reference.norm(z, weight, None, eps, rms=rms, stable=stable, unit_offset=unit_offset,
                                cast_before_weight=cast_before_weight, out_dtype=dy.dtype), wanted, dy)
     out = {}
@@ -745,11 +746,11 @@ _saved_flags = operator.attrgetter(*(name for name, _ in _SAVED_FLAGS))
 _ROWS = {"x": (0, 1), "residual": (0, 1), "y": (0, 1), "h": (0, 1), "z": (0, 1), "stats": (1, 0)}
 
 
-def _describe(with_residual: bool) -> _doors.OpDescription:
+def _describe(with_residual: bool) -> OpDescription:
     """The norm op, taking (and returning) the residual stream when ``with_residual``."""
     params = (("weight", Optional[Tensor]), ("bias", Optional[Tensor]))
     if with_residual:
-        return _doors.OpDescription(
+        return OpDescription(
             name="residual_norm",
             inputs=(("x", Tensor), ("residual", Tensor), *params, *_FLAGS, ("out_dtype", torch.dtype),
                     ("residual_dtype", torch.dtype)),
@@ -774,7 +775,7 @@ def _describe(with_residual: bool) -> _doors.OpDescription:
             row_strided=("z", "x", "residual"),
             backward_graph=_backward_graph,
         )
-    return _doors.OpDescription(
+    return OpDescription(
         name="norm",
         inputs=(("x", Tensor), *params, *_FLAGS, ("out_dtype", torch.dtype)),
         outputs=("y",),

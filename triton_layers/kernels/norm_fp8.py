@@ -43,6 +43,7 @@ from .. import launch_config
 from ..fp8 import AMAX_FLOOR, GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows, new_scales, tma_aligned_rows
 from . import _common
 from ..calls import doors as _doors, eager as _eager
+from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall, direct
 from . import _layer_norm_launch as _rules
 from . import layer_norm as _norms
@@ -275,7 +276,7 @@ def _no_backward(*_):
                        "(kernels/norm_fp8.py, NormFP8)")
 
 
-norm_fp8 = _doors.Op(_doors.OpDescription(
+norm_fp8 = _doors.Op(OpDescription(
     name="norm_fp8",
     inputs=(("x", Tensor), ("residual", Optional[Tensor]), ("weight", Optional[Tensor]), ("bias", Optional[Tensor]),
             ("static_scale", Optional[Tensor]), ("eps", float), ("rms", bool), ("unit_offset", bool),

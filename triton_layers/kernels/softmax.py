@@ -26,6 +26,7 @@ from torch import Tensor
 from .. import launch_config
 from . import _common
 from ..calls import doors as _doors
+from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall
 from . import _softmax_launch as _rules
 from ._pdl import pdl_start
@@ -403,7 +404,7 @@ def _backward_graph(grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool
     return {"x": scale * yf * (dy - (dy * yf).sum(-1, keepdim=True))}
 
 
-softmax = _doors.Op(_doors.OpDescription(
+softmax = _doors.Op(OpDescription(
     name="softmax",
     inputs=(("x", Tensor), ("key_padding_mask", Optional[Tensor]), ("n_q", int), ("rows_per_batch", int),
             ("causal", bool), ("scale", float)),

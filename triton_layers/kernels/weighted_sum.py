@@ -30,6 +30,7 @@ from torch import Tensor
 from .. import launch_config
 from . import _common
 from ..calls import doors as _doors
+from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall
 from . import _weighted_sum_launch as _rules
 from ._pdl import pdl_start
@@ -264,7 +265,7 @@ def _backward_graph(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tens
     return out
 
 
-weighted_sum = _doors.Op(_doors.OpDescription(
+weighted_sum = _doors.Op(OpDescription(
     name="weighted_sum",
     inputs=(("x", Tensor), ("weight", Tensor), ("bias", Optional[Tensor])),
     outputs=("y",),
