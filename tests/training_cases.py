@@ -1,4 +1,8 @@
-"""One case per op for the training-setup tests and the plan fuzz: fresh inputs in a chosen
+"""One card per op (``CARDS``): the facts about it that the cross-cutting tests read, so that a
+new op adds its card here rather than a row to each test file's table. ``test_every_op_has_a_card``
+(tests/test_doors.py) fails for a kernel op or a public op without one.
+
+A card's training case, for the training-setup tests and the plan fuzz: fresh inputs in a chosen
 layout, our call, and a float64 definition to compare with (torch's own op where it has one).
 
 ``make(name, device, dtype, layout, gen)`` returns ``(ours, exact, inputs)``: ``ours(*inputs)``
@@ -10,6 +14,7 @@ softmax and coor_descent, masks that do not). ``layout`` is how the main input i
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -18,8 +23,6 @@ import torch.nn.functional as TF
 from triton_layers import functional as F
 from triton_layers import FP8Recipe, reference
 
-OPS = ("layer_norm", "rms_norm", "add_rms_norm", "add_layer_norm", "softmax", "weighted_sum", "coor_descent",
-       "rms_norm_fp8", "layer_norm_fp8")
 LAYOUTS = ("contiguous", "strided", "misaligned")
 RMS_EPS = torch.finfo(torch.float32).eps
 
@@ -52,72 +55,103 @@ def _randn(gen, *shape, device, dtype, scale=1.0, shift=0.0):
 
 def make(name: str, device: str, dtype: torch.dtype, layout: str, gen: torch.Generator,
          rows: int = 6, cols: int = 24) -> tuple[Callable, Callable, list]:
-    """The op ``name``'s case (see the module's docstring)."""
+    """The op ``name``'s case (see the module's docstring), from its card."""
     r = lambda *s, **k: _randn(gen, *s, device=device, **k)  # noqa: E731
-    f64 = lambda t: t.double()  # noqa: E731
-    if name in ("layer_norm", "rms_norm", "add_rms_norm", "add_layer_norm"):
-        x = laid_out(r(rows, cols, dtype=dtype, scale=2.0), layout, gen)
-        w = r(cols, dtype=dtype, shift=1.0, scale=0.5).requires_grad_()
-        if name == "layer_norm":
-            b = r(cols, dtype=dtype).requires_grad_()
-            return (lambda x, w, b: F.layer_norm(x, w, b),
-                    lambda x, w, b: TF.layer_norm(f64(x), (cols,), f64(w), f64(b)), [x, w, b])
-        if name == "rms_norm":
-            return (lambda x, w: F.rms_norm(x, w),
-                    lambda x, w: TF.rms_norm(f64(x), (cols,), f64(w), RMS_EPS), [x, w])
-        res = r(rows, cols, dtype=dtype).requires_grad_()
-        rms = name == "add_rms_norm"
-        norm = F.rms_norm if rms else F.layer_norm
+    return CARDS[name].case(name, r, device, dtype, layout, gen, rows, cols)
 
-        def ours(x, res, w):
-            y, h = norm(x, w, residual=res)
-            return y.float() + 0.5 * h.float()
 
-        def exact(x, res, w):
-            h = f64(x) + f64(res)
-            y = TF.rms_norm(h, (cols,), f64(w), RMS_EPS) if rms else TF.layer_norm(h, (cols,), f64(w))
-            return y + 0.5 * h
+def _f64(t: torch.Tensor) -> torch.Tensor:
+    return t.double()
 
-        return ours, exact, [x, res, w]
-    if name in ("rms_norm_fp8", "layer_norm_fp8"):
-        # The FP8 output dequantized (its values: the reference's quantization of the fp32 norm),
-        # its gradient the float64 norm's (straight through the quantization).
-        x = laid_out(r(rows, cols, dtype=dtype, scale=2.0), layout, gen)
-        w = r(cols, dtype=dtype, shift=1.0, scale=0.5).requires_grad_()
-        rms = name == "rms_norm_fp8"
-        recipe = FP8Recipe("per_token")
 
-        def ours(x, w):
-            out = F.rms_norm_fp8(x, w, recipe=recipe) if rms else F.layer_norm_fp8(x, w, recipe=recipe)
-            return out.activation.float() if out.activation is not None else out.data.float() * out.scale
+def randn_leaf(*shape, device, dtype=torch.float32, grad=True):
+    """A random tensor of ``shape`` that requires a gradient (or not)."""
+    return torch.randn(shape, device=device).to(dtype).requires_grad_(grad)
 
-        def exact(x, w):
-            y = TF.rms_norm(f64(x), (cols,), f64(w), RMS_EPS) if rms else TF.layer_norm(f64(x), (cols,), f64(w))
-            data, scale, _, _ = reference.norm_fp8(x.detach(), w.detach(), None, RMS_EPS if rms else 1e-5, recipe,
-                                                   rms=rms)
-            return data.double() * scale.double() + (y - y.detach())
 
-        return ours, exact, [x, w]
-    if name == "softmax":
-        x = laid_out(r(2, 3, 5, cols, dtype=dtype, scale=2.0), layout, gen)
-        pad = torch.rand(2, cols, generator=gen).to(device) < 0.2
-        scale = 0.3 + float(torch.rand((), generator=gen))
-        return (lambda x: F.softmax(x, causal=True, scale=scale, key_padding_mask=pad),
-                lambda x: reference.softmax(f64(x.reshape(2, 3, 5, cols)), True, scale, pad), [x])
-    if name == "weighted_sum":
-        x = laid_out(r(rows, cols, dtype=dtype), layout, gen)
-        w = r(cols, dtype=dtype).requires_grad_()
-        b = r(1, dtype=dtype).requires_grad_()
-        return (lambda x, w, b: F.weighted_sum(x, w, b),
-                lambda x, w, b: TF.linear(f64(x), f64(w)[None], f64(b))[..., 0], [x, w, b])
-    if name == "coor_descent":
-        s = laid_out(r(rows, cols, dtype=dtype), layout, gen)
-        # k one value a row, read through a stride (a column of a wider tensor)
-        k = laid_out(r(rows, 1, scale=0.5, shift=3.0, dtype=torch.float32).abs() + 1, "strided", gen)
-        mask = torch.rand(rows, cols, generator=gen).to(device) < 0.85
-        return (lambda s, k: F.coor_descent(s, n_iters=3, k=k[:, 0], eps=0.3, mask=mask),
-                lambda s, k: reference.coor_descent(f64(s), 3, f64(k[:, 0]), 0.3, None, 1.0, mask), [s, k])
-    raise KeyError(name)
+_r = randn_leaf
+BF16, FP32 = torch.bfloat16, torch.float32
+
+
+# ------------------------------------------------------------------------------ the cases, per op
+# Each takes (name, r, device, dtype, layout, gen, rows, cols); r(*shape, dtype=, scale=, shift=)
+# draws from gen on the device.
+
+def _norm_case(name, r, device, dtype, layout, gen, rows, cols):
+    f64 = _f64
+    x = laid_out(r(rows, cols, dtype=dtype, scale=2.0), layout, gen)
+    w = r(cols, dtype=dtype, shift=1.0, scale=0.5).requires_grad_()
+    if name == "layer_norm":
+        b = r(cols, dtype=dtype).requires_grad_()
+        return (lambda x, w, b: F.layer_norm(x, w, b),
+                lambda x, w, b: TF.layer_norm(f64(x), (cols,), f64(w), f64(b)), [x, w, b])
+    if name == "rms_norm":
+        return (lambda x, w: F.rms_norm(x, w),
+                lambda x, w: TF.rms_norm(f64(x), (cols,), f64(w), RMS_EPS), [x, w])
+    res = r(rows, cols, dtype=dtype).requires_grad_()
+    rms = name == "add_rms_norm"
+    norm = F.rms_norm if rms else F.layer_norm
+
+    def ours(x, res, w):
+        y, h = norm(x, w, residual=res)
+        return y.float() + 0.5 * h.float()
+
+    def exact(x, res, w):
+        h = f64(x) + f64(res)
+        y = TF.rms_norm(h, (cols,), f64(w), RMS_EPS) if rms else TF.layer_norm(h, (cols,), f64(w))
+        return y + 0.5 * h
+
+    return ours, exact, [x, res, w]
+
+
+def _norm_fp8_case(name, r, device, dtype, layout, gen, rows, cols):
+    # The FP8 output dequantized (its values: the reference's quantization of the fp32 norm),
+    # its gradient the float64 norm's (straight through the quantization).
+    f64 = _f64
+    x = laid_out(r(rows, cols, dtype=dtype, scale=2.0), layout, gen)
+    w = r(cols, dtype=dtype, shift=1.0, scale=0.5).requires_grad_()
+    rms = name == "rms_norm_fp8"
+    recipe = FP8Recipe("per_token")
+
+    def ours(x, w):
+        out = F.rms_norm_fp8(x, w, recipe=recipe) if rms else F.layer_norm_fp8(x, w, recipe=recipe)
+        return out.activation.float() if out.activation is not None else out.data.float() * out.scale
+
+    def exact(x, w):
+        y = TF.rms_norm(f64(x), (cols,), f64(w), RMS_EPS) if rms else TF.layer_norm(f64(x), (cols,), f64(w))
+        data, scale, _, _ = reference.norm_fp8(x.detach(), w.detach(), None, RMS_EPS if rms else 1e-5, recipe,
+                                               rms=rms)
+        return data.double() * scale.double() + (y - y.detach())
+
+    return ours, exact, [x, w]
+
+
+def _softmax_case(name, r, device, dtype, layout, gen, rows, cols):
+    f64 = _f64
+    x = laid_out(r(2, 3, 5, cols, dtype=dtype, scale=2.0), layout, gen)
+    pad = torch.rand(2, cols, generator=gen).to(device) < 0.2
+    scale = 0.3 + float(torch.rand((), generator=gen))
+    return (lambda x: F.softmax(x, causal=True, scale=scale, key_padding_mask=pad),
+            lambda x: reference.softmax(f64(x.reshape(2, 3, 5, cols)), True, scale, pad), [x])
+
+
+def _weighted_sum_case(name, r, device, dtype, layout, gen, rows, cols):
+    f64 = _f64
+    x = laid_out(r(rows, cols, dtype=dtype), layout, gen)
+    w = r(cols, dtype=dtype).requires_grad_()
+    b = r(1, dtype=dtype).requires_grad_()
+    return (lambda x, w, b: F.weighted_sum(x, w, b),
+            lambda x, w, b: TF.linear(f64(x), f64(w)[None], f64(b))[..., 0], [x, w, b])
+
+
+def _coor_descent_case(name, r, device, dtype, layout, gen, rows, cols):
+    f64 = _f64
+    s = laid_out(r(rows, cols, dtype=dtype), layout, gen)
+    # k one value a row, read through a stride (a column of a wider tensor)
+    k = laid_out(r(rows, 1, scale=0.5, shift=3.0, dtype=torch.float32).abs() + 1, "strided", gen)
+    mask = torch.rand(rows, cols, generator=gen).to(device) < 0.85
+    return (lambda s, k: F.coor_descent(s, n_iters=3, k=k[:, 0], eps=0.3, mask=mask),
+            lambda s, k: reference.coor_descent(f64(s), 3, f64(k[:, 0]), 0.3, None, 1.0, mask), [s, k])
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -160,3 +194,73 @@ def plain_run(fn: Callable, inputs: list, dy: torch.Tensor):
     leaves = [t for t in inputs if t.requires_grad]
     y = fn(*inputs)
     return y, torch.autograd.grad(y, leaves, dy.to(y.dtype))
+
+
+# ------------------------------------------------------------------------------ the cards
+
+@dataclass(frozen=True)
+class Card:
+    """What the cross-cutting tests need to know about one op (a public op, or one of its
+    forms: ``add_rms_norm`` is ``rms_norm`` with a residual)."""
+    name: str
+    # the op of kernels/ops.py's __all__ its kernels run as (None: the FP8 norms' own door)
+    kernel_op: str | None
+    # make()'s case: (name, r, device, dtype, layout, gen, rows, cols) -> (ours, exact, inputs)
+    case: Callable
+    # tests/test_doors.py: forms of the kernel op, "<kernel op>-<form>" -> a builder of its
+    # 2-D inputs (in the description's order) on a device
+    doors: dict = field(default_factory=dict)
+    # tests/test_doors.py: a public call of an N-D x that reaches the kernel op
+    public_call: Callable | None = None
+
+
+# norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
+CARDS = {card.name: card for card in (
+    Card("layer_norm", "norm", _norm_case, doors={
+        "norm-layer": lambda dev: (_r(6, 300, device=dev), _r(300, device=dev), _r(300, device=dev),
+                                   1e-5, False, True, False, False, FP32),
+        "norm-layer-no-bias": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
+                                           1e-5, False, False, False, False, BF16),
+    }, public_call=lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device))),
+    Card("rms_norm", "norm", _norm_case, doors={
+        "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
+                                 1e-6, True, False, True, False, FP32),
+        "norm-rms-llama": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev, dtype=BF16), None,
+                                       1e-6, True, False, False, True, BF16),
+    }),
+    # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
+    Card("add_rms_norm", "residual_norm", _norm_case, doors={
+        "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
+                                          _r(70, device=dev), None, 1e-6, True, False, False, False, BF16, FP32),
+    }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0]),
+    # one dtype: dx and dresidual are one tensor (returned once by the custom op)
+    Card("add_layer_norm", "residual_norm", _norm_case, doors={
+        "residual_norm-layer": lambda dev: (_r(6, 300, device=dev), _r(6, 300, device=dev), _r(300, device=dev),
+                                            _r(300, device=dev), 1e-5, False, False, False, False, FP32, FP32),
+    }),
+    Card("softmax", "softmax", _softmax_case, doors={
+        "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
+                                5, 15, True, 0.6),
+    }, public_call=lambda x: F.softmax(x, causal=True)),
+    Card("weighted_sum", "weighted_sum", _weighted_sum_case, doors={
+        "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
+    }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device))),
+    Card("coor_descent", "coor_descent", _coor_descent_case, doors={
+        "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
+                                     (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), 0.0, 8, 0.03, 4.0, 0.7),
+    }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0)),
+    Card("rms_norm_fp8", None, _norm_fp8_case),
+    Card("layer_norm_fp8", None, _norm_fp8_case),
+)}
+OPS = tuple(CARDS)
+
+
+def rows(attr: str) -> dict:
+    """One table from every card's dict ``attr`` (its rows, in the cards' order); a row's name
+    is unique across the cards."""
+    out = {}
+    for card in CARDS.values():
+        for key, value in getattr(card, attr).items():
+            assert key not in out, f"{key!r} on two cards"
+            out[key] = value
+    return out
