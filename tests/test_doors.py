@@ -174,6 +174,8 @@ def test_every_op_has_a_card():
     for card in CARDS.values():
         assert all(case.split("-")[0] == card.kernel_op for case in card.doors), card.name
     assert {op for op, _ in PUBLIC_CALLS.values()} == ops, "tests/training_cases.py: a kernel op without a public_call"
+    assert {card.kernel_op for card in CARDS.values() if card.references} == ops, \
+        "tests/training_cases.py: a kernel op without references (its double backward's)"
     public = {name for name in F.__all__ if name != "uses_kernels"}
     assert public <= set(CARDS), "tests/training_cases.py: a public op without a card"
 

@@ -212,6 +212,10 @@ class Card:
     doors: dict = field(default_factory=dict)
     # tests/test_doors.py: a public call of an N-D x that reaches the kernel op
     public_call: Callable | None = None
+    # tests/test_training_setups.py: references in float64 (where gradgradcheck checks their own
+    # second derivatives: the double backward's torch ops), name -> (the reference, its
+    # arguments from r(*shape), a float64 leaf, and the generator g)
+    references: dict = field(default_factory=dict)
 
 
 # norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
@@ -221,18 +225,28 @@ CARDS = {card.name: card for card in (
                                    1e-5, False, True, False, False, FP32),
         "norm-layer-no-bias": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
                                            1e-5, False, False, False, False, BF16),
-    }, public_call=lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device))),
+    }, public_call=lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device)), references={
+        "norm": (lambda x, w, b: reference.norm(x, w, b, 1e-5), lambda r, g: (r(3, 6), r(6), r(6))),
+    }),
     Card("rms_norm", "norm", _norm_case, doors={
         "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
                                  1e-6, True, False, True, False, FP32),
         "norm-rms-llama": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev, dtype=BF16), None,
                                        1e-6, True, False, False, True, BF16),
+    }, references={
+        "norm stable unit_offset": (
+            lambda x, w: reference.norm(x, w, None, 1e-5, rms=True, stable=True, unit_offset=True),
+            lambda r, g: (r(3, 6), r(6))),
     }),
     # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
     Card("add_rms_norm", "residual_norm", _norm_case, doors={
         "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
                                           _r(70, device=dev), None, 1e-6, True, False, False, False, BF16, FP32),
-    }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0]),
+    }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0], references={
+        "rms_norm+residual": (
+            lambda x, r, w: torch.cat(reference.norm(x, w, None, 1e-5, rms=True, residual=r), -1),
+            lambda r, g: (r(3, 6), r(3, 6), r(6))),
+    }),
     # one dtype: dx and dresidual are one tensor (returned once by the custom op)
     Card("add_layer_norm", "residual_norm", _norm_case, doors={
         "residual_norm-layer": lambda dev: (_r(6, 300, device=dev), _r(6, 300, device=dev), _r(300, device=dev),
@@ -241,14 +255,22 @@ CARDS = {card.name: card for card in (
     Card("softmax", "softmax", _softmax_case, doors={
         "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
                                 5, 15, True, 0.6),
-    }, public_call=lambda x: F.softmax(x, causal=True)),
+    }, public_call=lambda x: F.softmax(x, causal=True), references={
+        "softmax": (lambda x: reference.softmax(x, True, 0.7, None), lambda r, g: (r(2, 3, 5),)),
+    }),
     Card("weighted_sum", "weighted_sum", _weighted_sum_case, doors={
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
-    }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device))),
+    }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
+        "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
+    }),
     Card("coor_descent", "coor_descent", _coor_descent_case, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
                                      (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), 0.0, 8, 0.03, 4.0, 0.7),
-    }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0)),
+    }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0), references={
+        "coor_descent": (lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
+                         lambda r, g: (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5)
+                                       .requires_grad_())),
+    }),
     Card("rms_norm_fp8", None, _norm_fp8_case),
     Card("layer_norm_fp8", None, _norm_fp8_case),
 )}
