@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as TF
 
 from triton_layers import functional as F
-from triton_layers import FP8Recipe, reference
+from triton_layers import CausalSoftmax, FP8Recipe, TritonLayerNorm, TritonRMSNorm, WeightedSum, reference
 
 LAYOUTS = ("contiguous", "strided", "misaligned")
 RMS_EPS = torch.finfo(torch.float32).eps
@@ -216,6 +216,11 @@ class Card:
     # second derivatives: the double backward's torch ops), name -> (the reference, its
     # arguments from r(*shape), a float64 leaf, and the generator g)
     references: dict = field(default_factory=dict)
+    # tests/test_integrations.py: its module (use_triton -> the layer), under autocast(bfloat16)
+    # with fp32 parameters; a norm's autocast_bf16(module, x), what it computes there: the same
+    # call outside autocast with out_dtype=bfloat16 (a module without it keeps x's dtype)
+    layer: Callable | None = None
+    autocast_bf16: Callable | None = None
 
 
 # norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
@@ -227,7 +232,9 @@ CARDS = {card.name: card for card in (
                                            1e-5, False, False, False, False, BF16),
     }, public_call=lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device)), references={
         "norm": (lambda x, w, b: reference.norm(x, w, b, 1e-5), lambda r, g: (r(3, 6), r(6), r(6))),
-    }),
+    }, layer=lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
+        autocast_bf16=lambda m, x: F.layer_norm(x, m.weight, m.bias, m.eps, use_triton=m.use_triton,
+                                                out_dtype=torch.bfloat16)),
     Card("rms_norm", "norm", _norm_case, doors={
         "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
                                  1e-6, True, False, True, False, FP32),
@@ -237,7 +244,8 @@ CARDS = {card.name: card for card in (
         "norm stable unit_offset": (
             lambda x, w: reference.norm(x, w, None, 1e-5, rms=True, stable=True, unit_offset=True),
             lambda r, g: (r(3, 6), r(6))),
-    }),
+    }, layer=lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
+        autocast_bf16=lambda m, x: F.rms_norm(x, m.weight, m.eps, use_triton=m.use_triton, out_dtype=torch.bfloat16)),
     # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
     Card("add_rms_norm", "residual_norm", _norm_case, doors={
         "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
@@ -257,12 +265,12 @@ CARDS = {card.name: card for card in (
                                 5, 15, True, 0.6),
     }, public_call=lambda x: F.softmax(x, causal=True), references={
         "softmax": (lambda x: reference.softmax(x, True, 0.7, None), lambda r, g: (r(2, 3, 5),)),
-    }),
+    }, layer=lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton)),
     Card("weighted_sum", "weighted_sum", _weighted_sum_case, doors={
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
     }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
         "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
-    }),
+    }, layer=lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton)),
     Card("coor_descent", "coor_descent", _coor_descent_case, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
                                      (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), 0.0, 8, 0.03, 4.0, 0.7),
