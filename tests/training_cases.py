@@ -21,7 +21,10 @@ import torch
 import torch.nn.functional as TF
 
 from triton_layers import functional as F
-from triton_layers import CausalSoftmax, FP8Recipe, TritonLayerNorm, TritonRMSNorm, WeightedSum, reference
+from triton_layers import (CausalSoftmax, CoordinateDescentRouter, FP8Recipe, TritonLayerNorm, TritonRMSNorm,
+                           WeightedSum, reference)
+
+from .conftest import DEVICE
 
 LAYOUTS = ("contiguous", "strided", "misaligned")
 RMS_EPS = torch.finfo(torch.float32).eps
@@ -221,8 +224,15 @@ class Card:
     # call outside autocast with out_dtype=bfloat16 (a module without it keeps x's dtype)
     layer: Callable | None = None
     autocast_bf16: Callable | None = None
+    # tests/test_bad_inputs.py: its plain values, argument -> (its doors: name -> a call with the
+    # value, [(bad value, the exception)]): the op, the module and the reference raise alike
+    value_doors: dict = field(default_factory=dict)
 
 
+# (value_doors' inputs and the values they pass)
+NAN, INF = float("nan"), float("inf")
+_S = lambda: randn_leaf(2, 6, device=DEVICE, grad=False)  # noqa: E731
+CD = {"n_iters": 3, "k": 2.0, "eps": 0.1}
 # norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
 CARDS = {card.name: card for card in (
     Card("layer_norm", "norm", _norm_case, doors={
@@ -234,7 +244,22 @@ CARDS = {card.name: card for card in (
         "norm": (lambda x, w, b: reference.norm(x, w, b, 1e-5), lambda r, g: (r(3, 6), r(6), r(6))),
     }, layer=lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
         autocast_bf16=lambda m, x: F.layer_norm(x, m.weight, m.bias, m.eps, use_triton=m.use_triton,
-                                                out_dtype=torch.bfloat16)),
+                                                out_dtype=torch.bfloat16), value_doors={
+        # (the norms' eps: both norms' doors, on this card)
+        "norm eps": ({
+            "F.layer_norm": lambda v: F.layer_norm(_S(), eps=v),
+            "F.rms_norm": lambda v: F.rms_norm(_S(), eps=v),
+            "TritonLayerNorm": lambda v: TritonLayerNorm(6, eps=v),
+            "TritonRMSNorm": lambda v: TritonRMSNorm(6, eps=v),
+            "reference.layer_norm": lambda v: reference.layer_norm(_S(), None, None, v, False),
+            "reference.rms_norm": lambda v: reference.rms_norm(_S(), None, v),
+        }, [(-1e-5, ValueError), (NAN, ValueError), (INF, ValueError), ("1e-5", TypeError), (True, TypeError)]),
+        "stable": ({
+            "F.layer_norm": lambda v: F.layer_norm(_S(), stable=v),
+            "TritonLayerNorm": lambda v: TritonLayerNorm(6, stable=v),
+            "reference.layer_norm": lambda v: reference.layer_norm(_S(), None, None, 1e-5, v),
+        }, [(1, TypeError), ("yes", TypeError), (None, TypeError)]),
+    }),
     Card("rms_norm", "norm", _norm_case, doors={
         "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
                                  1e-6, True, False, True, False, FP32),
@@ -245,7 +270,14 @@ CARDS = {card.name: card for card in (
             lambda x, w: reference.norm(x, w, None, 1e-5, rms=True, stable=True, unit_offset=True),
             lambda r, g: (r(3, 6), r(6))),
     }, layer=lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
-        autocast_bf16=lambda m, x: F.rms_norm(x, m.weight, m.eps, use_triton=m.use_triton, out_dtype=torch.bfloat16)),
+        autocast_bf16=lambda m, x: F.rms_norm(x, m.weight, m.eps, use_triton=m.use_triton,
+                                              out_dtype=torch.bfloat16), value_doors={
+        "unit_offset": ({
+            "F.rms_norm": lambda v: F.rms_norm(_S(), torch.ones(6, device=DEVICE), unit_offset=v),
+            "TritonRMSNorm": lambda v: TritonRMSNorm(6, unit_offset=v),
+            "reference.rms_norm": lambda v: reference.rms_norm(_S(), torch.ones(6, device=DEVICE), 1e-6, v),
+        }, [(1, TypeError), ("False", TypeError)]),
+    }),
     # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
     Card("add_rms_norm", "residual_norm", _norm_case, doors={
         "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
@@ -265,12 +297,28 @@ CARDS = {card.name: card for card in (
                                 5, 15, True, 0.6),
     }, public_call=lambda x: F.softmax(x, causal=True), references={
         "softmax": (lambda x: reference.softmax(x, True, 0.7, None), lambda r, g: (r(2, 3, 5),)),
-    }, layer=lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton)),
+    }, layer=lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton), value_doors={
+        "causal": ({
+            "F.softmax": lambda v: F.softmax(_S(), causal=v),
+            "CausalSoftmax": lambda v: CausalSoftmax(causal=v),
+            "reference.softmax": lambda v: reference.softmax(_S(), v),
+        }, [(1, TypeError), ("no", TypeError), (None, TypeError)]),
+        "scale": ({
+            "F.softmax": lambda v: F.softmax(_S(), scale=v),
+            "CausalSoftmax": lambda v: CausalSoftmax(scale=v),
+            "reference.softmax": lambda v: reference.softmax(_S(), False, v),
+        }, [(NAN, ValueError), (INF, ValueError), ("0.5", TypeError), (True, TypeError)]),
+    }),
     Card("weighted_sum", "weighted_sum", _weighted_sum_case, doors={
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
     }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
         "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
-    }, layer=lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton)),
+    }, layer=lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton), value_doors={
+        "use_triton": ({
+            "F.weighted_sum": lambda v: F.weighted_sum(_S(), torch.ones(6, device=DEVICE), use_triton=v),
+            "WeightedSum": lambda v: WeightedSum(6, use_triton=v),
+        }, [(1, TypeError), ("yes", TypeError)]),
+    }),
     Card("coor_descent", "coor_descent", _coor_descent_case, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
                                      (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), 0.0, 8, 0.03, 4.0, 0.7),
@@ -278,6 +326,22 @@ CARDS = {card.name: card for card in (
         "coor_descent": (lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
                          lambda r, g: (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5)
                                        .requires_grad_())),
+    }, value_doors={
+        **{name: ({
+            "F.coor_descent": lambda v, name=name: F.coor_descent(_S(), **{**CD, name: v}),
+            **({"CoordinateDescentRouter": lambda v, name=name: CoordinateDescentRouter(8, **{name: v})}
+               if name != "k" else {}),
+            "reference.coor_descent": lambda v, name=name: reference.coor_descent(_S(), **{**CD, "eps_init": None,
+                                                                                       "eps_decay": 1.0, name: v},
+                                                                                   mask=None),
+        }, bad) for name, bad in {
+            "n_iters": [(0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError), ("2", TypeError)],
+            "k": [(0, ValueError), (-1.0, ValueError), (INF, ValueError), (7.0, ValueError), ("2", TypeError),
+                  (True, TypeError)],
+            "eps": [(0, ValueError), (-0.1, ValueError), (NAN, ValueError), ("0.1", TypeError), (True, TypeError)],
+            "eps_init": [(0, ValueError), (INF, ValueError), ("4", TypeError)],
+            "eps_decay": [(0, ValueError), (-0.7, ValueError), (None, TypeError), (False, TypeError)],
+        }.items()},
     }),
     Card("rms_norm_fp8", None, _norm_fp8_case),
     Card("layer_norm_fp8", None, _norm_fp8_case),
