@@ -176,6 +176,8 @@ def test_every_op_has_a_card():
     assert {op for op, _ in PUBLIC_CALLS.values()} == ops, "tests/training_cases.py: a kernel op without a public_call"
     assert {card.kernel_op for card in CARDS.values() if card.references} == ops, \
         "tests/training_cases.py: a kernel op without references (its double backward's)"
+    assert {card.kernel_op for card in CARDS.values() if card.float64} == ops, \
+        "tests/training_cases.py: a kernel op without float64 cases"
     public = {name for name in F.__all__ if name != "uses_kernels"}
     assert public <= set(CARDS), "tests/training_cases.py: a public op without a card"
 

@@ -73,6 +73,18 @@ def randn_leaf(*shape, device, dtype=torch.float32, grad=True):
 
 
 _r = randn_leaf
+
+
+def f64_leaf(*shape, scale=1.0):
+    """A float64 leaf of ``shape`` on the tests' device."""
+    return (scale * torch.randn(*shape, dtype=torch.float64, device=DEVICE)).requires_grad_()
+
+
+def causal_softmax(x, scale):
+    """Torch's softmax of ``scale * x`` over the last dim with a causal mask (bottom-right aligned)."""
+    n_q, n_k = x.shape[-2:]
+    hidden = torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).triu(1 + n_k - n_q)
+    return TF.softmax((scale * x).masked_fill(hidden, float("-inf")), -1)
 BF16, FP32 = torch.bfloat16, torch.float32
 
 
@@ -227,6 +239,9 @@ class Card:
     # tests/test_bad_inputs.py: its plain values, argument -> (its doors: name -> a call with the
     # value, [(bad value, the exception)]): the op, the module and the reference raise alike
     value_doors: dict = field(default_factory=dict)
+    # tests/test_default_devices.py: float64 through it, name -> (inputs, ours(*inputs,
+    # use_triton=...), torch's definition(*inputs)); small shapes (gradcheck)
+    float64: dict = field(default_factory=dict)
 
 
 # (value_doors' inputs and the values they pass)
@@ -259,6 +274,10 @@ CARDS = {card.name: card for card in (
             "TritonLayerNorm": lambda v: TritonLayerNorm(6, stable=v),
             "reference.layer_norm": lambda v: reference.layer_norm(_S(), None, None, 1e-5, v),
         }, [(1, TypeError), ("yes", TypeError), (None, TypeError)]),
+    }, float64={
+        "layer_norm": (lambda: (f64_leaf(3, 8), f64_leaf(8), f64_leaf(8)),
+                       lambda x, w, b, **kw: F.layer_norm(x, w, b, **kw),
+                       lambda x, w, b: TF.layer_norm(x, (8,), w, b)),
     }),
     Card("rms_norm", "norm", _norm_case, doors={
         "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
@@ -277,6 +296,14 @@ CARDS = {card.name: card for card in (
             "TritonRMSNorm": lambda v: TritonRMSNorm(6, unit_offset=v),
             "reference.rms_norm": lambda v: reference.rms_norm(_S(), torch.ones(6, device=DEVICE), 1e-6, v),
         }, [(1, TypeError), ("False", TypeError)]),
+    }, float64={
+        "rms_norm": (lambda: (f64_leaf(3, 8), f64_leaf(8)),
+                     lambda x, w, **kw: F.rms_norm(x, w, **kw),
+                     lambda x, w: TF.rms_norm(x, (8,), w)),
+        # eps=None is float64's epsilon for float64, as torch: rows this small tell it from fp32's
+        "rms_norm_default_eps": (lambda: (f64_leaf(3, 8, scale=1e-6),),
+                                 lambda x, **kw: F.rms_norm(x, **kw),
+                                 lambda x: TF.rms_norm(x, (8,))),
     }),
     # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
     Card("add_rms_norm", "residual_norm", _norm_case, doors={
@@ -286,11 +313,19 @@ CARDS = {card.name: card for card in (
         "rms_norm+residual": (
             lambda x, r, w: torch.cat(reference.norm(x, w, None, 1e-5, rms=True, residual=r), -1),
             lambda r, g: (r(3, 6), r(3, 6), r(6))),
+    }, float64={
+        "rms_norm_residual": (lambda: (f64_leaf(3, 8), f64_leaf(3, 8), f64_leaf(8)),
+                              lambda x, r, w, **kw: F.rms_norm(x, w, residual=r, **kw),
+                              lambda x, r, w: (TF.rms_norm(x + r, (8,), w), x + r)),
     }),
     # one dtype: dx and dresidual are one tensor (returned once by the custom op)
     Card("add_layer_norm", "residual_norm", _norm_case, doors={
         "residual_norm-layer": lambda dev: (_r(6, 300, device=dev), _r(6, 300, device=dev), _r(300, device=dev),
                                             _r(300, device=dev), 1e-5, False, False, False, False, FP32, FP32),
+    }, float64={
+        "layer_norm_residual": (lambda: (f64_leaf(2, 3, 8), f64_leaf(2, 3, 8), f64_leaf(8), f64_leaf(8)),
+                                lambda x, r, w, b, **kw: F.layer_norm(x, w, b, residual=r, **kw),
+                                lambda x, r, w, b: (TF.layer_norm(x + r, (8,), w, b), x + r)),
     }),
     Card("softmax", "softmax", _softmax_case, doors={
         "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
@@ -308,6 +343,13 @@ CARDS = {card.name: card for card in (
             "CausalSoftmax": lambda v: CausalSoftmax(scale=v),
             "reference.softmax": lambda v: reference.softmax(_S(), False, v),
         }, [(NAN, ValueError), (INF, ValueError), ("0.5", TypeError), (True, TypeError)]),
+    }, float64={
+        "softmax": (lambda: (f64_leaf(3, 7),),
+                    lambda x, **kw: F.softmax(x, **kw),
+                    lambda x: TF.softmax(x, -1)),
+        "causal_softmax": (lambda: (f64_leaf(2, 3, 5),),
+                           lambda x, **kw: F.softmax(x, causal=True, scale=0.5, **kw),
+                           lambda x: causal_softmax(x, 0.5)),
     }),
     Card("weighted_sum", "weighted_sum", _weighted_sum_case, doors={
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
@@ -318,6 +360,10 @@ CARDS = {card.name: card for card in (
             "F.weighted_sum": lambda v: F.weighted_sum(_S(), torch.ones(6, device=DEVICE), use_triton=v),
             "WeightedSum": lambda v: WeightedSum(6, use_triton=v),
         }, [(1, TypeError), ("yes", TypeError)]),
+    }, float64={
+        "weighted_sum": (lambda: (f64_leaf(3, 8), f64_leaf(8), f64_leaf(1)),
+                         lambda x, w, b, **kw: F.weighted_sum(x, w, b, **kw),
+                         lambda x, w, b: TF.linear(x, w[None], b)[..., 0]),
     }),
     Card("coor_descent", "coor_descent", _coor_descent_case, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
@@ -342,6 +388,12 @@ CARDS = {card.name: card for card in (
             "eps_init": [(0, ValueError), (INF, ValueError), ("4", TypeError)],
             "eps_decay": [(0, ValueError), (-0.7, ValueError), (None, TypeError), (False, TypeError)],
         }.items()},
+    }, float64={
+        # (the float64 reference is coor_descent's definition; tests/test_coor_descent.py checks it
+        # against an independent one)
+        "coor_descent": (lambda: (f64_leaf(3, 6),),
+                         lambda s, **kw: F.coor_descent(s, n_iters=3, k=2.0, **kw),
+                         lambda s: reference.coor_descent(s, 3, 2.0, 0.1, None, 1.0, None)),
     }),
     Card("rms_norm_fp8", None, _norm_fp8_case),
     Card("layer_norm_fp8", None, _norm_fp8_case),
