@@ -211,6 +211,27 @@ def plain_run(fn: Callable, inputs: list, dy: torch.Tensor):
     return y, torch.autograd.grad(y, leaves, dy.to(y.dtype))
 
 
+# (on_device: tests/test_devices.py, on a GPU)
+def _layer_norm_on_device(dev):
+    return [randn_leaf(37, 300, device=dev), randn_leaf(300, device=dev), randn_leaf(300, device=dev)], F.layer_norm
+
+
+def _softmax_on_device(dev):
+    mask = torch.rand(2, 70, device=dev) > 0.8
+    return [randn_leaf(2, 3, 50, 70, device=dev)], lambda x: F.softmax(x, causal=True, scale=0.3, key_padding_mask=mask)
+
+
+def _weighted_sum_on_device(dev):
+    return [randn_leaf(33, 500, device=dev), randn_leaf(500, device=dev), randn_leaf(1, device=dev)], F.weighted_sum
+
+
+def _coor_descent_on_device(dev):
+    mask = torch.rand(5, 900, device=dev) > 0.2
+    k = (torch.rand(5, device=dev) * 40 + 2).requires_grad_()
+    return ([randn_leaf(5, 900, device=dev), k],
+            lambda s, k: F.coor_descent(s, n_iters=12, k=k, eps=0.05, eps_init=2.0, eps_decay=0.7, mask=mask))
+
+
 # ------------------------------------------------------------------------------ the cards
 
 @dataclass(frozen=True)
@@ -242,6 +263,9 @@ class Card:
     # tests/test_default_devices.py: float64 through it, name -> (inputs, ours(*inputs,
     # use_triton=...), torch's definition(*inputs)); small shapes (gradcheck)
     float64: dict = field(default_factory=dict)
+    # tests/test_devices.py (GPU: launches on the tensors' device and stream, CUDA graphs):
+    # device -> (leaves, fn(*leaves) -> output), fresh random inputs each call
+    on_device: Callable | None = None
 
 
 # (value_doors' inputs and the values they pass)
@@ -250,7 +274,7 @@ _S = lambda: randn_leaf(2, 6, device=DEVICE, grad=False)  # noqa: E731
 CD = {"n_iters": 3, "k": 2.0, "eps": 0.1}
 # norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
 CARDS = {card.name: card for card in (
-    Card("layer_norm", "norm", _norm_case, doors={
+    Card("layer_norm", "norm", _norm_case, on_device=_layer_norm_on_device, doors={
         "norm-layer": lambda dev: (_r(6, 300, device=dev), _r(300, device=dev), _r(300, device=dev),
                                    1e-5, False, True, False, False, FP32),
         "norm-layer-no-bias": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
@@ -327,7 +351,7 @@ CARDS = {card.name: card for card in (
                                 lambda x, r, w, b, **kw: F.layer_norm(x, w, b, residual=r, **kw),
                                 lambda x, r, w, b: (TF.layer_norm(x + r, (8,), w, b), x + r)),
     }),
-    Card("softmax", "softmax", _softmax_case, doors={
+    Card("softmax", "softmax", _softmax_case, on_device=_softmax_on_device, doors={
         "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
                                 5, 15, True, 0.6),
     }, public_call=lambda x: F.softmax(x, causal=True), references={
@@ -351,7 +375,7 @@ CARDS = {card.name: card for card in (
                            lambda x, **kw: F.softmax(x, causal=True, scale=0.5, **kw),
                            lambda x: causal_softmax(x, 0.5)),
     }),
-    Card("weighted_sum", "weighted_sum", _weighted_sum_case, doors={
+    Card("weighted_sum", "weighted_sum", _weighted_sum_case, on_device=_weighted_sum_on_device, doors={
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
     }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
         "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
@@ -365,7 +389,7 @@ CARDS = {card.name: card for card in (
                          lambda x, w, b, **kw: F.weighted_sum(x, w, b, **kw),
                          lambda x, w, b: TF.linear(x, w[None], b)[..., 0]),
     }),
-    Card("coor_descent", "coor_descent", _coor_descent_case, doors={
+    Card("coor_descent", "coor_descent", _coor_descent_case, on_device=_coor_descent_on_device, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
                                      (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), 0.0, 8, 0.03, 4.0, 0.7),
     }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0), references={
