@@ -396,23 +396,21 @@ CARDS = {card.name: card for card in (
         "coor_descent": (lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
                          lambda r, g: (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5)
                                        .requires_grad_())),
-    }, value_doors={
-        **{name: ({
-            "F.coor_descent": lambda v, name=name: F.coor_descent(_S(), **{**CD, name: v}),
-            **({"CoordinateDescentRouter": lambda v, name=name: CoordinateDescentRouter(8, **{name: v})}
-               if name != "k" else {}),
-            "reference.coor_descent": lambda v, name=name: reference.coor_descent(_S(), **{**CD, "eps_init": None,
-                                                                                       "eps_decay": 1.0, name: v},
-                                                                                   mask=None),
-        }, bad) for name, bad in {
-            "n_iters": [(0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError), ("2", TypeError)],
-            "k": [(0, ValueError), (-1.0, ValueError), (INF, ValueError), (7.0, ValueError), ("2", TypeError),
-                  (True, TypeError)],
-            "eps": [(0, ValueError), (-0.1, ValueError), (NAN, ValueError), ("0.1", TypeError), (True, TypeError)],
-            "eps_init": [(0, ValueError), (INF, ValueError), ("4", TypeError)],
-            "eps_decay": [(0, ValueError), (-0.7, ValueError), (None, TypeError), (False, TypeError)],
-        }.items()},
-    }, float64={
+    }, value_doors={name: ({
+        "F.coor_descent": lambda v, name=name: F.coor_descent(_S(), **{**CD, name: v}),
+        **({"CoordinateDescentRouter": lambda v, name=name: CoordinateDescentRouter(8, **{name: v})}
+           if name != "k" else {}),
+        "reference.coor_descent": lambda v, name=name: reference.coor_descent(_S(), **{**CD, "eps_init": None,
+                                                                                   "eps_decay": 1.0, name: v},
+                                                                               mask=None),
+    }, bad) for name, bad in {
+        "n_iters": [(0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError), ("2", TypeError)],
+        "k": [(0, ValueError), (-1.0, ValueError), (INF, ValueError), (7.0, ValueError), ("2", TypeError),
+              (True, TypeError)],
+        "eps": [(0, ValueError), (-0.1, ValueError), (NAN, ValueError), ("0.1", TypeError), (True, TypeError)],
+        "eps_init": [(0, ValueError), (INF, ValueError), ("4", TypeError)],
+        "eps_decay": [(0, ValueError), (-0.7, ValueError), (None, TypeError), (False, TypeError)],
+    }.items()}, float64={
         # (the float64 reference is coor_descent's definition; tests/test_coor_descent.py checks it
         # against an independent one)
         "coor_descent": (lambda: (f64_leaf(3, 6),),
