@@ -17,9 +17,9 @@ import torch.nn.functional as TF
 
 from triton_layers import CausalSoftmax, CoordinateDescentRouter, FP8Recipe, TritonLayerNorm, TritonRMSNorm, WeightedSum
 from triton_layers import functional as F
-from triton_layers import reference
 
 from .conftest import DEVICE
+from .training_cases import rows
 
 # A second device for mixed-device calls: "meta" where the kernels run on the CPU.
 OTHER = "meta" if DEVICE == "cpu" else "cpu"
@@ -455,59 +455,9 @@ def test_good_module_configs_still_build():
 # One value checker (triton_layers/_values.py), one rule wherever a value enters: the wrong kind of
 # value (a bool or a float for an int, a bool or a non-number for a number, anything but True or
 # False for a flag) is a TypeError; the right kind out of range is a ValueError.
-# argument -> (its doors: name -> a call with the value, [(bad value, the exception)])
-NAN, INF = float("nan"), float("inf")
-_S = lambda: x_(2, 6)  # noqa: E731
-VALUE_DOORS = {
-    "norm eps": ({
-        "F.layer_norm": lambda v: F.layer_norm(_S(), eps=v),
-        "F.rms_norm": lambda v: F.rms_norm(_S(), eps=v),
-        "TritonLayerNorm": lambda v: TritonLayerNorm(6, eps=v),
-        "TritonRMSNorm": lambda v: TritonRMSNorm(6, eps=v),
-        "reference.layer_norm": lambda v: reference.layer_norm(_S(), None, None, v, False),
-        "reference.rms_norm": lambda v: reference.rms_norm(_S(), None, v),
-    }, [(-1e-5, ValueError), (NAN, ValueError), (INF, ValueError), ("1e-5", TypeError), (True, TypeError)]),
-    "stable": ({
-        "F.layer_norm": lambda v: F.layer_norm(_S(), stable=v),
-        "TritonLayerNorm": lambda v: TritonLayerNorm(6, stable=v),
-        "reference.layer_norm": lambda v: reference.layer_norm(_S(), None, None, 1e-5, v),
-    }, [(1, TypeError), ("yes", TypeError), (None, TypeError)]),
-    "unit_offset": ({
-        "F.rms_norm": lambda v: F.rms_norm(_S(), torch.ones(6, device=DEVICE), unit_offset=v),
-        "TritonRMSNorm": lambda v: TritonRMSNorm(6, unit_offset=v),
-        "reference.rms_norm": lambda v: reference.rms_norm(_S(), torch.ones(6, device=DEVICE), 1e-6, v),
-    }, [(1, TypeError), ("False", TypeError)]),
-    "causal": ({
-        "F.softmax": lambda v: F.softmax(_S(), causal=v),
-        "CausalSoftmax": lambda v: CausalSoftmax(causal=v),
-        "reference.softmax": lambda v: reference.softmax(_S(), v),
-    }, [(1, TypeError), ("no", TypeError), (None, TypeError)]),
-    "scale": ({
-        "F.softmax": lambda v: F.softmax(_S(), scale=v),
-        "CausalSoftmax": lambda v: CausalSoftmax(scale=v),
-        "reference.softmax": lambda v: reference.softmax(_S(), False, v),
-    }, [(NAN, ValueError), (INF, ValueError), ("0.5", TypeError), (True, TypeError)]),
-    "use_triton": ({
-        "F.weighted_sum": lambda v: F.weighted_sum(_S(), torch.ones(6, device=DEVICE), use_triton=v),
-        "WeightedSum": lambda v: WeightedSum(6, use_triton=v),
-    }, [(1, TypeError), ("yes", TypeError)]),
-    **{name: ({
-        "F.coor_descent": lambda v, name=name: F.coor_descent(_S(), **{**CD, name: v}),
-        **({"CoordinateDescentRouter": lambda v, name=name: CoordinateDescentRouter(8, **{name: v})}
-           if name != "k" else {}),
-        "reference.coor_descent": lambda v, name=name: reference.coor_descent(_S(), **{**CD, "eps_init": None,
-                                                                                   "eps_decay": 1.0, name: v},
-                                                                               mask=None),
-    }, bad) for name, bad in {
-        "n_iters": [(0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError), ("2", TypeError)],
-        "k": [(0, ValueError), (-1.0, ValueError), (INF, ValueError), (7.0, ValueError), ("2", TypeError),
-              (True, TypeError)],
-        "eps": [(0, ValueError), (-0.1, ValueError), (NAN, ValueError), ("0.1", TypeError), (True, TypeError)],
-        "eps_init": [(0, ValueError), (INF, ValueError), ("4", TypeError)],
-        "eps_decay": [(0, ValueError), (-0.7, ValueError), (None, TypeError), (False, TypeError)],
-    }.items()},
-}
-CD = {"n_iters": 3, "k": 2.0, "eps": 0.1}
+# argument -> (its doors: name -> a call with the value, [(bad value, the exception)]): the cards'
+# value_doors (tests/training_cases.py)
+VALUE_DOORS = rows("value_doors")
 VALUE_CASES = [(arg, value, exc) for arg, (_, bad) in VALUE_DOORS.items() for value, exc in bad]
 
 

@@ -30,12 +30,12 @@ from torch import nn
 import triton_layers
 from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
 from triton_layers import functional as F
-from triton_layers import reference
 from triton_layers._checks import KERNELS
 from triton_layers._families import family_of
 from triton_layers.calls.eager import EAGER_OPS, checking_plans
 
 from .conftest import DEVICE, spy_main_inputs
+from .training_cases import causal_softmax as _causal, f64_leaf as _f64, rows
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -238,49 +238,9 @@ def test_modules_built_on_meta_run_on_meta(name):
 F64 = torch.float64
 
 
-def _f64(*shape, scale=1.0):
-    return (scale * torch.randn(*shape, dtype=F64, device=DEVICE)).requires_grad_()
-
-
-def _causal(x, scale):
-    n_q, n_k = x.shape[-2:]
-    hidden = torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).triu(1 + n_k - n_q)
-    return TF.softmax((scale * x).masked_fill(hidden, float("-inf")), -1)
-
-
-# name -> (inputs, ours(*inputs, use_triton=...), torch's definition(*inputs)); small shapes (gradcheck)
-OPS = {
-    "layer_norm": (lambda: (_f64(3, 8), _f64(8), _f64(8)),
-                   lambda x, w, b, **kw: F.layer_norm(x, w, b, **kw),
-                   lambda x, w, b: TF.layer_norm(x, (8,), w, b)),
-    "rms_norm": (lambda: (_f64(3, 8), _f64(8)),
-                 lambda x, w, **kw: F.rms_norm(x, w, **kw),
-                 lambda x, w: TF.rms_norm(x, (8,), w)),
-    # eps=None is float64's epsilon for float64, as torch: rows this small tell it from fp32's
-    "rms_norm_default_eps": (lambda: (_f64(3, 8, scale=1e-6),),
-                             lambda x, **kw: F.rms_norm(x, **kw),
-                             lambda x: TF.rms_norm(x, (8,))),
-    "layer_norm_residual": (lambda: (_f64(2, 3, 8), _f64(2, 3, 8), _f64(8), _f64(8)),
-                            lambda x, r, w, b, **kw: F.layer_norm(x, w, b, residual=r, **kw),
-                            lambda x, r, w, b: (TF.layer_norm(x + r, (8,), w, b), x + r)),
-    "rms_norm_residual": (lambda: (_f64(3, 8), _f64(3, 8), _f64(8)),
-                          lambda x, r, w, **kw: F.rms_norm(x, w, residual=r, **kw),
-                          lambda x, r, w: (TF.rms_norm(x + r, (8,), w), x + r)),
-    "softmax": (lambda: (_f64(3, 7),),
-                lambda x, **kw: F.softmax(x, **kw),
-                lambda x: TF.softmax(x, -1)),
-    "causal_softmax": (lambda: (_f64(2, 3, 5),),
-                       lambda x, **kw: F.softmax(x, causal=True, scale=0.5, **kw),
-                       lambda x: _causal(x, 0.5)),
-    "weighted_sum": (lambda: (_f64(3, 8), _f64(8), _f64(1)),
-                     lambda x, w, b, **kw: F.weighted_sum(x, w, b, **kw),
-                     lambda x, w, b: TF.linear(x, w[None], b)[..., 0]),
-    # (the float64 reference is coor_descent's definition; tests/test_coor_descent.py checks it
-    # against an independent one)
-    "coor_descent": (lambda: (_f64(3, 6),),
-                     lambda s, **kw: F.coor_descent(s, n_iters=3, k=2.0, **kw),
-                     lambda s: reference.coor_descent(s, 3, 2.0, 0.1, None, 1.0, None)),
-}
+# name -> (inputs, ours(*inputs, use_triton=...), torch's definition(*inputs)); small shapes
+# (gradcheck): the cards' float64 cases (tests/training_cases.py)
+OPS = rows("float64")
 
 
 @pytest.mark.parametrize("use_triton", [None, False], ids=["auto", "reference"])

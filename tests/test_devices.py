@@ -14,33 +14,14 @@ import torch
 from triton_layers import CoordinateDescentRouter, launch_config
 from triton_layers import functional as F
 
+from .training_cases import CARDS
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 
 
 def _leaf(*shape, device, grad=True):
     return torch.randn(shape, device=device).requires_grad_(grad)
-
-
-# name -> builder(device) of (leaves, fn(*leaves) -> output); fresh random inputs each call.
-def _layer_norm(dev):
-    return [_leaf(37, 300, device=dev), _leaf(300, device=dev), _leaf(300, device=dev)], F.layer_norm
-
-
-def _softmax(dev):
-    mask = torch.rand(2, 70, device=dev) > 0.8
-    return [_leaf(2, 3, 50, 70, device=dev)], lambda x: F.softmax(x, causal=True, scale=0.3, key_padding_mask=mask)
-
-
-def _weighted_sum(dev):
-    return [_leaf(33, 500, device=dev), _leaf(500, device=dev), _leaf(1, device=dev)], F.weighted_sum
-
-
-def _coor_descent(dev):
-    mask = torch.rand(5, 900, device=dev) > 0.2
-    k = (torch.rand(5, device=dev) * 40 + 2).requires_grad_()
-    return ([_leaf(5, 900, device=dev), k],
-            lambda s, k: F.coor_descent(s, n_iters=12, k=k, eps=0.05, eps_init=2.0, eps_decay=0.7, mask=mask))
 
 
 def _router(dev):
@@ -54,8 +35,10 @@ def _router(dev):
     return [_leaf(2, 40, 64, device=dev)], fn
 
 
-CASES: dict[str, Callable] = dict(layer_norm=_layer_norm, softmax=_softmax, weighted_sum=_weighted_sum,
-                                  coor_descent=_coor_descent, router=_router)
+# name -> builder(device) of (leaves, fn(*leaves) -> output); fresh random inputs each call: the
+# cards' on_device (tests/training_cases.py), and the router
+CASES: dict[str, Callable] = {**{card.name: card.on_device for card in CARDS.values() if card.on_device},
+                              "router": _router}
 
 
 def _out_and_grads(leaves, fn, dy=None):

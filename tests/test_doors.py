@@ -17,37 +17,12 @@ from triton_layers.kernels import _common
 from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import SMALL, spy_main_inputs
-from .training_cases import misaligned_copy
+from .training_cases import CARDS, FP32, misaligned_copy, rows
+from .training_cases import randn_leaf as _r
 
 
-def _r(*shape, device, dtype=torch.float32, grad=True):
-    return torch.randn(shape, device=device).to(dtype).requires_grad_(grad)
-
-
-# op name -> a builder of its 2-D inputs (in the description's order) on a device.
-BF16, FP32 = torch.bfloat16, torch.float32
-# norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
-CASES = {
-    "norm-layer": lambda dev: (_r(6, 300, device=dev), _r(300, device=dev), _r(300, device=dev),
-                               1e-5, False, True, False, False, FP32),
-    "norm-layer-no-bias": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
-                                       1e-5, False, False, False, False, BF16),
-    "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
-                             1e-6, True, False, True, False, FP32),
-    "norm-rms-llama": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev, dtype=BF16), None,
-                                   1e-6, True, False, False, True, BF16),
-    # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
-    "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev), _r(70, device=dev),
-                                      None, 1e-6, True, False, False, False, BF16, FP32),
-    # one dtype: dx and dresidual are one tensor (returned once by the custom op)
-    "residual_norm-layer": lambda dev: (_r(6, 300, device=dev), _r(6, 300, device=dev), _r(300, device=dev),
-                                        _r(300, device=dev), 1e-5, False, False, False, False, FP32, FP32),
-    "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
-                            5, 15, True, 0.6),
-    "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
-    "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
-                                 (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), 0.0, 8, 0.03, 4.0, 0.7),
-}
+# kernel op form -> a builder of its 2-D inputs (in the description's order) on a device: the cards' doors.
+CASES = rows("doors")
 
 
 def _run(fn, args):
@@ -184,33 +159,34 @@ def test_use_knobs_changes_one_knob_of_one_op():
     assert launch_config.current() is base
 
 
-# kernel op -> a public call of an N-D x that reaches it
-PUBLIC_CALLS = {
-    "norm": lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device)),
-    "residual_norm": lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0],
-    "softmax": lambda x: F.softmax(x, causal=True),
-    "weighted_sum": lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)),
-    "coor_descent": lambda x: F.coor_descent(x, n_iters=2, k=3.0),
-}
+# card -> (its kernel op, a public call of an N-D x that reaches it)
+PUBLIC_CALLS = {card.name: (card.kernel_op, card.public_call) for card in CARDS.values() if card.public_call}
 
 
-def test_every_kernel_op_has_its_cases():
-    """The ops are the library's own list (``kernels.ops.__all__``); the tables of cases that
-    cannot be derived from it (each op's inputs) must each have a row for every op in it, so a
-    new op fails here, naming the table, rather than going untested."""
-    from . import training_cases
-
+def test_every_op_has_a_card():
+    """The ops are the library's own lists (``kernels.ops.__all__``, ``functional.__all__``);
+    every one has its card in tests/training_cases.py, and every kernel op the forms and the
+    public call the cross-cutting tests need from its cards, so a new op fails here, naming
+    what is missing, rather than going untested."""
     ops = set(kernel_ops.__all__)
-    assert {case.split("-")[0] for case in CASES} == ops, "tests/test_doors.py CASES"
-    assert set(PUBLIC_CALLS) == ops, "tests/test_doors.py PUBLIC_CALLS"
+    assert {card.kernel_op for card in CARDS.values()} - {None} <= ops, "a card names no kernel op"
+    assert {case.split("-")[0] for case in CASES} == ops, "tests/training_cases.py: a kernel op without doors"
+    for card in CARDS.values():
+        assert all(case.split("-")[0] == card.kernel_op for case in card.doors), card.name
+    assert {op for op, _ in PUBLIC_CALLS.values()} == ops, "tests/training_cases.py: a kernel op without a public_call"
+    assert {card.kernel_op for card in CARDS.values() if card.references} == ops, \
+        "tests/training_cases.py: a kernel op without references (its double backward's)"
+    assert {card.kernel_op for card in CARDS.values() if card.float64} == ops, \
+        "tests/training_cases.py: a kernel op without float64 cases"
     public = {name for name in F.__all__ if name != "uses_kernels"}
-    assert public <= set(training_cases.OPS), "tests/training_cases.py OPS"
+    assert public <= set(CARDS), "tests/training_cases.py: a public op without a card"
 
 
-@pytest.mark.parametrize("op,call", PUBLIC_CALLS.items(), ids=list(PUBLIC_CALLS))
-def test_contiguous_inputs_reach_the_kernels_as_they_are(op, call, device, monkeypatch):
+@pytest.mark.parametrize("card", list(PUBLIC_CALLS))
+def test_contiguous_inputs_reach_the_kernels_as_they_are(card, device, monkeypatch):
     """No reshape (a view node in the graph: host time each way) between a contiguous N-D
     input and the kernel op; a non-contiguous one arrives as rows with last stride 1."""
+    op, call = PUBLIC_CALLS[card]
     # Both ways into an op: planned (a signature met before, or a plan just made) and plain.
     seen = spy_main_inputs(monkeypatch, getattr(kernel_ops, op))
     x = torch.randn(2, 3, 5, 8, device=device, requires_grad=True)

@@ -22,6 +22,8 @@ import triton_layers
 from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
 from triton_layers import functional as F
 
+from .training_cases import CARDS
+
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -110,19 +112,10 @@ def test_compile_fullgraph_kernels_inductor():
 # "Integrations"). The norms write autocast's dtype: what the next matmul reads, so no cast
 # kernel runs between them (their statistics are fp32 inside the kernels whatever the
 # dtypes). The others keep the input's dtype, as outside autocast.
-LAYERS = {
-    "layer_norm": lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
-    "rms_norm": lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
-    "softmax": lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton),
-    "weighted_sum": lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton),
-}
+# (the cards' layer and autocast_bf16: tests/training_cases.py)
+LAYERS = {card.name: card.layer for card in CARDS.values() if card.layer}
 # The norms under autocast compute what they compute outside it with out_dtype=bfloat16.
-EXPLICIT_BF16 = {
-    "layer_norm": lambda m, x: triton_layers.functional.layer_norm(
-        x, m.weight, m.bias, m.eps, use_triton=m.use_triton, out_dtype=torch.bfloat16),
-    "rms_norm": lambda m, x: triton_layers.functional.rms_norm(
-        x, m.weight, m.eps, use_triton=m.use_triton, out_dtype=torch.bfloat16),
-}
+EXPLICIT_BF16 = {card.name: card.autocast_bf16 for card in CARDS.values() if card.autocast_bf16}
 
 
 @pytest.mark.parametrize("use_triton", [None, False], ids=["kernels", "reference"])

@@ -19,7 +19,7 @@ from triton_layers import functional as F
 from triton_layers import reference
 from triton_layers.calls import doors as _doors, eager as _eager
 
-from .training_cases import LAYOUTS, OPS, check_grads, make, misaligned_copy, plain_run, rel_err
+from .training_cases import LAYOUTS, OPS, check_grads, make, misaligned_copy, plain_run, rel_err, rows
 
 DTYPE_CASES = [torch.float32, torch.bfloat16]
 
@@ -125,14 +125,9 @@ def test_double_backward_matches_float64(name, device):
         assert rel_err(g, w) < (5e-3 if name == "coor_descent" else 1e-3), f"{name} grad {i}: {rel_err(g, w):.3g}"
 
 
-REFERENCES = {  # the references in float64, where gradgradcheck checks their own second derivatives
-    "norm": lambda x, w, b: reference.norm(x, w, b, 1e-5),
-    "rms_norm+residual": lambda x, r, w: torch.cat(reference.norm(x, w, None, 1e-5, rms=True, residual=r), -1),
-    "norm stable unit_offset": lambda x, w: reference.norm(x, w, None, 1e-5, rms=True, stable=True, unit_offset=True),
-    "softmax": lambda x: reference.softmax(x, True, 0.7, None),
-    "weighted_sum": lambda x, w, b: reference.weighted_sum(x, w, b),
-    "coor_descent": lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
-}
+# the references in float64, where gradgradcheck checks their own second derivatives: name ->
+# (the reference, its arguments): the cards' references
+REFERENCES = rows("references")
 
 
 @pytest.mark.parametrize("name", list(REFERENCES))
@@ -140,11 +135,8 @@ def test_references_have_second_derivatives(name):
     """The double backward's torch ops: torch.autograd.gradgradcheck of each reference in float64."""
     g = torch.Generator().manual_seed(5)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_()  # noqa: E731
-    args = {"norm": (r(3, 6), r(6), r(6)), "rms_norm+residual": (r(3, 6), r(3, 6), r(6)),
-            "norm stable unit_offset": (r(3, 6), r(6)), "softmax": (r(2, 3, 5),),
-            "weighted_sum": (r(3, 6), r(6), r(())),
-            "coor_descent": (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5).requires_grad_())}[name]
-    assert torch.autograd.gradgradcheck(REFERENCES[name], args)
+    fn, args = REFERENCES[name]
+    assert torch.autograd.gradgradcheck(fn, args(r, g))
 
 
 @pytest.mark.parametrize("module", ["TritonLayerNorm", "TritonRMSNorm", "CausalSoftmax", "WeightedSum"])

@@ -1,4 +1,8 @@
-"""One case per op for the training-setup tests and the plan fuzz: fresh inputs in a chosen
+"""One card per op (``CARDS``): the facts about it that the cross-cutting tests read, so that a
+new op adds its card here rather than a row to each test file's table. ``test_every_op_has_a_card``
+(tests/test_doors.py) fails for a kernel op or a public op without one.
+
+A card's training case, for the training-setup tests and the plan fuzz: fresh inputs in a chosen
 layout, our call, and a float64 definition to compare with (torch's own op where it has one).
 
 ``make(name, device, dtype, layout, gen)`` returns ``(ours, exact, inputs)``: ``ours(*inputs)``
@@ -10,16 +14,18 @@ softmax and coor_descent, masks that do not). ``layout`` is how the main input i
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 import torch.nn.functional as TF
 
 from triton_layers import functional as F
-from triton_layers import FP8Recipe, reference
+from triton_layers import (CausalSoftmax, CoordinateDescentRouter, FP8Recipe, TritonLayerNorm, TritonRMSNorm,
+                           WeightedSum, reference)
 
-OPS = ("layer_norm", "rms_norm", "add_rms_norm", "add_layer_norm", "softmax", "weighted_sum", "coor_descent",
-       "rms_norm_fp8", "layer_norm_fp8")
+from .conftest import DEVICE
+
 LAYOUTS = ("contiguous", "strided", "misaligned")
 RMS_EPS = torch.finfo(torch.float32).eps
 
@@ -52,72 +58,115 @@ def _randn(gen, *shape, device, dtype, scale=1.0, shift=0.0):
 
 def make(name: str, device: str, dtype: torch.dtype, layout: str, gen: torch.Generator,
          rows: int = 6, cols: int = 24) -> tuple[Callable, Callable, list]:
-    """The op ``name``'s case (see the module's docstring)."""
+    """The op ``name``'s case (see the module's docstring), from its card."""
     r = lambda *s, **k: _randn(gen, *s, device=device, **k)  # noqa: E731
-    f64 = lambda t: t.double()  # noqa: E731
-    if name in ("layer_norm", "rms_norm", "add_rms_norm", "add_layer_norm"):
-        x = laid_out(r(rows, cols, dtype=dtype, scale=2.0), layout, gen)
-        w = r(cols, dtype=dtype, shift=1.0, scale=0.5).requires_grad_()
-        if name == "layer_norm":
-            b = r(cols, dtype=dtype).requires_grad_()
-            return (lambda x, w, b: F.layer_norm(x, w, b),
-                    lambda x, w, b: TF.layer_norm(f64(x), (cols,), f64(w), f64(b)), [x, w, b])
-        if name == "rms_norm":
-            return (lambda x, w: F.rms_norm(x, w),
-                    lambda x, w: TF.rms_norm(f64(x), (cols,), f64(w), RMS_EPS), [x, w])
-        res = r(rows, cols, dtype=dtype).requires_grad_()
-        rms = name == "add_rms_norm"
-        norm = F.rms_norm if rms else F.layer_norm
+    return CARDS[name].case(name, r, device, dtype, layout, gen, rows, cols)
 
-        def ours(x, res, w):
-            y, h = norm(x, w, residual=res)
-            return y.float() + 0.5 * h.float()
 
-        def exact(x, res, w):
-            h = f64(x) + f64(res)
-            y = TF.rms_norm(h, (cols,), f64(w), RMS_EPS) if rms else TF.layer_norm(h, (cols,), f64(w))
-            return y + 0.5 * h
+def _f64(t: torch.Tensor) -> torch.Tensor:
+    return t.double()
 
-        return ours, exact, [x, res, w]
-    if name in ("rms_norm_fp8", "layer_norm_fp8"):
-        # The FP8 output dequantized (its values: the reference's quantization of the fp32 norm),
-        # its gradient the float64 norm's (straight through the quantization).
-        x = laid_out(r(rows, cols, dtype=dtype, scale=2.0), layout, gen)
-        w = r(cols, dtype=dtype, shift=1.0, scale=0.5).requires_grad_()
-        rms = name == "rms_norm_fp8"
-        recipe = FP8Recipe("per_token")
 
-        def ours(x, w):
-            out = F.rms_norm_fp8(x, w, recipe=recipe) if rms else F.layer_norm_fp8(x, w, recipe=recipe)
-            return out.activation.float() if out.activation is not None else out.data.float() * out.scale
+def randn_leaf(*shape, device, dtype=torch.float32, grad=True):
+    """A random tensor of ``shape`` that requires a gradient (or not)."""
+    return torch.randn(shape, device=device).to(dtype).requires_grad_(grad)
 
-        def exact(x, w):
-            y = TF.rms_norm(f64(x), (cols,), f64(w), RMS_EPS) if rms else TF.layer_norm(f64(x), (cols,), f64(w))
-            data, scale, _, _ = reference.norm_fp8(x.detach(), w.detach(), None, RMS_EPS if rms else 1e-5, recipe,
-                                                   rms=rms)
-            return data.double() * scale.double() + (y - y.detach())
 
-        return ours, exact, [x, w]
-    if name == "softmax":
-        x = laid_out(r(2, 3, 5, cols, dtype=dtype, scale=2.0), layout, gen)
-        pad = torch.rand(2, cols, generator=gen).to(device) < 0.2
-        scale = 0.3 + float(torch.rand((), generator=gen))
-        return (lambda x: F.softmax(x, causal=True, scale=scale, key_padding_mask=pad),
-                lambda x: reference.softmax(f64(x.reshape(2, 3, 5, cols)), True, scale, pad), [x])
-    if name == "weighted_sum":
-        x = laid_out(r(rows, cols, dtype=dtype), layout, gen)
-        w = r(cols, dtype=dtype).requires_grad_()
-        b = r(1, dtype=dtype).requires_grad_()
-        return (lambda x, w, b: F.weighted_sum(x, w, b),
-                lambda x, w, b: TF.linear(f64(x), f64(w)[None], f64(b))[..., 0], [x, w, b])
-    if name == "coor_descent":
-        s = laid_out(r(rows, cols, dtype=dtype), layout, gen)
-        # k one value a row, read through a stride (a column of a wider tensor)
-        k = laid_out(r(rows, 1, scale=0.5, shift=3.0, dtype=torch.float32).abs() + 1, "strided", gen)
-        mask = torch.rand(rows, cols, generator=gen).to(device) < 0.85
-        return (lambda s, k: F.coor_descent(s, n_iters=3, k=k[:, 0], eps=0.3, mask=mask),
-                lambda s, k: reference.coor_descent(f64(s), 3, f64(k[:, 0]), 0.3, None, 1.0, mask), [s, k])
-    raise KeyError(name)
+_r = randn_leaf
+
+
+def f64_leaf(*shape, scale=1.0):
+    """A float64 leaf of ``shape`` on the tests' device."""
+    return (scale * torch.randn(*shape, dtype=torch.float64, device=DEVICE)).requires_grad_()
+
+
+def causal_softmax(x, scale):
+    """Torch's softmax of ``scale * x`` over the last dim with a causal mask (bottom-right aligned)."""
+    n_q, n_k = x.shape[-2:]
+    hidden = torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).triu(1 + n_k - n_q)
+    return TF.softmax((scale * x).masked_fill(hidden, float("-inf")), -1)
+BF16, FP32 = torch.bfloat16, torch.float32
+
+
+# ------------------------------------------------------------------------------ the cases, per op
+# Each takes (name, r, device, dtype, layout, gen, rows, cols); r(*shape, dtype=, scale=, shift=)
+# draws from gen on the device.
+
+def _norm_case(name, r, device, dtype, layout, gen, rows, cols):
+    f64 = _f64
+    x = laid_out(r(rows, cols, dtype=dtype, scale=2.0), layout, gen)
+    w = r(cols, dtype=dtype, shift=1.0, scale=0.5).requires_grad_()
+    if name == "layer_norm":
+        b = r(cols, dtype=dtype).requires_grad_()
+        return (lambda x, w, b: F.layer_norm(x, w, b),
+                lambda x, w, b: TF.layer_norm(f64(x), (cols,), f64(w), f64(b)), [x, w, b])
+    if name == "rms_norm":
+        return (lambda x, w: F.rms_norm(x, w),
+                lambda x, w: TF.rms_norm(f64(x), (cols,), f64(w), RMS_EPS), [x, w])
+    res = r(rows, cols, dtype=dtype).requires_grad_()
+    rms = name == "add_rms_norm"
+    norm = F.rms_norm if rms else F.layer_norm
+
+    def ours(x, res, w):
+        y, h = norm(x, w, residual=res)
+        return y.float() + 0.5 * h.float()
+
+    def exact(x, res, w):
+        h = f64(x) + f64(res)
+        y = TF.rms_norm(h, (cols,), f64(w), RMS_EPS) if rms else TF.layer_norm(h, (cols,), f64(w))
+        return y + 0.5 * h
+
+    return ours, exact, [x, res, w]
+
+
+def _norm_fp8_case(name, r, device, dtype, layout, gen, rows, cols):
+    # The FP8 output dequantized (its values: the reference's quantization of the fp32 norm),
+    # its gradient the float64 norm's (straight through the quantization).
+    f64 = _f64
+    x = laid_out(r(rows, cols, dtype=dtype, scale=2.0), layout, gen)
+    w = r(cols, dtype=dtype, shift=1.0, scale=0.5).requires_grad_()
+    rms = name == "rms_norm_fp8"
+    recipe = FP8Recipe("per_token")
+
+    def ours(x, w):
+        out = F.rms_norm_fp8(x, w, recipe=recipe) if rms else F.layer_norm_fp8(x, w, recipe=recipe)
+        return out.activation.float() if out.activation is not None else out.data.float() * out.scale
+
+    def exact(x, w):
+        y = TF.rms_norm(f64(x), (cols,), f64(w), RMS_EPS) if rms else TF.layer_norm(f64(x), (cols,), f64(w))
+        data, scale, _, _ = reference.norm_fp8(x.detach(), w.detach(), None, RMS_EPS if rms else 1e-5, recipe,
+                                               rms=rms)
+        return data.double() * scale.double() + (y - y.detach())
+
+    return ours, exact, [x, w]
+
+
+def _softmax_case(name, r, device, dtype, layout, gen, rows, cols):
+    f64 = _f64
+    x = laid_out(r(2, 3, 5, cols, dtype=dtype, scale=2.0), layout, gen)
+    pad = torch.rand(2, cols, generator=gen).to(device) < 0.2
+    scale = 0.3 + float(torch.rand((), generator=gen))
+    return (lambda x: F.softmax(x, causal=True, scale=scale, key_padding_mask=pad),
+            lambda x: reference.softmax(f64(x.reshape(2, 3, 5, cols)), True, scale, pad), [x])
+
+
+def _weighted_sum_case(name, r, device, dtype, layout, gen, rows, cols):
+    f64 = _f64
+    x = laid_out(r(rows, cols, dtype=dtype), layout, gen)
+    w = r(cols, dtype=dtype).requires_grad_()
+    b = r(1, dtype=dtype).requires_grad_()
+    return (lambda x, w, b: F.weighted_sum(x, w, b),
+            lambda x, w, b: TF.linear(f64(x), f64(w)[None], f64(b))[..., 0], [x, w, b])
+
+
+def _coor_descent_case(name, r, device, dtype, layout, gen, rows, cols):
+    f64 = _f64
+    s = laid_out(r(rows, cols, dtype=dtype), layout, gen)
+    # k one value a row, read through a stride (a column of a wider tensor)
+    k = laid_out(r(rows, 1, scale=0.5, shift=3.0, dtype=torch.float32).abs() + 1, "strided", gen)
+    mask = torch.rand(rows, cols, generator=gen).to(device) < 0.85
+    return (lambda s, k: F.coor_descent(s, n_iters=3, k=k[:, 0], eps=0.3, mask=mask),
+            lambda s, k: reference.coor_descent(f64(s), 3, f64(k[:, 0]), 0.3, None, 1.0, mask), [s, k])
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -160,3 +209,226 @@ def plain_run(fn: Callable, inputs: list, dy: torch.Tensor):
     leaves = [t for t in inputs if t.requires_grad]
     y = fn(*inputs)
     return y, torch.autograd.grad(y, leaves, dy.to(y.dtype))
+
+
+# (on_device: tests/test_devices.py, on a GPU)
+def _layer_norm_on_device(dev):
+    return [randn_leaf(37, 300, device=dev), randn_leaf(300, device=dev), randn_leaf(300, device=dev)], F.layer_norm
+
+
+def _softmax_on_device(dev):
+    mask = torch.rand(2, 70, device=dev) > 0.8
+    return [randn_leaf(2, 3, 50, 70, device=dev)], lambda x: F.softmax(x, causal=True, scale=0.3, key_padding_mask=mask)
+
+
+def _weighted_sum_on_device(dev):
+    return [randn_leaf(33, 500, device=dev), randn_leaf(500, device=dev), randn_leaf(1, device=dev)], F.weighted_sum
+
+
+def _coor_descent_on_device(dev):
+    mask = torch.rand(5, 900, device=dev) > 0.2
+    k = (torch.rand(5, device=dev) * 40 + 2).requires_grad_()
+    return ([randn_leaf(5, 900, device=dev), k],
+            lambda s, k: F.coor_descent(s, n_iters=12, k=k, eps=0.05, eps_init=2.0, eps_decay=0.7, mask=mask))
+
+
+# ------------------------------------------------------------------------------ the cards
+
+@dataclass(frozen=True)
+class Card:
+    """What the cross-cutting tests need to know about one op (a public op, or one of its
+    forms: ``add_rms_norm`` is ``rms_norm`` with a residual)."""
+    name: str
+    # the op of kernels/ops.py's __all__ its kernels run as (None: the FP8 norms' own door)
+    kernel_op: str | None
+    # make()'s case: (name, r, device, dtype, layout, gen, rows, cols) -> (ours, exact, inputs)
+    case: Callable
+    # tests/test_doors.py: forms of the kernel op, "<kernel op>-<form>" -> a builder of its
+    # 2-D inputs (in the description's order) on a device
+    doors: dict = field(default_factory=dict)
+    # tests/test_doors.py: a public call of an N-D x that reaches the kernel op
+    public_call: Callable | None = None
+    # tests/test_training_setups.py: references in float64 (where gradgradcheck checks their own
+    # second derivatives: the double backward's torch ops), name -> (the reference, its
+    # arguments from r(*shape), a float64 leaf, and the generator g)
+    references: dict = field(default_factory=dict)
+    # tests/test_integrations.py: its module (use_triton -> the layer), under autocast(bfloat16)
+    # with fp32 parameters; a norm's autocast_bf16(module, x), what it computes there: the same
+    # call outside autocast with out_dtype=bfloat16 (a module without it keeps x's dtype)
+    layer: Callable | None = None
+    autocast_bf16: Callable | None = None
+    # tests/test_bad_inputs.py: its plain values, argument -> (its doors: name -> a call with the
+    # value, [(bad value, the exception)]): the op, the module and the reference raise alike
+    value_doors: dict = field(default_factory=dict)
+    # tests/test_default_devices.py: float64 through it, name -> (inputs, ours(*inputs,
+    # use_triton=...), torch's definition(*inputs)); small shapes (gradcheck)
+    float64: dict = field(default_factory=dict)
+    # tests/test_devices.py (GPU: launches on the tensors' device and stream, CUDA graphs):
+    # device -> (leaves, fn(*leaves) -> output), fresh random inputs each call
+    on_device: Callable | None = None
+
+
+# (value_doors' inputs and the values they pass)
+NAN, INF = float("nan"), float("inf")
+_S = lambda: randn_leaf(2, 6, device=DEVICE, grad=False)  # noqa: E731
+CD = {"n_iters": 3, "k": 2.0, "eps": 0.1}
+# norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
+CARDS = {card.name: card for card in (
+    Card("layer_norm", "norm", _norm_case, on_device=_layer_norm_on_device, doors={
+        "norm-layer": lambda dev: (_r(6, 300, device=dev), _r(300, device=dev), _r(300, device=dev),
+                                   1e-5, False, True, False, False, FP32),
+        "norm-layer-no-bias": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
+                                           1e-5, False, False, False, False, BF16),
+    }, public_call=lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device)), references={
+        "norm": (lambda x, w, b: reference.norm(x, w, b, 1e-5), lambda r, g: (r(3, 6), r(6), r(6))),
+    }, layer=lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
+        autocast_bf16=lambda m, x: F.layer_norm(x, m.weight, m.bias, m.eps, use_triton=m.use_triton,
+                                                out_dtype=torch.bfloat16), value_doors={
+        # (the norms' eps: both norms' doors, on this card)
+        "norm eps": ({
+            "F.layer_norm": lambda v: F.layer_norm(_S(), eps=v),
+            "F.rms_norm": lambda v: F.rms_norm(_S(), eps=v),
+            "TritonLayerNorm": lambda v: TritonLayerNorm(6, eps=v),
+            "TritonRMSNorm": lambda v: TritonRMSNorm(6, eps=v),
+            "reference.layer_norm": lambda v: reference.layer_norm(_S(), None, None, v, False),
+            "reference.rms_norm": lambda v: reference.rms_norm(_S(), None, v),
+        }, [(-1e-5, ValueError), (NAN, ValueError), (INF, ValueError), ("1e-5", TypeError), (True, TypeError)]),
+        "stable": ({
+            "F.layer_norm": lambda v: F.layer_norm(_S(), stable=v),
+            "TritonLayerNorm": lambda v: TritonLayerNorm(6, stable=v),
+            "reference.layer_norm": lambda v: reference.layer_norm(_S(), None, None, 1e-5, v),
+        }, [(1, TypeError), ("yes", TypeError), (None, TypeError)]),
+    }, float64={
+        "layer_norm": (lambda: (f64_leaf(3, 8), f64_leaf(8), f64_leaf(8)),
+                       lambda x, w, b, **kw: F.layer_norm(x, w, b, **kw),
+                       lambda x, w, b: TF.layer_norm(x, (8,), w, b)),
+    }),
+    Card("rms_norm", "norm", _norm_case, doors={
+        "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
+                                 1e-6, True, False, True, False, FP32),
+        "norm-rms-llama": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev, dtype=BF16), None,
+                                       1e-6, True, False, False, True, BF16),
+    }, references={
+        "norm stable unit_offset": (
+            lambda x, w: reference.norm(x, w, None, 1e-5, rms=True, stable=True, unit_offset=True),
+            lambda r, g: (r(3, 6), r(6))),
+    }, layer=lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
+        autocast_bf16=lambda m, x: F.rms_norm(x, m.weight, m.eps, use_triton=m.use_triton,
+                                              out_dtype=torch.bfloat16), value_doors={
+        "unit_offset": ({
+            "F.rms_norm": lambda v: F.rms_norm(_S(), torch.ones(6, device=DEVICE), unit_offset=v),
+            "TritonRMSNorm": lambda v: TritonRMSNorm(6, unit_offset=v),
+            "reference.rms_norm": lambda v: reference.rms_norm(_S(), torch.ones(6, device=DEVICE), 1e-6, v),
+        }, [(1, TypeError), ("False", TypeError)]),
+    }, float64={
+        "rms_norm": (lambda: (f64_leaf(3, 8), f64_leaf(8)),
+                     lambda x, w, **kw: F.rms_norm(x, w, **kw),
+                     lambda x, w: TF.rms_norm(x, (8,), w)),
+        # eps=None is float64's epsilon for float64, as torch: rows this small tell it from fp32's
+        "rms_norm_default_eps": (lambda: (f64_leaf(3, 8, scale=1e-6),),
+                                 lambda x, **kw: F.rms_norm(x, **kw),
+                                 lambda x: TF.rms_norm(x, (8,))),
+    }),
+    # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
+    Card("add_rms_norm", "residual_norm", _norm_case, doors={
+        "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
+                                          _r(70, device=dev), None, 1e-6, True, False, False, False, BF16, FP32),
+    }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0], references={
+        "rms_norm+residual": (
+            lambda x, r, w: torch.cat(reference.norm(x, w, None, 1e-5, rms=True, residual=r), -1),
+            lambda r, g: (r(3, 6), r(3, 6), r(6))),
+    }, float64={
+        "rms_norm_residual": (lambda: (f64_leaf(3, 8), f64_leaf(3, 8), f64_leaf(8)),
+                              lambda x, r, w, **kw: F.rms_norm(x, w, residual=r, **kw),
+                              lambda x, r, w: (TF.rms_norm(x + r, (8,), w), x + r)),
+    }),
+    # one dtype: dx and dresidual are one tensor (returned once by the custom op)
+    Card("add_layer_norm", "residual_norm", _norm_case, doors={
+        "residual_norm-layer": lambda dev: (_r(6, 300, device=dev), _r(6, 300, device=dev), _r(300, device=dev),
+                                            _r(300, device=dev), 1e-5, False, False, False, False, FP32, FP32),
+    }, float64={
+        "layer_norm_residual": (lambda: (f64_leaf(2, 3, 8), f64_leaf(2, 3, 8), f64_leaf(8), f64_leaf(8)),
+                                lambda x, r, w, b, **kw: F.layer_norm(x, w, b, residual=r, **kw),
+                                lambda x, r, w, b: (TF.layer_norm(x + r, (8,), w, b), x + r)),
+    }),
+    Card("softmax", "softmax", _softmax_case, on_device=_softmax_on_device, doors={
+        "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
+                                5, 15, True, 0.6),
+    }, public_call=lambda x: F.softmax(x, causal=True), references={
+        "softmax": (lambda x: reference.softmax(x, True, 0.7, None), lambda r, g: (r(2, 3, 5),)),
+    }, layer=lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton), value_doors={
+        "causal": ({
+            "F.softmax": lambda v: F.softmax(_S(), causal=v),
+            "CausalSoftmax": lambda v: CausalSoftmax(causal=v),
+            "reference.softmax": lambda v: reference.softmax(_S(), v),
+        }, [(1, TypeError), ("no", TypeError), (None, TypeError)]),
+        "scale": ({
+            "F.softmax": lambda v: F.softmax(_S(), scale=v),
+            "CausalSoftmax": lambda v: CausalSoftmax(scale=v),
+            "reference.softmax": lambda v: reference.softmax(_S(), False, v),
+        }, [(NAN, ValueError), (INF, ValueError), ("0.5", TypeError), (True, TypeError)]),
+    }, float64={
+        "softmax": (lambda: (f64_leaf(3, 7),),
+                    lambda x, **kw: F.softmax(x, **kw),
+                    lambda x: TF.softmax(x, -1)),
+        "causal_softmax": (lambda: (f64_leaf(2, 3, 5),),
+                           lambda x, **kw: F.softmax(x, causal=True, scale=0.5, **kw),
+                           lambda x: causal_softmax(x, 0.5)),
+    }),
+    Card("weighted_sum", "weighted_sum", _weighted_sum_case, on_device=_weighted_sum_on_device, doors={
+        "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
+    }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
+        "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
+    }, layer=lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton), value_doors={
+        "use_triton": ({
+            "F.weighted_sum": lambda v: F.weighted_sum(_S(), torch.ones(6, device=DEVICE), use_triton=v),
+            "WeightedSum": lambda v: WeightedSum(6, use_triton=v),
+        }, [(1, TypeError), ("yes", TypeError)]),
+    }, float64={
+        "weighted_sum": (lambda: (f64_leaf(3, 8), f64_leaf(8), f64_leaf(1)),
+                         lambda x, w, b, **kw: F.weighted_sum(x, w, b, **kw),
+                         lambda x, w, b: TF.linear(x, w[None], b)[..., 0]),
+    }),
+    Card("coor_descent", "coor_descent", _coor_descent_case, on_device=_coor_descent_on_device, doors={
+        "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
+                                     (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), 0.0, 8, 0.03, 4.0, 0.7),
+    }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0), references={
+        "coor_descent": (lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
+                         lambda r, g: (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5)
+                                       .requires_grad_())),
+    }, value_doors={name: ({
+        "F.coor_descent": lambda v, name=name: F.coor_descent(_S(), **{**CD, name: v}),
+        **({"CoordinateDescentRouter": lambda v, name=name: CoordinateDescentRouter(8, **{name: v})}
+           if name != "k" else {}),
+        "reference.coor_descent": lambda v, name=name: reference.coor_descent(_S(), **{**CD, "eps_init": None,
+                                                                                   "eps_decay": 1.0, name: v},
+                                                                               mask=None),
+    }, bad) for name, bad in {
+        "n_iters": [(0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError), ("2", TypeError)],
+        "k": [(0, ValueError), (-1.0, ValueError), (INF, ValueError), (7.0, ValueError), ("2", TypeError),
+              (True, TypeError)],
+        "eps": [(0, ValueError), (-0.1, ValueError), (NAN, ValueError), ("0.1", TypeError), (True, TypeError)],
+        "eps_init": [(0, ValueError), (INF, ValueError), ("4", TypeError)],
+        "eps_decay": [(0, ValueError), (-0.7, ValueError), (None, TypeError), (False, TypeError)],
+    }.items()}, float64={
+        # (the float64 reference is coor_descent's definition; tests/test_coor_descent.py checks it
+        # against an independent one)
+        "coor_descent": (lambda: (f64_leaf(3, 6),),
+                         lambda s, **kw: F.coor_descent(s, n_iters=3, k=2.0, **kw),
+                         lambda s: reference.coor_descent(s, 3, 2.0, 0.1, None, 1.0, None)),
+    }),
+    Card("rms_norm_fp8", None, _norm_fp8_case),
+    Card("layer_norm_fp8", None, _norm_fp8_case),
+)}
+OPS = tuple(CARDS)
+
+
+def rows(attr: str) -> dict:
+    """One table from every card's dict ``attr`` (its rows, in the cards' order); a row's name
+    is unique across the cards."""
+    out = {}
+    for card in CARDS.values():
+        for key, value in getattr(card, attr).items():
+            assert key not in out, f"{key!r} on two cards"
+            out[key] = value
+    return out
