@@ -31,12 +31,7 @@ from .compiled import _builds_graph, compiled_door
 from .description import OpDescription
 from .fast_launch import current_device, direct
 
-__all__ = ["Op", "OpPlan", "traced"]
-
-
-def traced(launch: Callable) -> bool:
-    """Whether a launcher was handed the compiled door's ``wrap_triton``."""
-    return launch is not direct
+__all__ = ["Op", "OpPlan"]
 
 
 class Op:

@@ -25,6 +25,12 @@ def direct(kernel):
     return fast
 
 
+def traced(launch: Callable) -> bool:
+    """Whether a launcher is not the eager door's ``direct``: the compiled door's ``wrap_triton``
+    (or a recorder of launches)."""
+    return launch is not direct
+
+
 class _Quiet:
     """A kernel launched as it is (the Triton interpreter's), with numpy's floating-point
     warnings off: the interpreter computes in numpy, which warns where the GPU computes IEEE

@@ -14,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from ..calls.fast_launch import direct
+from .. import launch_config
+from ..calls.fast_launch import traced
 
 
 LOG2E = math.log2(math.e)
@@ -79,12 +80,13 @@ def device_index(t: torch.Tensor) -> Optional[int]:
     return t.get_device() if t.is_cuda else None
 
 
-def pdl(on: bool) -> dict:
-    """A kernel's launch options for programmatic dependent launch: its ``USE_PDL`` constexpr
-    (the kernel waits on its producer first, kernels/_norm_helpers.py ``pdl_start``) and, on,
-    Triton's ``launch_pdl`` (the launch attribute; ``KernelCall`` drops it for the compiled
-    door, where Inductor launches). ``on``: the knob and the GPU agree (``GPU.has_pdl``)."""
-    return {"USE_PDL": True, "launch_pdl": True} if on else {"USE_PDL": False}
+def pdl(gpu: launch_config.GPU) -> dict:
+    """A kernel's launch options for programmatic dependent launch on ``gpu``: its ``USE_PDL``
+    constexpr (the kernel waits on its producer first, kernels/_pdl.py ``pdl_start``) and, where
+    it is on (the config's ``pdl`` and the GPU's ``has_pdl``: ``launch_config.pdl_for``), Triton's
+    ``launch_pdl`` (the launch attribute; ``KernelCall`` drops it for the compiled door, where
+    Inductor launches)."""
+    return {"USE_PDL": True, "launch_pdl": True} if launch_config.pdl_for(gpu) else {"USE_PDL": False}
 
 
 def new_output(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
@@ -96,10 +98,10 @@ def new_output(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Te
 
 def mask_bytes(mask: Optional[torch.Tensor], launch) -> Optional[torch.Tensor]:
     """A bool mask as uint8 for the kernels, contiguous (the plans take its row stride to be
-    its last dim): a free view on the eager door (``launch`` is ``direct``), a (small) copy on
-    the compiled one, whose Inductor cannot lower a bool -> uint8 view."""
+    its last dim): a free view on the eager door, a (small) copy where ``launch`` is
+    :func:`~triton_layers.calls.fast_launch.traced`, whose Inductor cannot lower a bool -> uint8 view."""
     if mask is None:
         return None
     if not mask.is_contiguous():
         mask = mask.contiguous()
-    return mask.view(torch.uint8) if launch is direct else mask.to(torch.uint8)
+    return mask.to(torch.uint8) if traced(launch) else mask.view(torch.uint8)

@@ -317,7 +317,7 @@ def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_valu
          n_cols, n_iters, k_value, eps, eps_init, eps_decay),
         dict(HAS_MASK=mask is not None, K_PER_ROW=k is not None, BLOCK_N=block, SINGLE_PASS=single_pass,
              num_warps=_common.warps_for(block, cfg.fwd_elems_per_thread, cfg.fwd_max_warps),
-             **_common.pdl(launch_config.pdl_for(launch_config.GPU.of(s.device)))),
+             **_common.pdl(launch_config.GPU.of(s.device))),
         _common.device_index(s))
     # (the rows as s has them: a shard of s along a row dim is the same shard of stats)
     return _ForwardPlan(kernel, (*s.shape[:-1], 2, n_iters), (n_iters + 1,))
@@ -356,7 +356,7 @@ def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
     stride_dy = n_cols if copy_dy else _common.row_stride(dy)
     warps = _common.warps_for(block, cfg.bwd_elems_per_thread)
     device = _common.device_index(s)
-    pdl = _common.pdl(launch_config.pdl_for(launch_config.GPU.of(s.device)))
+    pdl = _common.pdl(launch_config.GPU.of(s.device))
     partials = None
     if n_chunks > 1:
         partials = KernelCall(

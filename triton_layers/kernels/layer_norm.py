@@ -511,7 +511,7 @@ def _plan_forward(
                0 if residual is None else _common.row_stride(residual), 0 if residual is None else n_cols, n_cols)
     switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
-                    STORE_STATS=store_stats, **_common.pdl(launch_config.pdl_for(gpu)))
+                    STORE_STATS=store_stats, **_common.pdl(gpu))
     # (k, *x.shape[:-1]): the rows as x has them, so that a shard of x along a row dim is the
     # same shard of stats one dim on (the sharding rules, calls/sharding.py)
     stats_shape = ((1 if rms else 2) + int(stable), *x.shape[:-1]) if store_stats else None
@@ -591,7 +591,7 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
     else:
         max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
     block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
-    pdl = _common.pdl(launch_config.pdl_for(gpu))
+    pdl = _common.pdl(gpu)
     switches = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                     CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
                     COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dw, COMPUTE_DB=compute_db, **pdl)

@@ -224,7 +224,7 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
                     FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
                     POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_M=block_m,
-                    BLOCK_N=block_n, AMAX_BLOCK=0, **_common.pdl(launch_config.pdl_for(launch_config.GPU.of(x.device))),
+                    BLOCK_N=block_n, AMAX_BLOCK=0, **_common.pdl(launch_config.GPU.of(x.device)),
                     num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
     args = (*strides, *scale_strides, n_rows, n_cols, eps, max(scale_ub, 0.0))
     programs = _common.cdiv(n_rows, block_m)

@@ -317,12 +317,7 @@ def _plan(y_like: Tensor, causal: bool) -> tuple:
         n_rows, n_cols, launch_config.current().softmax, causal)
     return n_rows, n_cols, (_common.cdiv(n_rows, block_m),), dict(
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass, PREFIX_SPLITS=prefix_splits, num_warps=warps,
-        **_common.pdl(launch_config.pdl_for(launch_config.GPU.of(y_like.device))))
-
-
-def _launch_pdl(tile: dict) -> dict:
-    """The launch option of ``tile``'s programmatic dependent launch (``_common.pdl``), for another kernel."""
-    return {"launch_pdl": True} if tile.get("launch_pdl") else {}
+        **_common.pdl(launch_config.GPU.of(y_like.device)))
 
 
 def _local_counts(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_per_batch: int,
@@ -356,7 +351,7 @@ def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_
         n_matrices = n_rows // n_q
         return tuple(KernelCall(_softmax_fwd_class_kernel, (n_matrices * count,), (*args, q_lo, count),
                                        dict(HAS_MASK=has_mask, WIDTH=width, BLOCK_N=tile["BLOCK_N"], num_warps=warps,
-                                            USE_PDL=tile["USE_PDL"], **_launch_pdl(tile)),
+                                            **_common.pdl(launch_config.GPU.of(x.device))),
                                        device)
                      for q_lo, count, width, warps in classes)
     return (KernelCall(_softmax_fwd_kernel, grid, args, dict(CAUSAL=causal, HAS_MASK=has_mask, **tile),

@@ -157,7 +157,7 @@ def _plan_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> _Forward
     wanted = _common.cdiv(launch_config.GPU.of(x.device).sm_count * cfg.fwd_programs_per_sm, row_blocks)
     cols_per_program, splits = _rules.split_range(n_cols, block_d, wanted)
     device = _common.device_index(x)
-    pdl = _common.pdl(launch_config.pdl_for(launch_config.GPU.of(x.device)))
+    pdl = _common.pdl(launch_config.GPU.of(x.device))
     kernel = KernelCall(
         _weighted_sum_fwd_kernel, (row_blocks, splits), (_common.row_stride(x), n_rows, n_cols, cols_per_program),
         dict(HAS_BIAS=bias is not None, SPLIT=splits > 1, BLOCK_M=block_m, BLOCK_D=block_d,
@@ -217,7 +217,7 @@ def _plan_backward(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tenso
             _weighted_sum_bwd_kernel, (col_blocks, programs),
             (dy_stride, _common.row_stride(x) if dw else 0, n_cols, n_rows, n_cols, rows_per_program),
             dict(COMPUTE_DX=dx, COMPUTE_DW=dw, COMPUTE_DB=db, BLOCK_M=block_m, BLOCK_D=block_d, NUM_STAGES=stages,
-                 num_warps=warps, **_common.pdl(launch_config.pdl_for(launch_config.GPU.of(dy.device)))),
+                 num_warps=warps, **_common.pdl(launch_config.GPU.of(dy.device))),
             _common.device_index(dy))
 
     if two_pass:  # dx (and db, from the dy it reads anyway), then dw
