@@ -422,7 +422,7 @@ def _partials_sum_kernel(Partials, Out, n_writers, N, BLOCK_W: tl.constexpr, BLO
         writers = start + tl.arange(0, BLOCK_W).to(tl.int64)  # (writers * N may pass 2**31)
         acc += tl.load(Rows + writers[:, None] * N + cols[None, :],
                        mask=(writers[:, None] < n_writers) & col_mask[None, :], other=0.0)
-    tl.store(Out + param * N + cols, tl.sum(acc, axis=0), mask=col_mask)
+    tl.store(Out + param * N + cols, tl.sum(acc, axis=0).to(Out.dtype.element_ty), mask=col_mask)
 
 
 @triton.jit
@@ -567,6 +567,10 @@ class _BackwardPlan(NamedTuple):
     reduce: Optional[KernelCall]  # the partials' sum (None: one writer, the partials are the sums)
     sums_shape: Optional[tuple[int, int, int]]  # the split path's per-chunk row sums
     one_pass: bool
+    # The dtype ``reduce`` writes the parameters' gradients in: the weight's where it is the
+    # only one, so that no cast follows (a launch and an allocation fewer: the host sets the
+    # pace of a tensor-parallel step's norm calls); else fp32 (the bias's dtype is not saved).
+    param_grads_dtype: torch.dtype
 
 
 def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor], stats: Tensor, rms: bool,
@@ -642,9 +646,11 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
                  ONE_PASS=one_pass, PUBLISH_AHEAD=cfg.split_publish_ahead, MAX_POLLS=cfg.split_wait_polls,
                  num_warps=_rules.num_warps(split_m * block_n, cfg), **switches),
             device))
+    reduce = _partials_sum(n_partials, writers, z, pdl)
+    weight_only = reduce is not None and compute_dw and not compute_db
     return _BackwardPlan(kernels, copy_dy, copy_dh, (x_dtype if need_x else r_dtype) if compute_dx else None,
-                         r_dtype if store_dr else None, (n_partials, writers * n_cols),
-                         _partials_sum(n_partials, writers, z, pdl), sums_shape, one_pass)
+                         r_dtype if store_dr else None, (n_partials, writers * n_cols), reduce, sums_shape, one_pass,
+                         weight.dtype if weight_only else torch.float32)
 
 
 def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Optional[KernelCall]:
@@ -662,7 +668,7 @@ def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Option
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],
                   stats: Tensor, *_) -> dict:
     """Gradients of x (and residual), weight and bias, those in ``needs``; the parameters'
-    in fp32. ``z`` is the normalized input: x, or h with a residual. One kernel pass writes
+    in fp32, or the weight's alone in its dtype (``plan.param_grads_dtype``). ``z`` is the normalized input: x, or h with a residual. One kernel pass writes
     dz once, as dx (and as dresidual when that has another dtype; else dresidual is the
     same tensor)."""
     dy, dh = grads[0], grads[1] if len(grads) > 1 else None
@@ -693,7 +699,7 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Ten
     if n_partials:
         param_grads = partials
         if plan.reduce is not None:
-            param_grads = z.new_empty((n_partials, z.shape[-1]), dtype=torch.float32)
+            param_grads = z.new_empty((n_partials, z.shape[-1]), dtype=plan.param_grads_dtype)
             plan.reduce(launch, partials, param_grads)
     grads_out = {}
     need_x, need_r = needs["x"], needs.get("residual", False)
