@@ -125,27 +125,34 @@ def _norm_cases(mesh, device):
     cases["layer_norm, the normalized dim sharded"] = (lambda x, w, b: F.layer_norm(x, w, b), (x, w, b),
                                                        (lambda t: shard(t, 2), rep, rep))
     # Eagerly, each case through both doors a DTensor can take (calls/dtensor.py): the
-    # local one, where the placements are a strategy of the rule as they are, and DTensor's
-    # dispatch of the custom op (the local door turned off).
+    # local one, where the placements are a strategy of the rule as they are (its ``run``),
+    # and DTensor's dispatch of the custom op (``Op.through_custom_op``; the local door
+    # turned off by a ``door_for`` that finds none).
     from triton_layers.calls import dtensor as _dtensor_eager
+    from triton_layers.calls.doors import Op
 
     from triton_layers import _checks
 
-    local_door = _dtensor_eager.call
+    local_run, local_door_for, custom_op = _dtensor_eager.run, _dtensor_eager.door_for, Op.through_custom_op
     kernels_run = device == "cuda" or _checks.TRITON_INTERPRET  # (else CPU tensors take the reference)
     from triton_layers.calls import eager as _eager
 
-    # ("local, planned": the same calls again, their kept plans each checked against a new one)
     for door in ("local", "local, planned", "dispatch"):
         taken = []
         local = door.startswith("local")
 
-        def counted(op, args):
-            result = local_door(op, args) if local else _dtensor_eager.NOT_LOCAL
-            taken.append(result is not _dtensor_eager.NOT_LOCAL)
-            return result
+        def counted_run(*args):
+            taken.append(True)
+            return local_run(*args)
 
-        _dtensor_eager.call = counted
+        def counted_custom_op(self, *args):
+            taken.append(False)
+            return custom_op(self, *args)
+
+        _dtensor_eager.run, Op.through_custom_op = counted_run, counted_custom_op
+        if not local:  # (the doors kept by the local passes forgotten: each call decides anew)
+            _dtensor_eager.door_for = lambda *args: None
+            _eager.clear_plans()
         try:
             with _eager.checking_plans(door == "local, planned"):
                 for name, (fn, values, how) in cases.items():
@@ -172,7 +179,9 @@ def _norm_cases(mesh, device):
                     for i, (g, wg) in enumerate(zip(got_grads, want_grads)):
                         _close(g, wg, f"{what} grad {i} ({g.placements})", tol)
         finally:
-            _dtensor_eager.call = local_door
+            _dtensor_eager.run, _dtensor_eager.door_for, Op.through_custom_op = local_run, local_door_for, custom_op
+            if not local:
+                _eager.clear_plans()  # (no door the patched door_for kept outlives the pass)
 
     # The modules under torch's SequenceParallel, as torchtitan plans its norms.
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module

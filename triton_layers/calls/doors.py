@@ -298,9 +298,25 @@ class Op:
             if results is not _dtensor_eager.NOT_LOCAL:
                 return results
         # (torch.func transforms never come here: functional runs the reference under them)
+        return self.through_custom_op(*args)
+
+    def through_custom_op(self, *args):
+        """The op on ``args`` through its custom op: what traced calls and tensor subclasses
+        take (the subclass's dispatch decides what runs: a DTensor its sharding rule)."""
         results = self.forward_op(*args)
         results = (results,) if isinstance(results, Tensor) else results
         return results[0] if self._n_out == 1 else tuple(results[: self._n_out])
+
+    def door_for(self, args: tuple, shards: tuple) -> Optional["_dtensor_eager.Door"]:
+        """The DTensor door's decisions for DTensor ``args`` whose local tensors (plain ones a
+        kernel may read now) are ``shards``, or None where the custom op takes the call
+        (``calls/dtensor.py``); :class:`_eager.EagerOp` keeps them by its key."""
+        return _dtensor_eager.door_for(self, args, shards)
+
+    def through_door(self, door: "_dtensor_eager.Door", shards: tuple, args: tuple):
+        """The op on DTensor ``args`` by ``door`` (:meth:`door_for`'s for their signature), run
+        on their local ``shards`` as one autograd node."""
+        return _dtensor_eager.run(self, door, shards, args)
 
     def plan(self, *args) -> "OpPlan":
         """What an eager call on ``args`` decides before launching, for every later call

@@ -10,7 +10,10 @@ slower than torch's.
 
 Where the inputs already sit as one of the rule's strategies asks, nothing is to be moved,
 and this door runs the same strategy itself, outside tracing, as one autograd node
-(``Op.call_on_shards``), by a :class:`Door` kept per call signature (:func:`call`):
+(``Op.call_on_shards``), by a :class:`Door` kept per call signature (:func:`door_for` makes it;
+a functional op's :class:`_eager.EagerOp` keeps it among its plans, under the one key that
+also keeps its route's decision, :func:`_eager.dtensor_call_key`; a kernel op called directly
+keeps it here, :func:`call`):
 
 - the strategy is the rule's own (:func:`_sharding.forward_rule`, asked once per placements:
   one source of truth for which placements an op takes, here and in DTensor's dispatch);
@@ -37,7 +40,7 @@ from torch import Tensor
 from . import eager as _eager
 from .sharding import forward_rule
 
-__all__ = ["NOT_LOCAL", "Door", "call", "local_tensors"]
+__all__ = ["NOT_LOCAL", "Door", "call", "door_for", "run", "local_tensors"]
 
 NOT_LOCAL = object()
 """:func:`call`'s answer for a call this door does not take."""
@@ -97,7 +100,9 @@ def _strategy(op, args: tuple, DTensor) -> Optional[_Strategy]:
 
 
 def call(op, args: tuple) -> Any:
-    """``op`` on ``args`` through this door, or :data:`NOT_LOCAL` (the custom op's then)."""
+    """``op`` on ``args`` through this door, or :data:`NOT_LOCAL` (the custom op's then): a
+    kernel op called directly (the functional ops' calls keep their doors in
+    :class:`_eager.EagerOp`'s plans, by :func:`_eager.dtensor_call_key`, and call :func:`run`)."""
     api = _dtensor_api()
     if not api or op.desc.row_sharded is None:
         return NOT_LOCAL
@@ -106,45 +111,45 @@ def call(op, args: tuple) -> Any:
     shards = list(args)
     for i, a in enumerate(args):
         if isinstance(a, DTensor):
-            local = a._local_tensor
-            if type(local) not in _PLAIN:  # (in flight: waited; another subclass: the custom op's dispatch)
-                waited = _eager.ready((local,))
-                if waited is None:
-                    return NOT_LOCAL
-                local = waited[0]
-            shards[i] = local
-            spec = a._spec
-            key.append((spec.placements, id(spec.mesh), a.shape, a.requires_grad, _signature(local)))
+            found = _eager.dtensor_signature(a)
+            if found is None:  # (a local tensor of another subclass: its dispatch)
+                return NOT_LOCAL
+            key.append(found[0])
+            shards[i] = found[1]
         elif isinstance(a, Tensor):
             return NOT_LOCAL  # (DTensor's dispatch says what it says of mixed tensors)
         else:
             key.append((a, type(a)) if not isinstance(a, list) else (tuple(a), list))
     key = tuple(key)
+    shards = tuple(shards)
     try:
         door = _DOORS.get(key, _MISSING)
     except TypeError:  # an unhashable value
         return NOT_LOCAL
     if door is _MISSING:  # (keys hold meshes' ids, each kept alive by its door while kept)
-        door = _make_door(op, args, shards, DTensor)
+        door = door_for(op, args, shards)
         _DOORS.put(key, door)
     elif door is not None and _eager.plans_checked():
-        if not door.same(_make_door(op, args, shards, DTensor)):
+        if not door.same(door_for(op, args, shards)):
             raise _eager.PlanMismatch(f"triton_layers.{op.desc.name}: the DTensor door's cached decisions differ from "
                                       f"new ones for this call: a key misses something they bake in")
     if door is None:
         return NOT_LOCAL
-    shards = tuple(shards)
+    return run(op, door, shards, args)
+
+
+def run(op, door: "Door", shards: tuple, args: tuple) -> Any:
+    """``op`` on DTensor ``args`` by ``door``, on their local ``shards`` (made readable first
+    where the door says so), as one autograd node."""
     if door.readable:
         shards = op._readable(shards, op._input_strided)
     return op.call_on_shards(door, shards, args)
 
 
-_PLAIN = _eager.PLAIN_TENSORS
-_signature = _eager.signature
 _MISSING = object()
 
-# The doors by key: the op, the call state, and per argument its placements, mesh, global
-# shape, requires_grad and its local tensor's signature (a DTensor) or its value and type.
+# The doors of kernel ops called directly, by key: the op, the call state, and per argument
+# its _eager.dtensor_signature (a DTensor) or its value and type.
 # None where no strategy takes the call as it is. A PlanCache: emptied with the eager door's
 # plans when the launch config changes (a door holds a plan), and when it holds MAX_KEYS.
 _DOORS = _eager.PlanCache()
@@ -205,11 +210,19 @@ def local_tensors(saved: tuple) -> tuple:
     return tuple([t._local_tensor if isinstance(t, DTensor) else t for t in saved])
 
 
-def _make_door(op, args: tuple, shards: list, DTensor) -> Optional[Door]:
-    """The door of a call: None where its DTensors are not on one mesh of one dim, or their
+def door_for(op, args: tuple, shards: tuple) -> Optional[Door]:
+    """The door of a call on DTensor ``args``, whose local tensors are ``shards`` (plain, to be
+    read now): None where a plain tensor sits beside them (DTensor's dispatch says what it
+    says of mixed tensors), where they are not on one mesh of one dim, or where their
     placements are no strategy's as they are."""
+    api = _dtensor_api()
+    if not api or op.desc.row_sharded is None:
+        return None
+    DTensor = api[0]
     mesh = None
     for a in args:
+        if isinstance(a, Tensor) and not isinstance(a, DTensor):
+            return None
         if isinstance(a, DTensor):
             if mesh is None:
                 mesh = a.device_mesh
@@ -220,7 +233,6 @@ def _make_door(op, args: tuple, shards: list, DTensor) -> Optional[Door]:
     strategy = _strategy(op, args, DTensor)
     if strategy is None:
         return None
-    shards = tuple(shards)
     readable = op._readable(shards, op._input_strided)
     # (planned as for local tensors that need the gradients their DTensors need)
     plan = op.plan(*[s.detach().requires_grad_() if isinstance(a, DTensor) and a.requires_grad else s

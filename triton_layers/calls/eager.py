@@ -38,7 +38,7 @@ from .fast_launch import MAX_KEYS
 
 __all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
            "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of",
-           "is_async_collective", "is_dtensor", "ready", "dtensor_call_key", "functorch_active"]
+           "is_async_collective", "is_dtensor", "ready", "dtensor_signature", "dtensor_call_key", "functorch_active"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
 # Any other subclass (DTensor, FakeTensor, FunctionalTensor, a wrapper) has no plain data
@@ -171,21 +171,46 @@ def backward_key(grads: tuple, saved: tuple) -> tuple:
                   for t in (*grads, *saved)])
 
 
-def dtensor_call_key(tensors: tuple, values: tuple) -> tuple:
-    """The key of an eager call with DTensors among its tensors, for the route's decision alone
-    (the checks read global metadata; the DTensor door keys its own plans, by the local tensors):
-    per tensor its :func:`signature` (a plain one) or its class, global shape and strides, dtype,
-    device, ``requires_grad`` and placements (a DTensor); the values and their types; the call
-    state. Raises on any other subclass, as :func:`signature` does."""
+def dtensor_signature(t: Tensor) -> Optional[tuple[tuple, Tensor]]:
+    """A DTensor's part of a plan's key, and the local tensor a kernel reads for it: its class,
+    global shape and strides, ``requires_grad``, placements, mesh (by id: a door's key holds
+    the mesh alive) and its local tensor's :func:`signature`. A local tensor still in flight
+    is waited first (:func:`ready`); None where it is another subclass (the custom op's
+    dispatch takes the call). The one definition of what a DTensor contributes to a key, for
+    :func:`dtensor_call_key` and the DTensor door's own calls."""
+    local = t._local_tensor
+    if type(local) not in PLAIN_TENSORS:
+        waited = ready((local,))
+        if waited is None:
+            return None
+        local = waited[0]
+    spec = t._spec
+    return (type(t), t.shape, t.stride(), t.requires_grad, spec.placements, id(spec.mesh), signature(local)), local
+
+
+def dtensor_call_key(tensors: tuple, values: tuple) -> Optional[tuple[tuple, tuple]]:
+    """The key of an eager call with DTensors among its tensors, and the tensors its kernels
+    read (a DTensor's local tensor in its place): per tensor its :func:`signature` (a plain
+    one) or its :func:`dtensor_signature`; the values and their types; the call state. The key
+    holds everything both decisions bake in: the route's (checks read global metadata) and the
+    DTensor door's (the strategy by the placements and mesh, the plan of the local tensors).
+    None where a DTensor's local tensor is another subclass; raises on any other subclass, as
+    :func:`signature` does."""
     parts = ["dtensor"]
+    local = []
     for t in tensors:
         if t is None or type(t) in PLAIN_TENSORS:
             parts.append(signature(t))
+            local.append(t)
         elif is_dtensor(type(t)):
-            parts.append((type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.placements))
+            found = dtensor_signature(t)
+            if found is None:
+                return None
+            parts.append(found[0])
+            local.append(found[1])
         else:
             raise TypeError(type(t).__name__)
-    return (*parts, *values, *map(type, values), *call_state(tensors[0]))
+    return (*parts, *values, *map(type, values), *call_state(tensors[0])), tuple(local)
 
 
 def call_state(x: Tensor) -> tuple:
@@ -249,7 +274,7 @@ class EagerOp:
     def call(self, tensors: tuple, values: tuple):
         """The op on its ``tensors`` (the first is the main input) and other ``values``."""
         # (every line here runs on every call: at small shapes the host sets the pace)
-        key = hit = None
+        key = hit = local = None
         if not (tracing() or functorch_active()):  # (no plans under torch.compile or torch.func)
             try:
                 key = call_key(tensors, values)
@@ -259,17 +284,20 @@ class EagerOp:
                 waited = ready(tensors)
                 if waited is not None and waited is not tensors:  # (collectives in flight, waited)
                     return self.call(waited, values)
-                try:  # DTensors: the route's decision is kept by their global metadata
-                    key = dtensor_call_key(tensors, values)
+                try:  # DTensors: the route's decision and the DTensor door's, by one key
+                    key, local = dtensor_call_key(tensors, values)
                     hit = self.plans.get(key)
-                except Exception:
-                    key = hit = None
+                except Exception:  # (None: a local tensor of another subclass; unhashable values)
+                    key = hit = local = None
             if hit is not None:  # a signature met before: its checks passed, its launches are planned
                 op, plan, tail = hit
                 if _CHECK[0]:
-                    self._check(hit, tensors, values)
-                if plan is None:  # (DTensors: the op's DTensor door plans the local tensors)
-                    return op(*self.kernel_tensors(*tensors), *tail)
+                    self._check(hit, tensors, values, local)
+                if local is not None:  # DTensors: ``plan`` is the DTensor door's (None: the custom op's)
+                    args = (*self.kernel_tensors(*tensors), *tail)
+                    if plan is None:
+                        return op.through_custom_op(*args)
+                    return op.through_door(plan, (*self.kernel_tensors(*local), *tail), args)
                 return op.call_planned(plan, *self.kernel_tensors(*tensors), *tail)
         route = self.route(*tensors, *values)
         if type(route) is not Launch:
@@ -278,25 +306,35 @@ class EagerOp:
         args = (*self.kernel_tensors(*given), *tail)
         if key is None or any(a is not b for a, b in zip(given, tensors)):
             result = op(*args)  # reshaped or copied tensors: this call's alone
-        elif key[0] == "dtensor":
-            self.plans.put(key, (op, None, tail))
-            result = op(*args)
+        elif local is not None:
+            shards = (*self.kernel_tensors(*local), *tail)
+            door = op.door_for(args, shards)
+            self.plans.put(key, (op, door, tail))
+            result = op.through_custom_op(*args) if door is None else op.through_door(door, shards, args)
         else:
             plan = op.plan(*args)
             self.plans.put(key, (op, plan, tail))
             result = op.call_planned(plan, *args)
         return result if finish is None else finish(result)
 
-    def _check(self, hit: tuple, tensors: tuple, values: tuple) -> None:
-        """Re-plan a hit (the route's checks included) and compare with the cached plan."""
+    def _check(self, hit: tuple, tensors: tuple, values: tuple, local: Optional[tuple]) -> None:
+        """Re-plan a hit (the route's checks included) and compare with the cached plan (the
+        DTensor door's decisions where ``local`` holds the DTensors' local tensors)."""
         op, plan, tail = hit
         route = self.route(*tensors, *values)
         fresh = None
         if type(route) is Launch and all(a is b for a, b in zip(route.tensors, tensors)):
-            fresh = (route.op, None if plan is None else route.op.plan(*self.kernel_tensors(*route.tensors), *route.tail),
-                     route.tail)
-        if (fresh is None or fresh[0] is not op or fresh[2] != tail or list(map(type, fresh[2])) != list(map(type, tail))
-                or (plan is not None and not plan.same_decisions(fresh[1]))):
+            args = (*self.kernel_tensors(*route.tensors), *route.tail)
+            if local is None:
+                fresh = (route.op, route.op.plan(*args), route.tail)
+            else:
+                fresh = (route.op, route.op.door_for(args, (*self.kernel_tensors(*local), *route.tail)), route.tail)
+        if local is None:
+            same = fresh is not None and plan.same_decisions(fresh[1])
+        else:
+            same = fresh is not None and (plan is fresh[1] is None or plan is not None and plan.same(fresh[1]))
+        if (not same or fresh[0] is not op or fresh[2] != tail
+                or list(map(type, fresh[2])) != list(map(type, tail))):
             raise PlanMismatch(
                 f"triton_layers.{self.name}: the cached plan for this call differs from a new one "
                 f"(cached {op.name} {tail} {plan!r}; new {fresh!r}): a plan key misses something it bakes in")
