@@ -500,7 +500,8 @@ def _plan_forward(
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
-    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements,
+                                                    cfg.max_tile_rows)
     heads = _common.head_layout(x) if residual is None else None
     strides = (_common.row_stride(x) if heads is None else heads[0],
                0 if residual is None else _common.row_stride(residual), 0 if residual is None else n_cols, n_cols)
@@ -585,7 +586,8 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
         max_fused = cfg.bwd_rms_max_fused_cols
     else:
         max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
-    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements,
+                                                    cfg.max_tile_rows)
     pdl = _common.pdl(gpu)
     switches = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                     CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
@@ -648,10 +650,11 @@ def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Option
     if not n_partials or writers == 1:
         return None
     n_cols = z.shape[-1]
-    block_w, block_n = _rules.partials_tile(n_partials, writers, n_cols, launch_config.current().layer_norm,
-                                          launch_config.GPU.of(z.device))
+    cfg = launch_config.current().layer_norm
+    block_w, block_n = _rules.partials_tile(n_partials, writers, n_cols, cfg, launch_config.GPU.of(z.device))
     return KernelCall(_partials_sum_kernel, (_common.cdiv(n_cols, block_n), n_partials), (writers, n_cols),
-                             dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4, **pdl), _common.device_index(z))
+                      dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=cfg.partials_warps, **pdl),
+                      _common.device_index(z))
 
 
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],
