@@ -210,8 +210,7 @@ class LayerNormLaunch:
     bwd_long_row_programs_per_sm: int = 1
     """Persistent programs per SM for backward tiles of at least bwd_long_row elements."""
     split_one_pass: bool = True
-    """Whether the column-split backward runs in one pass (programs wait for each other's row sums; GPU only).
-    Whether the column-split backward runs in one pass (programs wait for each other's row sums; GPU only)."""
+    """Whether the column-split backward runs in one pass (programs wait for each other's row sums; GPU only)."""
     split_publish_ahead: int = 2
     """Tiles' sums a program of the one-pass split publishes before it waits."""
     split_tile_bytes: int = 32768
