@@ -986,9 +986,9 @@ def test_fp8_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     tiles = []
     row_tile = _layer_norm_launch.row_tile
 
-    def spy(rows, cols, limit, loop_block, tile_elements):
+    def spy(rows, cols, limit, loop_block, tile_elements, *rest):
         tiles.append(tile_elements)
-        return row_tile(rows, cols, limit, loop_block, tile_elements)
+        return row_tile(rows, cols, limit, loop_block, tile_elements, *rest)
     monkeypatch.setattr(_layer_norm_launch, "row_tile", spy)
     monkeypatch.setattr(tune_fp8, "GRID", {"fp8_tile_elements": [256, 1024], "fp8_elems_per_thread": [16]})
     tune_fp8.main(["--shapes", "3x256", "--ops", "rmsnorm_fp8_per_token,add_rmsnorm_fp8_per_token"])

@@ -252,10 +252,10 @@ def test_fast_launch_calls_the_c_launch_only_where_it_knows_the_layout(runner, d
     closures a call) only where that object has 3.6's layout and the kernel needs no scratch
     buffer, and passes what ``__call__`` would have: grid, stream, function, cooperative and
     PDL flags, no scratch, the packed metadata, no launch metadata or hooks, the arguments."""
-    from triton_layers.calls.fast_launch import _launcher
+    from triton_layers.kernels._launcher import compiled_launcher
 
     compiled = _Compiled(runner)
-    launch, prefix = _launcher(compiled)
+    launch, prefix = compiled_launcher(compiled)
     launch(4, 1, 1, "stream", compiled.function, *prefix, "x", 7, "BLOCK")
     kind, args = runner.calls[-1]
     if direct:

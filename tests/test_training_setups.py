@@ -209,9 +209,9 @@ def test_the_cached_launch_steps_aside_for_tritons_switches(monkeypatch):
     compiles the variant they ask for and calls the hooks); with none set, ours runs."""
     from triton import knobs
 
-    from triton_layers.calls.fast_launch import _Runtime
+    from triton_layers.kernels._launcher import TritonRuntime
 
-    runtime = _Runtime.__new__(_Runtime)  # (without a GPU driver's stream)
+    runtime = TritonRuntime.__new__(TritonRuntime)  # (without a GPU driver's stream)
     runtime.read_knobs(knobs)
 
     hooks: list = []  # a kernel's pre_run_hooks (Triton appends to the list in place)

@@ -391,7 +391,7 @@ CARDS = {card.name: card for card in (
     }),
     Card("coor_descent", "coor_descent", _coor_descent_case, on_device=_coor_descent_on_device, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
-                                     (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), 0.0, 8, 0.03, 4.0, 0.7),
+                                     (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), None, 8, 0.03, 4.0, 0.7),
     }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0), references={
         "coor_descent": (lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
                          lambda r, g: (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5)

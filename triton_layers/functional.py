@@ -575,7 +575,7 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
     m2 = None if mask is None else kernel_rows(mask, n_cols)
     # (k as given while s is; else one value a row of s2)
     k2 = k_tensor if s2 is s or k_rows is None else k_rows.reshape(-1)
-    tail = (0.0 if k_rows is not None else float(k), n_iters, float(eps),
+    tail = (None if k_rows is not None else float(k), n_iters, float(eps),
             float(eps if eps_init is None else eps_init), float(eps_decay))
     shape = s.shape
     return Launch(_kernels.coor_descent, (s2, m2, k2), tail, None if s2 is s else (lambda y: y.reshape(shape)))

@@ -174,6 +174,8 @@ class LayerNormLaunch:
     """Columns of a chunk on the long-row paths (forward streaming, backward column split)."""
     tile_elements: int = 2048
     """Elements a program holds per tile when rows are short (several rows to a tile)."""
+    max_tile_rows: int = 64
+    """Most rows of such a tile (the forward's and the whole-row backward's; the FP8 norms' too)."""
     elems_per_thread: int = 16
     """Elements a thread holds: a program's warps are its tile over 32 times this (capped per kernel)."""
     fwd_warps: Optional[int] = None
@@ -208,8 +210,7 @@ class LayerNormLaunch:
     bwd_long_row_programs_per_sm: int = 1
     """Persistent programs per SM for backward tiles of at least bwd_long_row elements."""
     split_one_pass: bool = True
-    """Whether the column-split backward runs in one pass (programs wait for each other's row sums; GPU only).
-    Whether the column-split backward runs in one pass (programs wait for each other's row sums; GPU only)."""
+    """Whether the column-split backward runs in one pass (programs wait for each other's row sums; GPU only)."""
     split_publish_ahead: int = 2
     """Tiles' sums a program of the one-pass split publishes before it waits."""
     split_tile_bytes: int = 32768
@@ -231,6 +232,8 @@ class LayerNormLaunch:
     """Programs per SM summing the parameters' partials (a row per backward program)."""
     partials_tile_elements: int = 2048
     """Partials a program of that sum holds per tile (its column block and writer rows)."""
+    partials_warps: int = 4
+    """Warps of a program of that sum."""
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,8 @@ class WeightedSumLaunch:
     """fwd_stages for inputs of 4 bytes an element."""
     reduce_block: int = 1024
     """Rows per program of the kernel adding the forward's column-range partial sums."""
+    reduce_warps: int = 4
+    """Warps of a program of that kernel."""
     bwd_two_pass_min_bytes: int = 64 << 20
     """Backwards of inputs of at least this many bytes asking for dx and dw take two passes (dx, then dw)."""
     bwd_dw_stages: Optional[int] = 3

@@ -5,7 +5,8 @@
 - ``description``: an op described once (``OpDescription``);
 - ``doors``: ``Op``, both doors of an op from its description, the eager autograd Functions;
 - ``compiled``: the compiled door (a ``triton_op`` pair Inductor traces);
-- ``fast_launch``: the eager launches of compiled Triton kernels (``KernelCall``, ``direct``);
+- ``fast_launch``: the eager launches of compiled Triton kernels (``KernelCall``, ``direct``),
+  through the Triton runtime the kernels bind to it (kernels/_launcher.py);
 - ``dtensor`` and ``sharding``: DTensor calls on local shards, and the sharding rules;
 - ``tracing``: whether a call is being traced.
 

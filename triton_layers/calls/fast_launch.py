@@ -8,8 +8,7 @@ The compiled door launches through ``wrap_triton`` instead (calls/doors.py).
 """
 from __future__ import annotations
 
-import inspect
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -76,7 +75,8 @@ class _FastLaunch:
     this class (of which the key 3.5-5.4 us and the C launch 6-8 us). The first call with a given
     specialization key (:func:`_key`) goes through Triton, which compiles or finds the
     kernel; later calls launch that compiled kernel directly, as ``JITFunction.run`` does.
-    Triton's own switches (:meth:`_Runtime.stepped_aside`) send every call through Triton.
+    Triton's own switches (the runtime's ``stepped_aside``: kernels/_launcher.py) send every call
+    through Triton.
     """
 
     def __init__(self, kernel):
@@ -88,13 +88,10 @@ class _FastLaunch:
 
     @staticmethod
     def supports(kernel) -> bool:
-        """A GPU JITFunction whose constexpr parameters come last (ours all do)."""
-        from triton.runtime.jit import JITFunction
-
-        if not isinstance(kernel, JITFunction) or _triton_runtime() is None:
-            return False  # the interpreter's kernels, or a Triton too different from ours
-        flags = [p.is_constexpr for p in kernel.params]
-        return flags == sorted(flags)
+        """A GPU JITFunction whose constexpr parameters come last (ours all do), where Triton's
+        runtime is bound and has a GPU driver."""
+        # (not: the interpreter's kernels, or a Triton too different from ours)
+        return bool(_BINDING) and _BINDING[0].launchable(kernel) and _triton_runtime() is not None
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self._launch(grid, args, kwargs)
@@ -112,7 +109,7 @@ class _FastLaunch:
             compiled = self.kernel[grid](*args, **kwargs)  # compiles (or finds) and launches
             values = tuple(kwargs.get(name, _MISSING) for name in self.constexprs)
             if compiled is not None and _MISSING not in values and len(args) + len(values) == self.n_params:
-                self.compiled[key] = (*_launcher(compiled), compiled, values)
+                self.compiled[key] = (*_BINDING[0].launcher(compiled), compiled, values)
             return compiled
         launch, prefix, compiled, values = hit
         launch(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, runtime.stream(device),
@@ -120,38 +117,6 @@ class _FastLaunch:
         return compiled
 
 
-def _launcher(compiled) -> tuple[Callable, tuple]:
-    """How to launch ``compiled`` again: ``(launch, prefix)``, called as
-    ``launch(grid0, grid1, grid2, stream, function, *prefix, *args, *constexprs)``.
-
-    Through its launcher object (``compiled.run``) as ``JITFunction.run`` does, with no
-    launch hooks; or, where that object has Triton 3.6's layout (``__call__(gridX, gridY,
-    gridZ, stream, function, *args)``, which only allocates the scratch buffers that kernels
-    using none skip, then calls the C ``launch``), through its C ``launch`` directly: the
-    Python ``__call__`` builds two closures per call (H200 host, LayerNorm's forward kernel:
-    7.1-8.9 us a launch through it, 5.9-7.9 us through the C launch).
-    """
-    runner = compiled.run
-    plain = (runner, (compiled.packed_metadata, None, None, None))
-    layout = _LAYOUTS.get(type(runner))
-    if layout is None:
-        try:
-            params = tuple(inspect.signature(type(runner).__call__).parameters)
-        except (TypeError, ValueError):
-            params = ()
-        layout = _LAYOUTS[type(runner)] = params == ("self", "gridX", "gridY", "gridZ", "stream", "function", "args")
-    if not layout or getattr(runner, "global_scratch_size", 1) or getattr(runner, "profile_scratch_size", 1):
-        return plain
-    try:
-        c_launch, coop, pdl = runner.launch, runner.launch_cooperative_grid, runner.launch_pdl
-    except AttributeError:
-        return plain
-    # launch(grid, stream, function, cooperative, pdl, global scratch, profile scratch,
-    #        packed metadata, launch metadata, enter hook, exit hook, *arguments)
-    return c_launch, (coop, pdl, None, None, compiled.packed_metadata, None, None, None)
-
-
-_LAYOUTS: dict = {}  # launcher class -> whether it has Triton 3.6's layout (see _launcher)
 _WRAP_TRITON = torch.library.wrap_triton  # (the compiled door's launch: KernelCall gives it _traced)
 _MISSING = object()
 # torch.cuda.current_device less its lazy-initialization check, on every launch: a CUDA
@@ -160,76 +125,35 @@ current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curren
 MAX_KEYS = 4096
 
 
-class _Runtime:
-    """The parts of Triton's runtime the fast launch needs: the current stream, and whether
-    Triton's own launch must run instead (:meth:`stepped_aside`)."""
+class TritonBinding(NamedTuple):
+    """What the fast launch asks of Triton's runtime, given by the kernels when they are imported
+    (kernels/_launcher.py), so that only ``kernels/`` imports Triton."""
 
-    def __init__(self):
-        from triton import knobs
-        from triton.runtime.driver import driver
-
-        self.stream = driver.active.get_current_stream
-        self.read_knobs(knobs)
-
-    def read_knobs(self, knobs) -> None:
-        """Keep Triton's ``knobs`` and the environment's debug and instrumentation switches as
-        they are now. Triton 3.4-3.6 read those two from the environment on every access (a
-        descriptor: about a microsecond a read, two reads a launch); 3.7 and later read them once,
-        at import. :meth:`stepped_aside` reads an assignment (``knobs.runtime.debug = True``,
-        which lands in the knobs object's own ``__dict__`` under every version) over these
-        values: the environment is read once, as the newer Triton does."""
-        self._runtime_knobs = knobs.runtime
-        self._compilation_knobs = knobs.compilation
-        self._debug = bool(knobs.runtime.debug)
-        self._instrumentation = getattr(knobs.compilation, "instrumentation_mode", "") or ""
-        # What the last look found quiet (see stepped_aside): the knobs objects' assignments
-        # (None: not looked yet) and the launch hooks' lists of hooks (Triton adds in place).
-        self._runtime_seen = self._compilation_seen = None
-        self._enter_hooks = self._exit_hooks = ()
-
-    def stepped_aside(self, pre_run_hooks) -> bool:
-        """Whether a kernel must launch through Triton's own ``JITFunction.run`` now: while
-        launch hooks are set (profilers such as proton), while Triton compiles another variant
-        of every kernel (``knobs.runtime.debug``, ``knobs.compilation.instrumentation_mode``,
-        a stages-inspection hook), or while the kernel has pre-run hooks. A compiled kernel we
-        keep was built without any of these; Triton's own launch builds and runs the variant
-        they ask for (and calls the hooks), and ours resumes once they are off. ``pre_run_hooks``:
-        the kernel's list of them (Triton appends to it in place), or ().
-
-        On every eager launch, so in two steps: while nothing was assigned on the knobs objects
-        since a full look (:meth:`_look`) found every switch off, and no launch hook was added to
-        their lists, the answer is that look's (two dict comparisons, three list tests); else a
-        full look. (Knobs that Triton reads from the environment on each access, such as 3.9's
-        ``fpsan_homomorphic_casts``, are not read: set them before the first launch. Assigning on
-        the knobs *classes* rather than ``triton.knobs.runtime``/``.compilation`` is not seen.)"""
-        if (pre_run_hooks or self._enter_hooks or self._exit_hooks or self._runtime_knobs.__dict__ != self._runtime_seen
-                or self._compilation_knobs.__dict__ != self._compilation_seen):
-            return self._look(pre_run_hooks)
-        return False
-
-    def _look(self, pre_run_hooks) -> bool:
-        """:meth:`stepped_aside`'s full look at every switch; when all are off, what it saw is
-        kept for the fast test."""
-        k = self._runtime_knobs
-        enter, leave = k.launch_enter_hook, k.launch_exit_hook
-        aside = bool(pre_run_hooks or k.__dict__.get("debug", self._debug)
-                     or (enter is not None and getattr(enter, "calls", True))
-                     or (leave is not None and getattr(leave, "calls", True))
-                     or getattr(k, "add_stages_inspection_hook", None) is not None
-                     or self._compilation_knobs.__dict__.get("instrumentation_mode", self._instrumentation))
-        if not aside:
-            self._runtime_seen, self._compilation_seen = dict(k.__dict__), dict(self._compilation_knobs.__dict__)
-            self._enter_hooks, self._exit_hooks = (() if h is None else h.calls for h in (enter, leave))
-        return aside
+    runtime: Callable[[], Any]
+    """Makes the runtime object (once, at the first fast launch): ``stream(device)``, the current
+    stream, and ``stepped_aside(pre_run_hooks)``, whether Triton's own launch must run instead.
+    Raises ImportError, AttributeError or RuntimeError where there is none (no GPU driver)."""
+    launchable: Callable[[Any], bool]
+    """Whether a kernel is a GPU ``@triton.jit`` function whose constexpr parameters come last."""
+    launcher: Callable[[Any], tuple]
+    """``(launch, prefix)`` of a compiled kernel, called as ``launch(grid0, grid1, grid2, stream,
+    function, *prefix, *args, *constexprs)``."""
 
 
-_RUNTIME: list = []
+_BINDING: list = []  # the TritonBinding bind() was given
+_RUNTIME: list = []  # the runtime object it made, or None where it could not
 
 
-def _triton_runtime() -> Optional[_Runtime]:
+def bind(binding: TritonBinding) -> None:
+    """Give the fast launch Triton's runtime (kernels/_launcher.py, at import)."""
+    _BINDING[:] = [binding]
+    _RUNTIME.clear()
+
+
+def _triton_runtime():
     if not _RUNTIME:
         try:
-            _RUNTIME.append(_Runtime())
+            _RUNTIME.append(_BINDING[0].runtime())
         except (ImportError, AttributeError, RuntimeError):  # no GPU driver, or another Triton
             _RUNTIME.append(None)
     return _RUNTIME[0]

@@ -15,10 +15,11 @@ from ._common import cdiv, next_power_of_2, row_block, warps_for
 
 @functools.lru_cache(maxsize=4096)
 def row_tile(n_rows: int, n_cols: int, max_fused_cols: int, loop_block: int,
-             tile_elements: int) -> tuple[int, int, bool]:
-    """Return ``(BLOCK_M, BLOCK_N, single_pass)``: rows per program tile and columns per block."""
+             tile_elements: int, max_tile_rows: int) -> tuple[int, int, bool]:
+    """Return ``(BLOCK_M, BLOCK_N, single_pass)``: rows per program tile (at most
+    ``max_tile_rows``) and columns per block."""
     block_n, single_pass = row_block(n_cols, max_fused_cols, loop_block)
-    block_m = max(1, min(tile_elements // block_n, next_power_of_2(max(n_rows, 1)), 64))
+    block_m = max(1, min(tile_elements // block_n, next_power_of_2(max(n_rows, 1)), max_tile_rows))
     return block_m, block_n, single_pass
 
 

@@ -99,10 +99,10 @@ def _coor_descent_fwd_kernel(
     BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
+    # k: one value a row at K (K_PER_ROW; k_value is None), or k_value for every row (K is None).
     # Inductor may hand Python floats in as fp64: pin them to fp32, so that the values the
     # loop carries keep one type (Triton refuses a loop variable that changes type).
     pdl_start(USE_PDL)
-    k_value = tl.cast(k_value, tl.float32)
     eps = tl.cast(eps, tl.float32)
     eps_init = tl.cast(eps_init, tl.float32)
     eps_decay = tl.cast(eps_decay, tl.float32)
@@ -114,10 +114,10 @@ def _coor_descent_fwd_kernel(
     A = Stats + row * 2 * n_iters  # a_1..a_T
     L = A + n_iters  # L_1..L_T
     cols = tl.arange(0, BLOCK_N)
-    if K_PER_ROW:
+    if K_PER_ROW:  # (k_value is None)
         k = tl.load(K + row * stride_k).to(tl.float32)
-    else:
-        k = k_value
+    else:  # (K is None)
+        k = tl.cast(k_value, tl.float32)
     logk = tl.log(tl.maximum(k, K_MIN))
 
     # Row statistics that never change: number of valid entries and max of s.
@@ -254,7 +254,6 @@ def _coor_descent_bwd_kernel(
     # launch). Several chunks: every program of a row reduces the row's partials (step 1's)
     # itself, in the same fixed order.
     pdl_start(USE_PDL)
-    k_value = tl.cast(k_value, tl.float32)  # fp64 under Inductor, see the forward kernel
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     S += row * stride_s_row
@@ -282,10 +281,10 @@ def _coor_descent_bwd_kernel(
     if COMPUTE_DK:
         if chunk == 0:
             dlogk += tl.load(Eps) * da  # t = 1
-            if K_PER_ROW:
+            if K_PER_ROW:  # (k_value is None)
                 k = tl.load(K + row * stride_k).to(tl.float32)
-            else:
-                k = k_value
+            else:  # (K is None; k_value is fp64 under Inductor, see the forward kernel)
+                k = tl.cast(k_value, tl.float32)
             dk = tl.where(k >= K_MIN, dlogk / k, 0.0)
             tl.store(DK + row, dk)
 
@@ -302,11 +301,12 @@ class _ForwardPlan(NamedTuple):
     schedule_shape: tuple[int]
 
 
-def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: float, n_iters: int, eps: float,
-                  eps_init: float, eps_decay: float) -> _ForwardPlan:
+def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_value: Optional[float], n_iters: int,
+                  eps: float, eps_init: float, eps_decay: float) -> _ForwardPlan:
     """The forward's launch for ``s`` (..., n) whose rows are a matrix as it is
     (:func:`_common.rows_as_is`), ``mask`` bool of s's shape or None (it reaches the kernel
-    contiguous: see mask_bytes), ``k`` one value per row (1-D) or None to use ``k_value``."""
+    contiguous: see mask_bytes), and either ``k`` one value per row (1-D; ``k_value`` None) or
+    ``k_value`` one value for every row (``k`` None)."""
     cfg = launch_config.current().coor_descent
     n_cols = s.shape[-1]
     n_rows = s.numel() // n_cols if n_cols else 0
@@ -342,7 +342,7 @@ class _BackwardPlan(NamedTuple):
 
 
 def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
-                   stats: Tensor, eps_schedule: Tensor, k_value: float, *_) -> _BackwardPlan:
+                   stats: Tensor, eps_schedule: Tensor, k_value: Optional[float], *_) -> _BackwardPlan:
     """The backward's launches for this gradient's layout: one when each row is one chunk,
     else a first one writing the chunks' partial sums."""
     cfg = launch_config.current().coor_descent
@@ -374,7 +374,7 @@ def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
 
 
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
-                  k: Optional[Tensor], stats: Tensor, eps_schedule: Tensor, k_value: float, *_) -> dict:
+                  k: Optional[Tensor], stats: Tensor, eps_schedule: Tensor, k_value: Optional[float], *_) -> dict:
     """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
     dy = grads[0].contiguous() if plan.copy_dy else grads[0]
     ds = _common.new_output(s)
@@ -389,7 +389,8 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Ten
 
 
 def _backward_graph(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
-                    stats: Tensor, eps_schedule: Tensor, k_value: float, n_iters: int, eps: float, eps_init: float,
+                    stats: Tensor, eps_schedule: Tensor, k_value: Optional[float], n_iters: int, eps: float,
+                    eps_init: float,
                     eps_decay: float) -> dict:
     """The backward in differentiable torch ops (``create_graph=True``): the reference's
     gradients of the unrolled iterations, recomputed from the saved s (and k), which carry
@@ -402,7 +403,8 @@ def _backward_graph(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor]
 
 coor_descent = _doors.Op(OpDescription(
     name="coor_descent",
-    inputs=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("k_value", float),
+    # (k: one value a row, or k_value: one for every row; the other is None)
+    inputs=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("k_value", Optional[float]),
             ("n_iters", int), ("eps", float), ("eps_init", float), ("eps_decay", float)),
     outputs=("y",),
     residuals=("stats", "eps_schedule"),
@@ -410,8 +412,8 @@ coor_descent = _doors.Op(OpDescription(
     run_forward=_run_forward,
     # (n_iters and the eps values: for the differentiable backward, which recomputes)
     saved=(("s", Tensor), ("mask", Optional[Tensor]), ("k", Optional[Tensor]), ("stats", Tensor),
-           ("eps_schedule", Tensor), ("k_value", float), ("n_iters", int), ("eps", float), ("eps_init", float),
-           ("eps_decay", float)),
+           ("eps_schedule", Tensor), ("k_value", Optional[float]), ("n_iters", int), ("eps", float),
+           ("eps_init", float), ("eps_decay", float)),
     save=lambda inputs, results, needs: (inputs.s, inputs.mask, inputs.k, results.stats,
                                          results.eps_schedule, inputs.k_value, inputs.n_iters, inputs.eps,
                                          inputs.eps_init, inputs.eps_decay),
@@ -426,4 +428,5 @@ coor_descent = _doors.Op(OpDescription(
     row_sharded={"s": (0, 1), "mask": (0, 1), "k": (0, 0), "y": (0, 1), "stats": (0, 2)},
 ))
 """Differentiable coordinate descent of a 2-D ``s`` (last stride 1):
-``coor_descent(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)``."""
+``coor_descent(s, mask, k, k_value, n_iters, eps, eps_init, eps_decay)``, with either ``k`` (one
+value a row) or ``k_value`` (one for every row) and the other None."""

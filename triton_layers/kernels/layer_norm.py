@@ -371,9 +371,14 @@ def _norm_bwd_split_kernel(
     DW_partial, DB_partial, dw_acc, db_acc = partial_rows(Partials, group, tl.num_programs(1), N, COMPUTE_DW, BLOCK_N)
     row_begin = group * rows_per_group
     row_stop = tl.minimum(row_begin + rows_per_group, M)
-    if ONE_PASS and PUBLISH_AHEAD > 0:
-        for batch in range(row_begin, row_stop, BLOCK_M * PUBLISH_AHEAD):
-            batch_stop = tl.minimum(batch + BLOCK_M * PUBLISH_AHEAD, row_stop)
+    # The group's rows in batches: publishing ahead, batches of PUBLISH_AHEAD tiles, each
+    # published first and then finished; else the group's rows as one batch, each tile
+    # published (one pass) and finished in turn. (The decisions stay expressions of the
+    # constexprs: a name assigned a constexpr holds a runtime value.)
+    batch_rows = BLOCK_M * PUBLISH_AHEAD if ONE_PASS and PUBLISH_AHEAD > 0 else rows_per_group
+    for batch in range(row_begin, row_stop, batch_rows):
+        batch_stop = tl.minimum(batch + batch_rows, row_stop)
+        if ONE_PASS and PUBLISH_AHEAD > 0:
             for first in range(batch, batch_stop, BLOCK_M):
                 rows = first + tl.arange(0, BLOCK_M)
                 row_mask = rows < row_stop
@@ -382,21 +387,11 @@ def _norm_bwd_split_kernel(
                                             stride_dy_row, IS_RMS, STABLE, BLOCK_M)
                 publish_sums(Sums, Arrivals, rows, row_mask, first, chunk, n_chunks, zhat,
                              rounded_product(dy, w[None, :], mask))
-            for first in range(batch, batch_stop, BLOCK_M):
-                dw_acc, db_acc = _split_tile(
-                    DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask,
-                    chunk, stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
-                    W=W, PUBLISH=False, WAIT=True, IS_RMS=IS_RMS, STABLE=STABLE,
-                    CAST_BEFORE_WEIGHT=CAST_BEFORE_WEIGHT, HAS_DH=HAS_DH, STORE_DR=STORE_DR, COMPUTE_DX=COMPUTE_DX,
-                    COMPUTE_DW=COMPUTE_DW, COMPUTE_DB=COMPUTE_DB,
-                    BLOCK_M=BLOCK_M, CHUNKS_POW2=CHUNKS_POW2, HAS_WEIGHT=HAS_WEIGHT, UNIT_OFFSET=UNIT_OFFSET,
-                    BLOCK_N=BLOCK_N, MAX_POLLS=MAX_POLLS)
-    else:
-        for first in range(row_begin, row_stop, BLOCK_M):
+        for first in range(batch, batch_stop, BLOCK_M):
             dw_acc, db_acc = _split_tile(
                 DY, DH, Z, Stats, Sums, Arrivals, DX, DR, w, dw_acc, db_acc, first, row_stop, cols, col_mask,
                 chunk, stride_dy_row, stride_dh_row, stride_z_row, stride_dx_row, stride_dr_row, M, N, n_chunks,
-                W=W, PUBLISH=ONE_PASS, WAIT=ONE_PASS, IS_RMS=IS_RMS, STABLE=STABLE,
+                W=W, PUBLISH=ONE_PASS and PUBLISH_AHEAD == 0, WAIT=ONE_PASS, IS_RMS=IS_RMS, STABLE=STABLE,
                 CAST_BEFORE_WEIGHT=CAST_BEFORE_WEIGHT, HAS_DH=HAS_DH, STORE_DR=STORE_DR, COMPUTE_DX=COMPUTE_DX,
                 COMPUTE_DW=COMPUTE_DW, COMPUTE_DB=COMPUTE_DB,
                 BLOCK_M=BLOCK_M, CHUNKS_POW2=CHUNKS_POW2, HAS_WEIGHT=HAS_WEIGHT, UNIT_OFFSET=UNIT_OFFSET,
@@ -505,7 +500,8 @@ def _plan_forward(
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     max_fused = cfg.fwd_max_fused_cols if residual is None else cfg.fwd_residual_max_fused_cols
-    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements,
+                                                    cfg.max_tile_rows)
     heads = _common.head_layout(x) if residual is None else None
     strides = (_common.row_stride(x) if heads is None else heads[0],
                0 if residual is None else _common.row_stride(residual), 0 if residual is None else n_cols, n_cols)
@@ -594,7 +590,8 @@ def _plan_backward(grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor
         max_fused = cfg.bwd_rms_max_fused_cols
     else:
         max_fused = cfg.bwd_max_fused_cols if dh is None and not store_dr else cfg.bwd_residual_max_fused_cols
-    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements)
+    block_m, block_n, single_pass = _rules.row_tile(n_rows, n_cols, max_fused, cfg.loop_block, cfg.tile_elements,
+                                                    cfg.max_tile_rows)
     pdl = _common.pdl(gpu)
     switches = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, STABLE=stable, UNIT_OFFSET=unit_offset,
                     CAST_BEFORE_WEIGHT=cast_before_weight, HAS_DH=dh is not None, STORE_DR=store_dr,
@@ -659,10 +656,11 @@ def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Option
     if not n_partials or writers == 1:
         return None
     n_cols = z.shape[-1]
-    block_w, block_n = _rules.partials_tile(n_partials, writers, n_cols, launch_config.current().layer_norm,
-                                          launch_config.GPU.of(z.device))
+    cfg = launch_config.current().layer_norm
+    block_w, block_n = _rules.partials_tile(n_partials, writers, n_cols, cfg, launch_config.GPU.of(z.device))
     return KernelCall(_partials_sum_kernel, (_common.cdiv(n_cols, block_n), n_partials), (writers, n_cols),
-                             dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=4, **pdl), _common.device_index(z))
+                      dict(BLOCK_W=block_w, BLOCK_N=block_n, num_warps=cfg.partials_warps, **pdl),
+                      _common.device_index(z))
 
 
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],

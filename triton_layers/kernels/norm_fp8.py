@@ -211,7 +211,7 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     block_m, block_n, _ = _rules.row_tile(n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block,
-                                          cfg.fp8_tile_elements)
+                                          cfg.fp8_tile_elements, cfg.max_tile_rows)
     block_n = max(block_n, GROUP_SIZE if granularity == "per_group" else 1)
     recipe = FP8Recipe(granularity, fp8_dtype, pow2_scales, scale_ub if scale_ub > 0 else None, column_major)
     strides = (_common.row_stride(x), 0 if residual is None else _common.row_stride(residual),

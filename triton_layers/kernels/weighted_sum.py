@@ -167,7 +167,8 @@ def _plan_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> _Forward
     if splits > 1:
         block = min(cfg.reduce_block, _common.next_power_of_2(n_rows))
         reduce = KernelCall(_weighted_sum_fwd_reduce_kernel, (_common.cdiv(n_rows, block),), (n_rows, splits),
-                                   dict(HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=4, **pdl), device)
+                            dict(HAS_BIAS=bias is not None, BLOCK_M=block, num_warps=cfg.reduce_warps, **pdl),
+                            device)
     # (no buffer, not even an empty one, where it is not written: each allocation costs host time)
     return _ForwardPlan(tuple(x.shape[:-1]), (splits, n_rows) if splits > 1 else None, kernel, reduce)
 
