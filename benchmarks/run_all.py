@@ -2,9 +2,8 @@
 
     python -m benchmarks [--quick] [--out DIR] [--ops layernorm,softmax,...] [--no-compile]
 
-Runs the op benchmarks (layernorm; norms: RMSNorm and the fused residual add + RMSNorm or
-LayerNorm; softmax, weighted_sum, coor_descent: ours against torch, torch.compile, Liger
-and colt5-attention where installed), the end-to-end
+Runs the op benchmarks (every bench file that declares a ``PART``, benchmarks/parts.py: ours
+against torch, torch.compile, Liger and colt5-attention where installed), the end-to-end
 training step of the example model (examples/colt5_lm.py, train_step) and of a Hugging
 Face Llama converted by triton_layers.convert() (llama_step: needs transformers), with one
 progress bar. Each op
@@ -21,11 +20,11 @@ Needs: a CUDA GPU (exits at once without one). Time, estimated for one H100 or H
 GPU run of this version (the last full pass, before gpu_us, took 5.5 min for the four ops on
 an H200; env.json and summary.md record each part's wall time): about 16-20 minutes for a
 full pass: layernorm ~1.5, norms ~3-4 (28 cases: RMSNorm and the fused add + RMSNorm at
-layernorm's 12 each, the fused add + LayerNorm at 4), softmax ~2, weighted_sum ~1,
-coor_descent ~2, train_step ~4 and llama_step ~3-4 minutes, most of it torch.compile
+layernorm's 12 each, the fused add + LayerNorm at 4), each other op ~1-2, train_step ~4 and
+llama_step ~3-4 minutes, most of it torch.compile
 compiling the peers (one compile per shape and direction) and the compiled training-step
 variants; ``--quick`` about 5-6 minutes. A run can be split over several commands into one
---out folder (e.g. ``--ops layernorm,norms,softmax``, then ``--ops weighted_sum,coor_descent``,
+--out folder (e.g. ``--ops layernorm,norms``, then ``--ops softmax,coor_descent``,
 then ``--ops train_step,llama_step``): the CSVs add up and env.json keeps the earlier parts'
 times and errors.
 """

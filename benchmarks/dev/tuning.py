@@ -43,7 +43,7 @@ def start() -> tuple[torch.device, float]:
 
 
 def config_with(op: str, **knobs) -> launch_config.LaunchConfig:
-    """DEFAULT with these fields of its ``op`` knobs (``"layer_norm"``, ``"weighted_sum"``, ...)."""
+    """DEFAULT with these fields of its ``op`` knobs (a field name of ``LaunchConfig``: ``"layer_norm"``, ...)."""
     return launch_config.DEFAULT.with_knobs(op, **knobs)
 
 
