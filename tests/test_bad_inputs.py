@@ -366,6 +366,9 @@ CASES = [
          (ValueError, r"scale_ub bounds per-token scales; got it with granularity 'per_group'")),
     Case("fp8-recipe-column-major", lambda: FP8Recipe("per_token", column_major_scales=True),
          (ValueError, r"column_major_scales is a layout of per-group scales")),
+    Case("fp8-recipe-transposed", lambda: FP8Recipe("per_token", transposed=True),
+         (ValueError, r"transposed=True writes the 128x1-block copy of the 1x128 recipe \(granularity 'per_group'\); "
+                      r"got it with granularity 'per_token'")),
     Case("fp8-module-shape", lambda: TritonRMSNorm((2, 128), fp8=FP8Recipe()),
          (ValueError, r"the FP8 norms normalize the last dim only; got normalized_shape \(2, 128\)")),
     Case("fp8-module-in-place", lambda: _fp8_in_place(),

@@ -201,13 +201,14 @@ def _fp8_launches() -> list:
     w = torch.empty(N, device="meta", dtype=torch.bfloat16)
     scale = torch.empty(1, device="meta")
     for rms, residual in ((True, None), (False, x), (True, x)):
-        for granularity, static, column_major in (("per_tensor", scale, False), ("per_tensor", None, False),
-                                                  ("per_token", None, False), ("per_group", None, True)):
+        for granularity, static, column_major, transposed in (
+                ("per_tensor", scale, False, False), ("per_tensor", None, False, False),
+                ("per_token", None, False, False), ("per_group", None, True, False), ("per_group", None, False, True)):
             for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
                 launches += K.norm_fp8.record_launches(
                     x, residual, w, None if rms else w, static, 1e-5, rms, False, False, torch.bfloat16, fp8,
                     granularity, granularity == "per_token", 2.0 if granularity == "per_token" else 0.0,
-                    column_major, residual is not None)
+                    column_major, residual is not None, transposed)
     return launches
 
 

@@ -47,20 +47,26 @@ def check_rows(got: FP8Rows, want: tuple, recipe: FP8Recipe) -> None:
     rounding moved a value: at most one FP8 step, in at most 1% of the values (and the scales
     within 4 fp32 roundings, or for power-of-two scales equal but in 1% of them)."""
     data, scale, h = want[:3]
-    assert got.data.dtype == recipe.dtype and got.data.shape == data.shape
-    assert got.scale.shape == scale.shape and got.scale.stride() == scale.stride()
-    steps = fp8_steps_apart(got.data, data)
-    assert steps.numel() == 0 or steps.max().item() <= 1, f"an FP8 value {steps.max().item()} steps from the reference"
-    assert steps.count_nonzero().item() <= max(2, data.numel() // 100), \
-        f"{steps.count_nonzero().item()} of {data.numel()} FP8 values moved by a rounding"
-    if recipe.pow2_scales:
-        assert (got.scale != scale).count_nonzero().item() <= max(1, scale.numel() // 100)
-    else:
-        torch.testing.assert_close(got.scale, scale, rtol=4 * 2.0 ** -23, atol=0)
+    check_quantized(got.data, got.scale, data, scale, recipe)
     if h is None:
         assert got.h is None
     else:
         assert got.h is not None and got.h.dtype == h.dtype and got.h.shape == h.shape
+
+
+def check_quantized(data: torch.Tensor, scale: torch.Tensor, want_data: torch.Tensor, want_scale: torch.Tensor,
+                    recipe: FP8Recipe) -> None:
+    """FP8 ``data`` and its ``scale`` against the reference's, as :func:`check_rows` says."""
+    assert data.dtype == recipe.dtype and data.shape == want_data.shape
+    assert scale.shape == want_scale.shape and scale.stride() == want_scale.stride()
+    steps = fp8_steps_apart(data, want_data)
+    assert steps.numel() == 0 or steps.max().item() <= 1, f"an FP8 value {steps.max().item()} steps from the reference"
+    assert steps.count_nonzero().item() <= max(2, want_data.numel() // 100), \
+        f"{steps.count_nonzero().item()} of {want_data.numel()} FP8 values moved by a rounding"
+    if recipe.pow2_scales:
+        assert (scale != want_scale).count_nonzero().item() <= max(1, want_scale.numel() // 100)
+    else:
+        torch.testing.assert_close(scale, want_scale, rtol=4 * 2.0 ** -23, atol=0)
 
 
 def recipe_of(granularity, fields, dtype=torch.float8_e4m3fn) -> FP8Recipe:
@@ -119,7 +125,7 @@ def test_dynamic_per_tensor_paths(device, rows, parts_max, cells):
     recipe = FP8Recipe("per_tensor")
     with triton_layers.launch_config.use_knobs("layer_norm", fp8_tile_elements=2048, fp8_amax_parts_max=parts_max):
         plan = kernel._plan_forward(x, r, w, b, None, 1e-5, False, False, False, torch.bfloat16,
-                                    recipe.dtype, "per_tensor", False, 0.0, False, False)
+                                    recipe.dtype, "per_tensor", False, 0.0, False, False, False)
         programs = plan.launches[0].grid[0]
         assert plan.amax_cells == (programs if cells == "programs" else cells)
         assert len(plan.launches) == (1 if cells == 0 else 2)

@@ -37,7 +37,7 @@ def _launches(gpu: launch_config.GPU, pdl: bool = True) -> list:
                                                    torch.bfloat16, torch.bfloat16)
         out += K.norm_fp8.record_launches(_meta(64, 1024, grad=False), None, _meta(1024, grad=False), None, None,
                                           1e-6, True, False, False, torch.bfloat16, torch.float8_e4m3fn,
-                                          "per_tensor", False, 0.0, False, False)
+                                          "per_tensor", False, 0.0, False, False, False)
         out += K.softmax.record_launches(_meta(8 * 64, 64), None, 64, 64, True, 1.0)
         out += K.weighted_sum.record_launches(_meta(64, 1024), _meta(1024), _meta())
         out += K.coor_descent.record_launches(_meta(4, 1000, dtype=torch.float32), None, None, 100.0, 5, 0.03,

@@ -13,8 +13,17 @@ Conventions (those of vLLM, SGLang, FlashInfer and DeepSeek-V3's 1x128 recipe):
   nearest even. ``y`` is the norm's output in fp32, before any rounding to x's dtype (with
   ``cast_before_weight`` the normalized value is rounded before the weight, as the norm does).
 
-``triton_layers.reference.norm_fp8`` computes exactly that in torch ops; the kernels compute
-the same, and differ only where their fp32 statistics round differently (tests count those).
+The transposed copy (``FP8Recipe(transposed=True)``, the 1x128 recipe only), what the
+weight-gradient GEMM reads (DeepSeek-V3's and TransformerEngine's blockwise recipes): the
+output's ``M`` rows (its leading dims flattened) and ``H`` columns seen as ``y.T`` (``H x M``)
+and quantized in 1x128 blocks along ``M``, i.e. one scale per column of ``y`` and block of
+128 rows, the last block holding the ``M % 128`` rows left (ragged). ``data_t`` is ``(H, M)``
+and ``scale_t`` ``(H, ceil(M / 128))``, both contiguous (row-major); the same conventions
+(scale from the block's amax, ``pow2_scales``, saturating cast).
+
+``triton_layers.reference.norm_fp8`` (and ``quantize_fp8_transposed``) compute exactly that in
+torch ops; the kernels compute the same, and differ only where their fp32 statistics round
+differently (tests count those).
 """
 from __future__ import annotations
 
@@ -54,6 +63,11 @@ class FP8Recipe:
         column_major_scales: per-group only: the scales in the column-major, TMA-aligned layout
             DeepGEMM-style GEMMs read (shape ``(rows, hidden / 128)``, strides ``(1, rows
             rounded up to 4)``) instead of row-major.
+        transposed: per-group only: also write, in the same pass, the transposed copy the
+            weight-gradient GEMM reads (:class:`FP8Rows` ``data_t`` ``(hidden, rows)`` and
+            ``scale_t`` ``(hidden, ceil(rows / 128))``: a scale per column and 128-row block,
+            the last block ragged; both row-major, the rows flattened; the module docstring
+            has the conventions). ``column_major_scales`` lays out ``scale`` only.
     """
 
     granularity: str = "per_token"
@@ -61,6 +75,7 @@ class FP8Recipe:
     pow2_scales: bool = False
     scale_ub: Optional[float] = None
     column_major_scales: bool = False
+    transposed: bool = False
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -68,7 +83,7 @@ class FP8Recipe:
                              f"got {self.granularity!r}")
         if self.dtype not in FP8_DTYPES:
             raise TypeError(f"dtype must be torch.float8_e4m3fn or torch.float8_e5m2; got {self.dtype!r}")
-        for name in ("pow2_scales", "column_major_scales"):
+        for name in ("pow2_scales", "column_major_scales", "transposed"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool; got {getattr(self, name)!r}")
         if self.scale_ub is not None:
@@ -80,6 +95,9 @@ class FP8Recipe:
         if self.column_major_scales and self.granularity != "per_group":
             raise ValueError("column_major_scales is a layout of per-group scales; "
                              f"got it with granularity {self.granularity!r}")
+        if self.transposed and self.granularity != "per_group":
+            raise ValueError("transposed=True writes the 128x1-block copy of the 1x128 recipe "
+                             f"(granularity 'per_group'); got it with granularity {self.granularity!r}")
 
     @property
     def fp8_max(self) -> float:
@@ -100,6 +118,12 @@ class FP8Recipe:
                 rows *= d
             return (rows, n_cols // GROUP_SIZE)
         return (*rows_shape, n_cols // GROUP_SIZE)
+
+
+    def transposed_shapes(self, n_rows: int, n_cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """``(data_t's shape, scale_t's shape)`` for ``n_rows`` rows (the leading dims
+        flattened) of ``n_cols``: ``(n_cols, n_rows)`` and ``(n_cols, ceil(n_rows / 128))``."""
+        return (n_cols, n_rows), (n_cols, -(-n_rows // GROUP_SIZE))
 
 
 def tma_aligned_rows(rows: int) -> int:
@@ -141,12 +165,18 @@ class FP8Rows(NamedTuple):
       that differentiates through the quantized activation; its gradient reaches x, the
       residual and the parameters straight through the quantization (as the unquantized
       norm's backward, on that gradient).
+    - ``data_t``, ``scale_t``: with ``FP8Recipe(transposed=True)``, the transposed copy for the
+      weight-gradient GEMM: FP8 ``(hidden, rows)`` and fp32 scales ``(hidden, ceil(rows / 128))``,
+      one per column and 128-row block (the rows: x's leading dims flattened); else None. They
+      carry no gradient.
     """
 
     data: Tensor
     scale: Tensor
     h: Optional[Tensor] = None
     activation: Optional["FP8Activation"] = None
+    data_t: Optional[Tensor] = None
+    scale_t: Optional[Tensor] = None
 
 
 class FP8Activation(torch.Tensor):

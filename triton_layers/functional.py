@@ -129,14 +129,16 @@ def rms_norm_fp8(
     use_triton: Optional[bool] = None,
 ) -> FP8Rows:
     """:func:`rms_norm` over the last dim, written as FP8 in the same pass:
-    :class:`~triton_layers.fp8.FP8Rows` ``(data, scale, h, activation)``.
+    :class:`~triton_layers.fp8.FP8Rows` ``(data, scale, h, activation, data_t, scale_t)``.
 
     ``recipe`` (:class:`~triton_layers.fp8.FP8Recipe`; default dynamic per-token e4m3) says
     how scales are taken; ``scale`` (a one-element fp32 tensor > 0, ``"per_tensor"`` only)
     is a static scale. ``residual``: the fused add, ``h`` returned. Where a gradient will
     flow, ``activation`` is the output as autograd sees it, and its gradient reaches x, the
     residual and the weight as the bf16 norm's backward gives them on that gradient
-    (straight through the quantization). The conventions: ``triton_layers/fp8.py``.
+    (straight through the quantization). ``FP8Recipe("per_group", transposed=True)`` also
+    writes the transposed copy the weight-gradient GEMM reads (``data_t``, ``scale_t``: 128x1
+    blocks, no gradient). The conventions: ``triton_layers/fp8.py``.
     """
     return _norm_fp8(x, weight, None, eps, residual, residual_dtype, recipe, scale, use_triton, rms=True,
                      unit_offset=unit_offset)
@@ -219,16 +221,18 @@ def _norm_fp8_route(x, weight, bias, residual, scale, eps, residual_dtype, recip
         if x2 is x and r2 is residual:
             return Launch(_kernels.norm_fp8_door, (x, weight, bias, residual, scale),
                           (eps, rms, bool(unit_offset), bool(cast_before_weight), residual_dtype, out_dtype, recipe))
-        if not autograd:  # (rows copied: the result reshaped to x's)
-            data, scales, h, _ = _kernels.norm_fp8_door(x2, r2, weight, bias, scale, eps, rms, bool(unit_offset),
-                                                        bool(cast_before_weight), residual_dtype, out_dtype, recipe)
-            scales = scales.reshape(recipe.scale_shape(tuple(x.shape[:-1]), n_cols))  # (column-major: as it is)
-            return FP8Rows(data.reshape(x.shape), scales, None if h is None else h.reshape(x.shape))
+        if not autograd:  # (rows copied: the result reshaped to x's; the transposed copy's rows are flat)
+            out = _kernels.norm_fp8_door(x2, r2, weight, bias, scale, eps, rms, bool(unit_offset),
+                                         bool(cast_before_weight), residual_dtype, out_dtype, recipe)
+            scales = out.scale.reshape(recipe.scale_shape(tuple(x.shape[:-1]), n_cols))  # (column-major: as it is)
+            return FP8Rows(out.data.reshape(x.shape), scales, None if out.h is None else out.h.reshape(x.shape),
+                           None, out.data_t, out.scale_t)
     data, scales, h, y = reference.norm_fp8(x, weight, bias, eps, recipe, scale, rms=rms, unit_offset=bool(unit_offset),
                                             cast_before_weight=bool(cast_before_weight), residual=residual,
                                             residual_dtype=residual_dtype)
     activation = reference_activation(y, data, scales, recipe.granularity, out_dtype) if autograd else None
-    return FP8Rows(data, scales, h, activation)
+    data_t, scale_t = reference.quantize_fp8_transposed(y.detach(), recipe) if recipe.transposed else (None, None)
+    return FP8Rows(data, scales, h, activation, data_t, scale_t)
 
 
 def _norm_fp8_kernel_tensors(x, weight, bias, residual, scale) -> tuple:

@@ -97,7 +97,8 @@ def norm_fp8(
     """The norm, then FP8 by ``recipe`` (``triton_layers/fp8.py`` has the conventions):
     ``(data, scale, h, y)`` with ``y`` the norm's output in fp32 before quantization
     (differentiable) and ``h`` the residual sum or None. ``scale`` (a one-element tensor):
-    the static per-tensor scale."""
+    the static per-tensor scale. (``recipe.transposed``'s copy: :func:`quantize_fp8_transposed`
+    of ``y``.)"""
     out = norm(x, weight, bias, eps, rms=rms, unit_offset=unit_offset, cast_before_weight=cast_before_weight,
                residual=residual, residual_dtype=residual_dtype, out_dtype=torch.float32)
     y, h = out if residual is not None else (out, None)
@@ -133,6 +134,29 @@ def quantize_fp8(y: Tensor, recipe: FP8Recipe, scale: Optional[Tensor] = None) -
     # (the scales as computed, not copied into a new tensor: a DTensor's keep its rows' sharding)
     scales = s.reshape(recipe.scale_shape(tuple(lead), n_cols))
     return data, scales.clone() if scale is not None else scales  # (a given scale: never aliased)
+
+
+def quantize_fp8_transposed(y: Tensor, recipe: FP8Recipe) -> tuple[Tensor, Tensor]:
+    """``(data_t, scale_t)``: the transposed copy of ``FP8Recipe(transposed=True)``. fp32 ``y``'s
+    rows (its leading dims flattened: M of them, H columns) seen as ``y.T`` (H x M) and
+    quantized in 1x128 blocks along M: a scale per column of ``y`` and block of 128 rows, the
+    last block ragged (its ``M % 128`` rows only), with the recipe's dtype and ``pow2_scales``.
+    ``data_t`` ``(H, M)`` and ``scale_t`` ``(H, ceil(M / 128))``, both contiguous."""
+    y = y.to(torch.float32)
+    n_cols = y.shape[-1]
+    n_rows = 1
+    for d in y.shape[:-1]:
+        n_rows *= d
+    (_, _), (_, blocks) = recipe.transposed_shapes(n_rows, n_cols)
+    fp8_max = recipe.fp8_max
+    # (zeros pad the last block: they leave every amax as it is, and are cut off after)
+    yt = torch.nn.functional.pad(y.reshape(n_rows, n_cols).t(), (0, blocks * GROUP_SIZE - n_rows))
+    values = yt.reshape(n_cols, blocks, GROUP_SIZE)
+    s = values.abs().amax(dim=-1, keepdim=True).clamp_min(AMAX_FLOOR) / fp8_max
+    if recipe.pow2_scales:
+        s = pow2_ceil(s)
+    data = (values * (1.0 / s)).clamp(-fp8_max, fp8_max).to(recipe.dtype).reshape(n_cols, blocks * GROUP_SIZE)
+    return data[:, :n_rows].contiguous(), s.reshape(n_cols, blocks)
 
 
 def pow2_ceil(s: Tensor) -> Tensor:

@@ -22,6 +22,16 @@ One program normalizes BLOCK_M whole rows held in registers (rows up to the forw
   kernel. Past ``fp8_amax_parts_max`` programs they fold their amax into one zeroed fp32
   cell instead (``atomic_max``; ``AMAX_BLOCK`` 0). Both are order-free and exact.
 
+The 1x128 recipe with its transposed copy (``FP8Recipe(transposed=True)``: data_t ``(N, M)``,
+a scale per column and 128-row block) takes its own kernel, ``_norm_fp8_t_kernel``: a column's
+scale needs the amax of 128 rows, more than a program holds whole (128 rows of 4096 are 2 MB
+of fp32). A program per 128 rows (grid ``ceil(M / 128)``) passes over its rows twice in
+chunks of 128 x BLOCK_N (BLOCK_N a multiple of 128: ``max(128, fp8_tile_elements / 128)``):
+first the statistics (writing h), then the normalized tile, whose 1x128 groups give the rows'
+data and scales and whose columns' amaxes give the transposed data and scales; the rows are
+read twice (the second pass from the last chunk back, h alone with a residual). The other
+recipes' launches are as they were.
+
 The FP8 cast: on a GPU Triton's conversion (``cvt.rn.satfinite``: round to nearest even,
 subnormals kept), after the explicit clamp to the format's range. Triton's interpreter
 converts values that are not on the FP8 grid wrongly (it flushed e4m3 subnormals and rounded
@@ -47,7 +57,7 @@ from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall, direct
 from . import _layer_norm_launch as _rules
 from . import layer_norm as _norms
-from ._norm_helpers import affine, div, load_input
+from ._norm_helpers import affine, div, load_chunk, load_input
 from ._pdl import pdl_start
 
 # (a tl.constexpr: compiled Triton reads constexpr globals only)
@@ -110,6 +120,30 @@ def _quantize(y, inv, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, EXACT_CAST: 
 
 
 @triton.jit
+def _quantize_groups(y, scale_ub, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, HAS_UB: tl.constexpr,
+                     POW2: tl.constexpr, EXACT_CAST: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr):
+    """A (BLOCK_M, BLOCK_N) tile of rows (fp32, BLOCK_N a multiple of GROUP) quantized in 1xGROUP
+    groups: ``(data, scales)``, a scale per row and group (the tile seen as ``(BLOCK_M, BLOCK_N /
+    GROUP, GROUP)``)."""
+    y3 = tl.reshape(y, (BLOCK_M, BLOCK_N // GROUP, GROUP))
+    s = _scale_of(_amax(y3, 2), scale_ub, FP8_MAX, HAS_UB, POW2)
+    inv = tl.div_rn(tl.full([BLOCK_M, BLOCK_N // GROUP], 1.0, tl.float32), s)
+    return tl.reshape(_quantize(y3, inv[:, :, None], FP8_MAX, IS_E5M2, EXACT_CAST), (BLOCK_M, BLOCK_N)), s
+
+
+@triton.jit
+def _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS: tl.constexpr):
+    """The rows' statistics in the norms' layout (their backward reads them): LayerNorm (mean,
+    rstd) rows, RMSNorm (rstd)."""
+    if IS_RMS:
+        tl.store(Stats + rows, rstd, mask=row_mask)
+    else:
+        tl.store(Stats + rows, mean, mask=row_mask)
+        tl.store(Stats + M + rows, rstd, mask=row_mask)
+
+
+@triton.jit
 def _norm_fp8_kernel(
     X, R, H, Q, W, B, Stats, Scales, Amax, GivenScale,
     stride_x_row, stride_r_row, stride_h_row, stride_s_row, stride_s_group, M, N, eps, scale_ub,
@@ -142,12 +176,8 @@ def _norm_fp8_kernel(
     rstd = 1.0 / tl.sqrt(div(tl.sum(z * z, axis=1), N) + eps)
     y = affine(z * rstd[:, None], Z, W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET, CAST_BEFORE_WEIGHT)
     y = tl.where(mask, y, 0.0)  # (a bias would leave values in the masked columns)
-    if STORE_STATS:  # (the norms' stats layout: LayerNorm (mean, rstd) rows, RMSNorm (rstd))
-        if IS_RMS:
-            tl.store(Stats + rows, rstd, mask=row_mask)
-        else:
-            tl.store(Stats + rows, mean, mask=row_mask)
-            tl.store(Stats + M + rows, rstd, mask=row_mask)
+    if STORE_STATS:
+        _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS)
     if MODE == 1:  # the dynamic per-tensor scale's first launch: the amax only
         if AMAX_BLOCK > 0:
             tl.store(Amax + pid, _amax(_amax(y, 1), 0))
@@ -161,10 +191,8 @@ def _norm_fp8_kernel(
                           EXACT_CAST)
             tl.store(Scales + rows * stride_s_row, s, mask=row_mask)
         elif MODE == 4:  # per group of GROUP columns
-            y3 = tl.reshape(y, (BLOCK_M, BLOCK_N // GROUP, GROUP))
-            s = _scale_of(_amax(y3, 2), scale_ub, FP8_MAX, HAS_UB, POW2)
-            inv = tl.div_rn(tl.full([BLOCK_M, BLOCK_N // GROUP], 1.0, tl.float32), s)
-            q = tl.reshape(_quantize(y3, inv[:, :, None], FP8_MAX, IS_E5M2, EXACT_CAST), (BLOCK_M, BLOCK_N))
+            q, s = _quantize_groups(y, scale_ub, FP8_MAX, IS_E5M2, HAS_UB, POW2, EXACT_CAST, GROUP, BLOCK_M,
+                                    BLOCK_N)
             groups = tl.arange(0, BLOCK_N // GROUP)
             tl.store(Scales + rows[:, None] * stride_s_row + groups[None, :] * stride_s_group, s,
                      mask=row_mask[:, None] & (groups[None, :] < N // GROUP))
@@ -186,6 +214,81 @@ def _norm_fp8_kernel(
         tl.store(out, q, mask=mask)
 
 
+@triton.jit
+def _norm_fp8_t_kernel(
+    X, R, H, Q, QT, W, B, Stats, Scales, ScalesT,
+    stride_x_row, stride_r_row, stride_h_row, stride_s_row, stride_s_group, M, N, eps,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, STORE_STATS: tl.constexpr,
+    FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, POW2: tl.constexpr, EXACT_CAST: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """The 1x128 recipe with its transposed copy (the top): GROUP (128) rows a program, in
+    chunks of BLOCK_N columns (a multiple of GROUP). The first pass over the chunks takes the
+    rows' statistics (writing h with a residual); the second, from the last chunk back (the
+    chunks read last, the likeliest still in L2), holds the tile's normalized output and
+    writes both copies: the rows' 1x128 groups (data, scales) and, from each column's amax
+    over the tile's rows, the columns' 128x1 blocks, transposed (data_t at (column, row),
+    scale_t at (column, block))."""
+    pdl_start(USE_PDL)
+    if not EXACT_CAST:  # (compiled, not the interpreter: torch.compile's launcher passes fp64)
+        eps = eps.to(tl.float32)
+    pid = tl.program_id(0)
+    rows = pid.to(tl.int64) * GROUP + tl.arange(0, GROUP)
+    row_mask = rows < M
+    x_rows = rows * stride_x_row
+    cols = tl.arange(0, BLOCK_N)
+    Z = X  # the normalized input, for its dtype
+    if HAS_RESIDUAL:
+        Z = H
+    # LayerNorm's mean and sum of squared deviations chunk by chunk, each chunk's combined with
+    # those before (Chan et al.): as exact as two passes over the row, with one.
+    mean = tl.zeros([GROUP], dtype=tl.float32)
+    m2 = tl.zeros([GROUP], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        mask = row_mask[:, None] & (start + cols[None, :] < N)
+        z = load_chunk(X, R, H, rows, x_rows, start + cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
+        if IS_RMS:
+            m2 += tl.sum(z * z, axis=1)
+        else:
+            seen = tl.zeros([GROUP], dtype=tl.float32) + start
+            count = tl.minimum(tl.zeros([GROUP], dtype=tl.float32) + (N - start), BLOCK_N)
+            chunk_mean = tl.div_rn(tl.sum(z, axis=1), count)
+            d = tl.where(mask, z - chunk_mean[:, None], 0.0)
+            delta = chunk_mean - mean
+            total = seen + count
+            mean += delta * tl.div_rn(count, total)
+            m2 += tl.sum(d * d, axis=1) + delta * delta * tl.div_rn(seen * count, total)
+    rstd = 1.0 / tl.sqrt(div(m2, N) + eps)
+    if STORE_STATS:
+        _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS)
+    if HAS_RESIDUAL:
+        tl.debug_barrier()  # (the second pass reads h back: other threads of this program wrote it)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    for i in range(0, n_chunks):
+        start = (n_chunks - 1 - i) * BLOCK_N
+        c = start + cols
+        col_mask = c < N
+        mask = row_mask[:, None] & col_mask[None, :]
+        z = load_chunk(X, R, H, rows, x_rows, c, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, False)
+        y = affine((z - mean[:, None]) * rstd[:, None], Z, W, B, c, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
+                   CAST_BEFORE_WEIGHT)
+        y = tl.where(mask, y, 0.0)  # (rows past M: zeros, which leave the columns' amaxes as they are)
+        # the rows' 1x128 groups
+        q, s = _quantize_groups(y, 0.0, FP8_MAX, IS_E5M2, False, POW2, EXACT_CAST, GROUP, GROUP, BLOCK_N)
+        tl.store(Q + rows[:, None] * N + c[None, :], q, mask=mask)
+        groups = start // GROUP + tl.arange(0, BLOCK_N // GROUP)
+        tl.store(Scales + rows[:, None] * stride_s_row + groups[None, :] * stride_s_group, s,
+                 mask=row_mask[:, None] & (groups[None, :] < N // GROUP))
+        # the columns' 128x1 blocks, transposed
+        st = _scale_of(_amax(y, 0), 0.0, FP8_MAX, False, POW2)
+        qt = _quantize(y, tl.div_rn(tl.full([BLOCK_N], 1.0, tl.float32), st)[None, :], FP8_MAX, IS_E5M2,
+                       EXACT_CAST)
+        tl.store(QT + c[None, :].to(tl.int64) * M + rows[:, None], qt, mask=mask)
+        tl.store(ScalesT + c.to(tl.int64) * tl.num_programs(0) + pid, st, mask=col_mask)
+
+
 _MODES = {"per_token": _PER_TOKEN, "per_group": _PER_GROUP}
 
 
@@ -204,12 +307,16 @@ def fits(n_cols: int) -> bool:
 
 
 def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
-                  residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major, with_stats) -> _Plan:
+                  residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major, with_stats,
+                  transposed) -> _Plan:
     """The launches for inputs of these shapes, strides and dtypes (x and residual: rows as
     they are, ``_common.rows_as_is``); the outputs are new and contiguous."""
     cfg = launch_config.current().layer_norm
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
+    if transposed:
+        return _plan_transposed(x, residual, weight, bias, rms, unit_offset, cast_before_weight, residual_dtype,
+                                fp8_dtype, pow2_scales, column_major, with_stats, eps, n_rows, n_cols, cfg)
     block_m, block_n, _ = _rules.row_tile(n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block,
                                           cfg.fp8_tile_elements, cfg.max_tile_rows)
     block_n = max(block_n, GROUP_SIZE if granularity == "per_group" else 1)
@@ -248,15 +355,49 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
     return _Plan(launches, amax_cells, recipe, stats_shape, residual_dtype if residual is not None else None)
 
 
+def _plan_transposed(x, residual, weight, bias, rms, unit_offset, cast_before_weight, residual_dtype, fp8_dtype,
+                     pow2_scales, column_major, with_stats, eps, n_rows, n_cols, cfg) -> _Plan:
+    """The 1x128 recipe with its transposed copy: one launch of ``_norm_fp8_t_kernel``, a
+    program per 128 rows, chunks of ``max(128, fp8_tile_elements / 128)`` columns (a power
+    of two)."""
+    block_n = max(GROUP_SIZE, _common.next_power_of_2(cfg.fp8_tile_elements // GROUP_SIZE + 1) // 2)
+    recipe = FP8Recipe("per_group", fp8_dtype, pow2_scales, None, column_major, True)
+    strides = (_common.row_stride(x), 0 if residual is None else _common.row_stride(residual),
+               0 if residual is None else n_cols)
+    scale_strides = (1, tma_aligned_rows(n_rows)) if column_major else (n_cols // GROUP_SIZE, 1)
+    switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
+                    HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
+                    STORE_STATS=with_stats, FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2,
+                    POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_N=block_n,
+                    **_common.pdl(launch_config.GPU.of(x.device)),
+                    num_warps=_common.warps_for(GROUP_SIZE * block_n, cfg.fp8_elems_per_thread, 16))
+    args = (*strides, *scale_strides, n_rows, n_cols, eps)
+    launches = (KernelCall(_norm_fp8_t_kernel, (_common.cdiv(n_rows, GROUP_SIZE),), args, switches,
+                           _common.device_index(x)),)
+    stats_shape = ((1 if rms else 2), *x.shape[:-1]) if with_stats else None
+    return _Plan(launches, 0, recipe, stats_shape, residual_dtype if residual is not None else None)
+
+
 def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
                  cast_before_weight, residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major,
-                 with_stats) -> tuple:
-    """``(data, scale, h, stats)``: h and stats empty where not asked (a custom op returns tensors)."""
+                 with_stats, transposed) -> tuple:
+    """``(data, scale, h, stats, data_t, scale_t)``: h, stats and the transposed copy empty
+    where not asked (a custom op returns tensors)."""
     data = _common.new_output(x, fp8_dtype)
     scales = new_scales(plan.recipe, tuple(x.shape[:-1]), x.shape[-1], x)
     h = x.new_empty((0,)) if residual is None else _common.new_output(x, plan.residual_dtype)
     stats = x.new_empty(plan.stats_shape if plan.stats_shape else (0,), dtype=torch.float32)
     q = data.view(torch.uint8) if x.device.type == "cpu" else data  # (EXACT_CAST writes the bits)
+    if transposed:
+        n_cols = x.shape[-1]
+        data_shape, scale_shape = plan.recipe.transposed_shapes(x.numel() // n_cols if n_cols else 0, n_cols)
+        data_t = x.new_empty(data_shape, dtype=fp8_dtype)
+        scale_t = x.new_empty(scale_shape, dtype=torch.float32)
+        qt = data_t.view(torch.uint8) if x.device.type == "cpu" else data_t
+        (kernel,) = plan.launches
+        kernel(launch, x, residual, h if residual is not None else None, q, qt, weight, bias,
+               stats if plan.stats_shape else None, scales, scale_t)
+        return data, scales, h, stats, data_t, scale_t
     amax = None
     if plan.amax_cells == 1:
         amax = x.new_zeros((1,), dtype=torch.float32)
@@ -268,7 +409,7 @@ def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, e
     h_arg = h if residual is not None else None
     for kernel in plan.launches:
         kernel(launch, x, residual, h_arg, q, weight, bias, stats_arg, scales, amax, static_scale)
-    return data, scales, h, stats
+    return data, scales, h, stats, x.new_empty((0,), dtype=fp8_dtype), x.new_empty((0,), dtype=torch.float32)
 
 
 def _no_backward(*_):
@@ -282,8 +423,8 @@ norm_fp8 = _doors.Op(OpDescription(
             ("static_scale", Optional[Tensor]), ("eps", float), ("rms", bool), ("unit_offset", bool),
             ("cast_before_weight", bool), ("residual_dtype", torch.dtype), ("fp8_dtype", torch.dtype),
             ("granularity", str), ("pow2_scales", bool), ("scale_ub", float), ("column_major", bool),
-            ("with_stats", bool)),
-    outputs=("data", "scale", "h", "stats"),
+            ("with_stats", bool), ("transposed", bool)),
+    outputs=("data", "scale", "h", "stats", "data_t", "scale_t"),
     residuals=(),
     plan_forward=_plan_forward,
     run_forward=_run_forward,
@@ -295,10 +436,11 @@ norm_fp8 = _doors.Op(OpDescription(
     row_strided=("x", "residual"),
 ))
 """``norm_fp8(x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
-residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major, with_stats) ->
-(data, scale, h, stats)``: the norm of 2-D rows (``x + residual`` in ``residual_dtype`` with a
-residual) quantized to FP8; ``scale_ub`` <= 0: none; ``with_stats``: the norms' statistics
-for the backward (else an empty tensor, as h without a residual). No autograd of its own:
+residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major, with_stats, transposed)
+-> (data, scale, h, stats, data_t, scale_t)``: the norm of 2-D rows (``x + residual`` in
+``residual_dtype`` with a residual) quantized to FP8; ``scale_ub`` <= 0: none; ``with_stats``:
+the norms' statistics for the backward (else an empty tensor, as h without a residual);
+``transposed`` (per group only): the transposed copy (else empty tensors). No autograd of its own:
 :class:`NormFP8` makes it differentiable (straight through)."""
 
 
@@ -308,18 +450,23 @@ class _StraightThrough(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
                 residual_dtype, out_dtype, recipe):
-        data, scale, h, stats = norm_fp8.call_planned(plan, *_op_args(
+        data, scale, h, stats, data_t, scale_t = norm_fp8.call_planned(plan, *_op_args(
             x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight, residual_dtype,
             recipe, True))
         ctx.flags = (rms, False, unit_offset, cast_before_weight, eps)  # (the norms' saved flags; stable False)
         ctx.has_residual = residual is not None
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (x, residual, weight, bias))
         ctx.save_for_backward(x if residual is None else h, weight, stats)
-        ctx.mark_non_differentiable(data, scale)
-        return FP8Activation(data, scale, recipe.granularity, out_dtype), data, scale, h if ctx.has_residual else None
+        if recipe.transposed:
+            ctx.mark_non_differentiable(data, scale, data_t, scale_t)
+        else:
+            ctx.mark_non_differentiable(data, scale)
+            data_t = scale_t = None
+        return (FP8Activation(data, scale, recipe.granularity, out_dtype), data, scale,
+                h if ctx.has_residual else None, data_t, scale_t)
 
     @staticmethod
-    def backward(ctx, d_activation, _d_data, _d_scale, d_h):
+    def backward(ctx, d_activation, _d_data, _d_scale, d_h, _d_data_t, _d_scale_t):
         op = _norms.residual_norm if ctx.has_residual else _norms.norm
         x_dtype, r_dtype, _, _ = ctx.dtypes
         asked = ctx.needs_input_grad[1:5]
@@ -345,7 +492,8 @@ def _op_args(x, residual, weight, bias, static_scale, eps, rms, unit_offset, cas
     """norm_fp8's arguments from the door's."""
     return (x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
             x.dtype if residual_dtype is None else residual_dtype, recipe.dtype, recipe.granularity,
-            recipe.pow2_scales, float(recipe.scale_ub or 0.0), recipe.column_major_scales, with_stats)
+            recipe.pow2_scales, float(recipe.scale_ub or 0.0), recipe.column_major_scales, with_stats,
+            recipe.transposed)
 
 
 class _DoorPlan(NamedTuple):
@@ -377,20 +525,28 @@ class NormFP8:
     def call_planned(self, plan: _DoorPlan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
                      cast_before_weight, residual_dtype, out_dtype, recipe) -> FP8Rows:
         if plan.autograd:  # (norm_fp8.call_planned makes the tensors' device current for the launch)
-            activation, data, scale, h = _StraightThrough.apply(
+            activation, data, scale, h, data_t, scale_t = _StraightThrough.apply(
                 plan.op_plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
                 residual_dtype, out_dtype, recipe)
-            return FP8Rows(data, scale, h, activation)
-        data, scale, h, _ = norm_fp8.call_planned(plan.op_plan, *_op_args(
+            return FP8Rows(data, scale, h, activation, data_t, scale_t)
+        data, scale, h, _, data_t, scale_t = norm_fp8.call_planned(plan.op_plan, *_op_args(
             x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight, residual_dtype,
             recipe, False))
-        return FP8Rows(data, scale, h if residual is not None else None)
+        return _rows(recipe, data, scale, h if residual is not None else None, data_t, scale_t)
 
     def __call__(self, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
                  residual_dtype, out_dtype, recipe) -> FP8Rows:
-        data, scale, h, _ = norm_fp8(*_op_args(x, residual, weight, bias, static_scale, eps, rms, unit_offset,
-                                               cast_before_weight, residual_dtype, recipe, False))
-        return FP8Rows(data, scale, h if residual is not None else None)
+        data, scale, h, _, data_t, scale_t = norm_fp8(*_op_args(
+            x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight, residual_dtype,
+            recipe, False))
+        return _rows(recipe, data, scale, h if residual is not None else None, data_t, scale_t)
+
+
+def _rows(recipe: FP8Recipe, data, scale, h, data_t, scale_t) -> FP8Rows:
+    """The result without a gradient (the op's empty transposed copy: None)."""
+    if not recipe.transposed:
+        data_t = scale_t = None
+    return FP8Rows(data, scale, h, None, data_t, scale_t)
 
 
 norm_fp8_door = NormFP8()
