@@ -7,7 +7,9 @@ Ops, one table each (the ``op`` column of fp8.csv), each named by its recipe:
 - ``rmsnorm_fp8_per_token``: a scale per row; ``rmsnorm_fp8_per_tensor``: one dynamic scale
   (the whole output's amax); ``rmsnorm_fp8_static``: one given scale; ``rmsnorm_fp8_per_group``:
   a scale per 1x128 block, row-major; ``rmsnorm_fp8_per_group_colmajor``: the same scales
-  column-major (DeepGEMM's layout);
+  column-major (DeepGEMM's layout); ``rmsnorm_fp8_per_group_transposed``: per_group, also
+  writing the transposed 128x1-block copy (``FP8Recipe(transposed=True)``: what a weight-gradient
+  GEMM reads), every implementation writing both;
 - ``add_rmsnorm_fp8_per_token`` and ``add_rmsnorm_fp8_static``: h = x + r, then the norm of h,
   returning h too;
 - ``layernorm_fp8_per_token``: LayerNorm with weight and bias.
@@ -34,6 +36,8 @@ data 1 byte an element, fp32 scales, the weight (and bias) read once:
 - rmsnorm_fp8_static: M*D*s + M*D + 4 + D*s (the scale read instead of written);
 - rmsnorm_fp8_per_group: M*D*s + M*D + 4*M*D/128 + D*s;
 - rmsnorm_fp8_per_group_colmajor: as per_group (the layout's padding of M to 4 not counted);
+- rmsnorm_fp8_per_group_transposed: per_group + M*D + 4*D*ceil(M/128) (the transposed data and
+  its scales);
 - add_rmsnorm_fp8_per_token: 3*M*D*s + M*D + 4*M + D*s (also reads r and writes h);
 - add_rmsnorm_fp8_static: 3*M*D*s + M*D + 4 + D*s;
 - layernorm_fp8_per_token: M*D*s + M*D + 4*M + 2*D*s (weight and bias).
@@ -87,6 +91,10 @@ PART = {
             "title": "RMSNorm to FP8 e4m3, a scale per 1x128 block (column-major scales)",
             "note": "bytes: MDs + MD + 4MD/128 + Ds",
             "measure": "bandwidth", "kernel_ops": ("norm",)},
+        "rmsnorm_fp8_per_group_transposed": {
+            "title": "RMSNorm to FP8 e4m3, 1x128 blocks and their transposed 128x1-block copy",
+            "note": "bytes: MDs + 2MD + 4MD/128 + 4D*ceil(M/128) + Ds",
+            "measure": "bandwidth", "kernel_ops": ("norm",)},
         "add_rmsnorm_fp8_per_token": {
             "title": "Fused residual add + RMSNorm to FP8 e4m3, a scale per row: returns (data, scales, h)",
             "note": "bytes: 3MDs + MD + 4M + Ds (reads x, r; writes h, data, scales)",
@@ -125,6 +133,7 @@ OPS = {
     "rmsnorm_fp8_static": Spec(True, False, PER_TENSOR, static=True),
     "rmsnorm_fp8_per_group": Spec(True, False, FP8Recipe("per_group")),
     "rmsnorm_fp8_per_group_colmajor": Spec(True, False, FP8Recipe("per_group", column_major_scales=True)),
+    "rmsnorm_fp8_per_group_transposed": Spec(True, False, FP8Recipe("per_group", transposed=True)),
     "add_rmsnorm_fp8_per_token": Spec(True, True, PER_TOKEN),
     "add_rmsnorm_fp8_static": Spec(True, True, PER_TENSOR, static=True),
     "layernorm_fp8_per_token": Spec(False, False, PER_TOKEN),
@@ -140,7 +149,7 @@ def _ours(spec: Spec):
             out = TF.rms_norm_fp8(x, w, EPS, recipe=spec.recipe, scale=scale, residual=r)
         else:
             out = TF.layer_norm_fp8(x, w, b, EPS, recipe=spec.recipe, scale=scale, residual=r)
-        return out.data, out.scale, out.h
+        return out.data, out.scale, out.h  # (with the transposed copy: written, and kept in ``out``)
     return f
 
 
@@ -150,6 +159,8 @@ def _unfused(spec: Spec, quantize):
     def f(x, w, b, r, scale):
         out = TF.rms_norm(x, w, EPS, residual=r) if spec.rms else TF.layer_norm(x, w, b, EPS, residual=r)
         y, h = out if r is not None else (out, None)
+        if spec.recipe.transposed:  # (the copy's quantize too: the same work as ours)
+            quantize(y, spec.recipe, scale, transposed=True)
         return (*quantize(y, spec.recipe, scale), h)
     return f
 
@@ -157,9 +168,17 @@ def _unfused(spec: Spec, quantize):
 def _reference(spec: Spec):
     """The whole reference (``reference.norm_fp8``), less the fp32 y it also returns: for torch.compile."""
     def f(x, w, b, r, scale):
-        data, scales, h, _ = reference.norm_fp8(x, w, b, EPS, spec.recipe, scale, rms=spec.rms, residual=r)
+        data, scales, h, y = reference.norm_fp8(x, w, b, EPS, spec.recipe, scale, rms=spec.rms, residual=r)
+        if spec.recipe.transposed:  # (returned, so that Inductor keeps it)
+            return data, scales, h, reference.quantize_fp8_transposed(y.detach(), spec.recipe)
         return data, scales, h
     return f
+
+
+def _quantize(y, recipe: FP8Recipe, scale, transposed: bool = False):
+    """``reference.quantize_fp8`` of ``y``, or (``transposed``) its transposed copy
+    (``reference.quantize_fp8_transposed``): the unfused peers' quantize."""
+    return reference.quantize_fp8_transposed(y, recipe) if transposed else reference.quantize_fp8(y, recipe, scale)
 
 
 def _flashinfer() -> Optional[dict]:
@@ -199,9 +218,9 @@ def _flashinfer() -> Optional[dict]:
 def implementations(opts: argparse.Namespace) -> dict:
     """Ours and the peers, name -> {op: f(x, w, b, r, scale)}."""
     impls = {OURS: {op: _ours(s) for op, s in OPS.items()},
-             "unfused": {op: _unfused(s, reference.quantize_fp8) for op, s in OPS.items()}}
+             "unfused": {op: _unfused(s, _quantize) for op, s in OPS.items()}}
     if not opts.no_compile:
-        quantize = harness.compiled(reference.quantize_fp8)
+        quantize = harness.compiled(_quantize)
         impls["unfused_compiled_quant"] = {op: _unfused(s, quantize) for op, s in OPS.items()}
         impls["compile"] = {op: harness.compiled(_reference(s)) for op, s in OPS.items()}
     flashinfer = _flashinfer()
@@ -226,7 +245,10 @@ def nbytes(op: str, m: int, d: int, s: int) -> int:
     """The op's bytes model (the module's docstring): x (and r, h), the FP8 data, the scales, the parameters."""
     spec = OPS[op]
     scales = {"per_token": m, "per_group": m * (d // GROUP_SIZE), "per_tensor": 1}[spec.recipe.granularity]
-    return (3 if spec.residual else 1) * m * d * s + m * d + 4 * scales + (1 if spec.rms else 2) * d * s
+    if spec.recipe.transposed:  # the copy's data and its scales (a column's 128-row blocks)
+        scales += d * -(-m // GROUP_SIZE)
+    return ((3 if spec.residual else 1) * m * d * s + m * d * (2 if spec.recipe.transposed else 1) + 4 * scales
+            + (1 if spec.rms else 2) * d * s)
 
 
 def _check(op: str, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], label: str):
@@ -236,7 +258,7 @@ def _check(op: str, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
     spec = OPS[op]
 
     def check(impl: str, out: tuple) -> None:
-        data, scales, h = out
+        data, scales, h = out[:3]  # (the transposed op's compiled peer returns its copy too)
         y = reference.norm(x if h is None else h, w, b, EPS, rms=spec.rms, out_dtype=torch.float32)
         err = ((dequantize(data, scales, spec.recipe.granularity, torch.float32) - y).abs().max()
                / y.abs().max().clamp_min(1e-30)).item()

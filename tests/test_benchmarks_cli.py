@@ -936,6 +936,8 @@ def test_fp8_bench_dry_run(tmp_path, monkeypatch, capsys):
     expected = {"rmsnorm_fp8_per_token": 1536 + 768 + 12 + 512, "rmsnorm_fp8_per_tensor": 1536 + 768 + 4 + 512,
                 "rmsnorm_fp8_static": 1536 + 768 + 4 + 512, "rmsnorm_fp8_per_group": 1536 + 768 + 24 + 512,
                 "rmsnorm_fp8_per_group_colmajor": 1536 + 768 + 24 + 512,
+                # + the transposed copy: its data (768) and a scale per column and 128-row block (256 * 4)
+                "rmsnorm_fp8_per_group_transposed": 1536 + 768 + 24 + 512 + 768 + 1024,
                 "add_rmsnorm_fp8_per_token": 4608 + 768 + 12 + 512, "add_rmsnorm_fp8_static": 4608 + 768 + 4 + 512,
                 "layernorm_fp8_per_token": 1536 + 768 + 12 + 1024}
     for r in rows:
