@@ -77,7 +77,7 @@ def read_csv(path: str) -> list[dict]:
 
 # CSVs of the tools beside the parts: bench_host's (the host cost of one eager call) and bench_norms
 # --sweep-row-limits'.
-OTHER_CSVS = ("host", "host_caller", "host_parts", "norms_row_limits")
+OTHER_CSVS = ("host", "host_caller", "host_parts", "norms_row_limits", "tp_step", "tp_call_ab")
 
 
 def csv_name(op: str) -> str:
@@ -378,6 +378,52 @@ def host_table(rows: list[dict], caller: Optional[list[dict]] = None) -> list[st
     return lines + [""]
 
 
+def tp_step_table(rows: list[dict]) -> list[str]:
+    """tp_step.csv (``benchmarks/bench_tp_step.py``): per run and mode, torch's norms against ours
+    under one tensor-parallel plan: the step (median, min-max), torch's step over ours, the
+    norms' GPU time per step, peak memory, the collectives of one eager step and their bytes."""
+    lines = ["A Llama-style decoder (hidden 2048, 8 layers, batch 2 x 4096 tokens; `bench_tp_step`'s "
+             "docstring), TP over every rank with torchtitan's plan: `SequenceParallel` norms, attention and "
+             "feed-forward sharded by heads. Step: median over the rounds (min-max); torch / ours: a tie "
+             "where the min-max spread of that ratio crosses 1. Norms' GPU: the norm kernels' time per step "
+             "(compiled: Inductor's kernels that fuse torch's norm are counted whole, an upper bound).", "",
+             "| run | mode | impl | ranks | step | tokens/s | torch / ours | norms' GPU / step | peak memory | "
+             "collectives (one eager step) | bytes moved |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        base = next((t for t in rows if t.get("run") == r.get("run") and t["mode"] == r["mode"]
+                     and t["impl"] == "torch"), None)
+        ratio = ratio_text(*step_ratio(base, r)) if r["impl"] != "torch" and base else ""
+        moved = f"{r['comm_bytes'] / 2**20:,.0f} MiB" if finite(r.get("comm_bytes")) else ""
+        lines.append(f"| {r.get('run', 1):.0f} | {r['mode']} | {r['impl']} | {r['world']:.0f} | "
+                     f"{r['step_ms']:.1f} ms ({r['step_ms_min']:.1f}-{r['step_ms_max']:.1f}) | "
+                     f"{r['tokens_per_s']:,.0f} | {ratio} | {r['norm_us']:.0f} us | {r['peak_mib']:,.0f} MiB | "
+                     f"{r['comm_counts'] if isinstance(r.get('comm_counts'), str) else ''} | {moved} |")
+    return lines + [""]
+
+
+def tp_call_table(rows: list[dict]) -> list[str]:
+    """tp_call_ab.csv (``bench_tp_step --per-call`` run in two codes by turns): per case and code,
+    ours over torch's host time of one DTensor norm call (forward and backward) in each run,
+    and their median."""
+    lines = ["One norm call's host time, forward and backward, on the step's sequence shard with DTensor "
+             "inputs and gradients (`bench_tp_step --per-call`), ours over torch's in the same run; each "
+             "code run by turns (ABBA).", "",
+             "| case | code | ours / torch, each run | median | our call, median |",
+             "|---|---|---|---|---|"]
+    for case in dict.fromkeys(r["case"] for r in rows):
+        for code in dict.fromkeys(r["code"] for r in rows):
+            runs = [o for o in dict.fromkeys(r["order"] for r in rows if r["code"] == code)]
+            pick = {(r["order"], r["impl"]): r["host_us"] for r in rows if r["case"] == case and r["code"] == code}
+            ratios = [pick[o, OURS] / pick[o, "torch"] for o in runs if (o, OURS) in pick and (o, "torch") in pick]
+            if not ratios:
+                continue
+            ours = statistics.median(pick[o, OURS] for o in runs if (o, OURS) in pick)
+            lines.append(f"| {case} | {code} | {', '.join(f'{x:.2f}' for x in ratios)} | "
+                         f"{statistics.median(ratios):.2f}x | {ours:.0f} us |")
+    return lines + [""]
+
+
 def host_parts_table(rows: list[dict]) -> list[str]:
     """host_parts.csv: the host time of each layer of one eager LayerNorm forward and of the fixed
     costs beside it, over torch's whole op, and what each nested layer (``nested`` 1, outermost
@@ -567,6 +613,10 @@ def render(results_dir: str, out_dir: str) -> str:
         lines += ["### Host cost of one eager call", ""] + host_table(data["host"], data.get("host_caller"))
     if "host_parts" in data:
         lines += host_parts_table(data["host_parts"])
+    if "tp_step" in data:
+        lines += ["### Tensor-parallel training step (benchmarks/bench_tp_step.py)", ""] + tp_step_table(data["tp_step"])
+    if "tp_call_ab" in data:
+        lines += tp_call_table(data["tp_call_ab"])
     if "norms_row_limits" in data:
         lines += ["### The norms' row limits, swept (bench_norms --sweep-row-limits)", ""]
         lines += row_limits_table(data["norms_row_limits"])
