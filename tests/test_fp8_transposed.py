@@ -134,16 +134,21 @@ def test_only_the_1x128_recipe():
 
 
 def test_the_plan(device):
-    """One launch, a program per 128 rows; without the option the per-group plan is as it was."""
+    """Two launches: the per-group recipe's own as without the option (but storing the rows'
+    statistics, which the copy's launch reads), then a program per 128 rows and
+    fp8_transposed_block_n columns (fewer rows: one block of them, a power of two)."""
     x = torch.randn(300, 256, device=device)
     args = (x, None, None, None, None, 1e-6, True, False, False, x.dtype, E4M3, "per_group", False, 0.0, False,
             False)
-    plan = kernel._plan_forward(*args, True)
-    (launch,) = plan.launches
-    assert launch.kernel is kernel._norm_fp8_t_kernel and launch.grid == (3,)
-    assert launch.constexprs["GROUP"] == 128 and launch.constexprs["BLOCK_N"] % 128 == 0
+    rows, copy = kernel._plan_forward(*args, True).launches
     (plain,) = kernel._plan_forward(*args, False).launches
-    assert plain.kernel is kernel._norm_fp8_kernel
+    assert rows.kernel is plain.kernel is kernel._norm_fp8_kernel and rows.grid == plain.grid
+    assert rows.scalars == plain.scalars and rows.constexprs == dict(plain.constexprs, STORE_STATS=True)
+    block_n = triton_layers.launch_config.current().layer_norm.fp8_transposed_block_n
+    assert copy.kernel is kernel._norm_fp8_t_tile_kernel and copy.grid == (3, -(-256 // block_n))
+    assert copy.constexprs["BLOCK_M"] == 128 and copy.constexprs["BLOCK_N"] == block_n
+    (_, few) = kernel._plan_forward(x[:37], *args[1:], True).launches
+    assert few.grid == (1, -(-256 // block_n)) and few.constexprs["BLOCK_M"] == 64
 
 
 def test_straight_through_gradients(device):
