@@ -37,7 +37,8 @@ data 1 byte an element, fp32 scales, the weight (and bias) read once:
 - rmsnorm_fp8_per_group: M*D*s + M*D + 4*M*D/128 + D*s;
 - rmsnorm_fp8_per_group_colmajor: as per_group (the layout's padding of M to 4 not counted);
 - rmsnorm_fp8_per_group_transposed: per_group + M*D + 4*D*ceil(M/128) (the transposed data and
-  its scales);
+  its scales; the minimum, one read of x: our copy's launch reads x a second time, and the
+  rows' statistics, and is charged one);
 - add_rmsnorm_fp8_per_token: 3*M*D*s + M*D + 4*M + D*s (also reads r and writes h);
 - add_rmsnorm_fp8_static: 3*M*D*s + M*D + 4 + D*s;
 - layernorm_fp8_per_token: M*D*s + M*D + 4*M + 2*D*s (weight and bias).

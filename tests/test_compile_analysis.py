@@ -92,6 +92,14 @@ def _analyse() -> dict:
     for one_pass in (False, True):
         out[f"bwd split one_pass={one_pass}"] = written(LN._norm_bwd_split_kernel, args, dict(
             BWD_FLAGS, BLOCK_M=2, BLOCK_N=128, CHUNKS_POW2=2, ONE_PASS=one_pass, PUBLISH_AHEAD=2, MAX_POLLS=0))
+    # the FP8 1x128 recipe's transposed copy: z (x or h), the weight, bias and statistics read only
+    from triton_layers.kernels import norm_fp8 as FP8
+
+    for rms in (True, False):
+        args = [_t(M, N), _t(N), _t(N), _t(2, M), torch.empty(N, M, dtype=torch.float8_e4m3fn), _t(N, 1), N, M, N]
+        out[f"fp8 transposed copy rms={rms}"] = written(FP8._norm_fp8_t_tile_kernel, args, dict(
+            IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, UNIT_OFFSET=False, CAST_BEFORE_WEIGHT=False, FP8_MAX=448.0,
+            IS_E5M2=False, POW2=True, EXACT_CAST=False, BLOCK_M=8, BLOCK_N=64))
     return out
 
 
@@ -133,6 +141,7 @@ EXPECTED = {
     "bwd split one_pass=False": ["DR", "DX", "Partials"],
     # the one-pass form also publishes its row sums and counts arrivals
     "bwd split one_pass=True": ["Arrivals", "DR", "DX", "Partials", "Sums"],
+    **{f"fp8 transposed copy rms={rms}": ["QT", "ScalesT"] for rms in (True, False)},
 }
 
 

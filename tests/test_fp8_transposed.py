@@ -1,6 +1,7 @@
 """The 1x128 recipe's transposed copy (``FP8Recipe("per_group", transposed=True)``): the
 output's rows seen as H x M and quantized in 128-row blocks along M, what the weight-gradient
-GEMM reads, written by the kernel in the same pass as the rows' 1x128 groups. Each case
+GEMM reads, written in the same call as the rows' 1x128 groups by a second launch (tiles of 128
+rows, from the statistics the first stored). Each case
 against the reference (``reference.quantize_fp8_transposed`` of the fp32 norm), counting the
 FP8 values an fp32 rounding of the statistics moved, as tests/test_fp8_norms.py does; the
 reference against an independent definition; rows not a multiple of 128 (the ragged last
@@ -60,8 +61,8 @@ def test_transposed_equals_the_reference(device, norm, fp8, pow2, shape, x_dtype
 
 @pytest.mark.parametrize("residual_dtype", [torch.float32, torch.bfloat16], ids=["h_fp32", "h_bf16"])
 def test_fused_residual(device, residual_dtype):
-    """Fused add + RMSNorm: h written, and both copies the norm of that h (the kernel's second
-    pass reads h back)."""
+    """Fused add + RMSNorm: h written, and both copies the norm of that h (the copy's launch
+    reads h back)."""
     m, n = 133, 256
     x = torch.randn(m, n, device=device, dtype=torch.bfloat16)
     r = torch.randn(m, n, device=device, dtype=residual_dtype)
@@ -88,6 +89,29 @@ def test_layer_norm_residual_and_column_major_scales(device):
     check_rows(got, (*want[:2], got.h), recipe)
     assert got.scale.stride() == (1, 24)
     check_transposed(got, want_t, recipe)
+
+
+@pytest.mark.parametrize("norm", ["rms-residual", "layer"])
+def test_ragged_column_tiles(device, norm):
+    """Columns not a multiple of the copy's tile (384 in tiles of 256: the second half masked)
+    and rows of several 128-row blocks, the last ragged (300 = 2 * 128 + 44)."""
+    m, n = 300, 384
+    x = torch.randn(m, n, device=device) * 2 + 0.25
+    w, b = torch.randn(n, device=device), torch.randn(n, device=device)
+    r = torch.randn(m, n, device=device, dtype=torch.bfloat16) if norm == "rms-residual" else None
+    recipe = FP8Recipe("per_group", torch.float8_e5m2 if r is None else E4M3, pow2_scales=r is None,
+                       transposed=True)
+    with triton_layers.launch_config.use_knobs("layer_norm", fp8_transposed_block_n=256):
+        args = (x, r, w, None, None, 1e-6, True, False, False, x.dtype, E4M3, "per_group", False, 0.0, False, False)
+        (_, copy) = kernel._plan_forward(*args, True).launches
+        assert copy.grid == (3, 2) and copy.constexprs["BLOCK_N"] == 256
+        got = (F.rms_norm_fp8(x, w, recipe=recipe, residual=r) if r is not None
+               else F.layer_norm_fp8(x, w, b, recipe=recipe))
+    z = x if r is None else got.h
+    want, want_t = want_of(z, w, None if r is not None else b, recipe, r is not None)
+    check_rows(got, (*want[:2], got.h), recipe)
+    check_transposed(got, want_t, recipe)
+    assert got.data_t.shape == (n, m) and got.scale_t.shape == (n, 3)
 
 
 def test_a_nan_row_spoils_its_block_only(device):
@@ -134,16 +158,21 @@ def test_only_the_1x128_recipe():
 
 
 def test_the_plan(device):
-    """One launch, a program per 128 rows; without the option the per-group plan is as it was."""
+    """Two launches: the per-group recipe's own as without the option (but storing the rows'
+    statistics, which the copy's launch reads), then a program per 128 rows and
+    fp8_transposed_block_n columns (fewer rows: one block of them, a power of two)."""
     x = torch.randn(300, 256, device=device)
     args = (x, None, None, None, None, 1e-6, True, False, False, x.dtype, E4M3, "per_group", False, 0.0, False,
             False)
-    plan = kernel._plan_forward(*args, True)
-    (launch,) = plan.launches
-    assert launch.kernel is kernel._norm_fp8_t_kernel and launch.grid == (3,)
-    assert launch.constexprs["GROUP"] == 128 and launch.constexprs["BLOCK_N"] % 128 == 0
+    rows, copy = kernel._plan_forward(*args, True).launches
     (plain,) = kernel._plan_forward(*args, False).launches
-    assert plain.kernel is kernel._norm_fp8_kernel
+    assert rows.kernel is plain.kernel is kernel._norm_fp8_kernel and rows.grid == plain.grid
+    assert rows.scalars == plain.scalars and rows.constexprs == dict(plain.constexprs, STORE_STATS=True)
+    block_n = triton_layers.launch_config.current().layer_norm.fp8_transposed_block_n
+    assert copy.kernel is kernel._norm_fp8_t_tile_kernel and copy.grid == (3, -(-256 // block_n))
+    assert copy.constexprs["BLOCK_M"] == 128 and copy.constexprs["BLOCK_N"] == block_n
+    (_, few) = kernel._plan_forward(x[:37], *args[1:], True).launches
+    assert few.grid == (1, -(-256 // block_n)) and few.constexprs["BLOCK_M"] == 64
 
 
 def test_straight_through_gradients(device):

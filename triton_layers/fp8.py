@@ -63,7 +63,7 @@ class FP8Recipe:
         column_major_scales: per-group only: the scales in the column-major, TMA-aligned layout
             DeepGEMM-style GEMMs read (shape ``(rows, hidden / 128)``, strides ``(1, rows
             rounded up to 4)``) instead of row-major.
-        transposed: per-group only: also write, in the same pass, the transposed copy the
+        transposed: per-group only: also write, in the same call, the transposed copy the
             weight-gradient GEMM reads (:class:`FP8Rows` ``data_t`` ``(hidden, rows)`` and
             ``scale_t`` ``(hidden, ceil(rows / 128))``: a scale per column and 128-row block,
             the last block ragged; both row-major, the rows flattened; the module docstring

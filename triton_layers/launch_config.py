@@ -234,6 +234,8 @@ class LayerNormLaunch:
     """Partials a program of that sum holds per tile (its column block and writer rows)."""
     partials_warps: int = 4
     """Warps of a program of that sum."""
+    fp8_transposed_block_n: int = 64
+    """Columns of a program of the FP8 1x128 recipe's transposed-copy launch (its rows: one 128-row block)."""
 
 
 @dataclass(frozen=True)

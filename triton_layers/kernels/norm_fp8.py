@@ -23,14 +23,18 @@ One program normalizes BLOCK_M whole rows held in registers (rows up to the forw
   cell instead (``atomic_max``; ``AMAX_BLOCK`` 0). Both are order-free and exact.
 
 The 1x128 recipe with its transposed copy (``FP8Recipe(transposed=True)``: data_t ``(N, M)``,
-a scale per column and 128-row block) takes its own kernel, ``_norm_fp8_t_kernel``: a column's
-scale needs the amax of 128 rows, more than a program holds whole (128 rows of 4096 are 2 MB
-of fp32). A program per 128 rows (grid ``ceil(M / 128)``) passes over its rows twice in
-chunks of 128 x BLOCK_N (BLOCK_N a multiple of 128: ``max(128, fp8_tile_elements / 128)``):
-first the statistics (writing h), then the normalized tile, whose 1x128 groups give the rows'
-data and scales and whose columns' amaxes give the transposed data and scales; the rows are
-read twice (the second pass from the last chunk back, h alone with a residual). The other
-recipes' launches are as they were.
+a scale per column and 128-row block) is two launches in the same call. A column's scale needs
+the amax of 128 rows, more than a row program holds whole (128 rows of 4096 are 2 MB of fp32),
+so the copy is not written in the rows' pass: the first launch is the 1x128 recipe's own, as
+without the copy (data, 1x128 scales, h with a residual), storing the rows' statistics (rstd,
+and the mean for LayerNorm) whether or not a backward asked for them; the second,
+``_norm_fp8_t_tile_kernel``, re-reads the normalized input (x, or the h just written) in tiles
+of 128 rows x ``fp8_transposed_block_n`` columns (grid ``(ceil(M / 128), ceil(N / BLOCK_N))``),
+with those statistics computes y again with the first launch's operations in its order (the
+same helpers: the same bits), and writes each column's 128x1 block transposed (stores along
+the rows, data_t's contiguous dim) with its scale. The normalized input is read twice (2 M N
+elements, against M N for the recipe without the copy), and the copy's launch adds M N bytes of
+data_t and 4 N ceil(M / 128) of scale_t. The other recipes' launches are as they were.
 
 The FP8 cast: on a GPU Triton's conversion (``cvt.rn.satfinite``: round to nearest even,
 subnormals kept), after the explicit clamp to the format's range. Triton's interpreter
@@ -57,7 +61,7 @@ from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall, direct
 from . import _layer_norm_launch as _rules
 from . import layer_norm as _norms
-from ._norm_helpers import affine, div, load_chunk, load_input
+from ._norm_helpers import affine, div, load_input
 from ._pdl import pdl_start
 
 # (a tl.constexpr: compiled Triton reads constexpr globals only)
@@ -215,85 +219,48 @@ def _norm_fp8_kernel(
 
 
 @triton.jit
-def _norm_fp8_t_kernel(
-    X, R, H, Q, QT, W, B, Stats, Scales, ScalesT,
-    stride_x_row, stride_r_row, stride_h_row, stride_s_row, stride_s_group, M, N, eps,
-    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, STORE_STATS: tl.constexpr,
-    FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, POW2: tl.constexpr, EXACT_CAST: tl.constexpr,
-    GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+def _norm_fp8_t_tile_kernel(
+    Z, W, B, Stats, QT, ScalesT,
+    stride_z_row, M, N,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, UNIT_OFFSET: tl.constexpr,
+    CAST_BEFORE_WEIGHT: tl.constexpr, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, POW2: tl.constexpr,
+    EXACT_CAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """The 1x128 recipe with its transposed copy (the top): GROUP (128) rows a program, in
-    chunks of BLOCK_N columns (a multiple of GROUP). The first pass over the chunks takes the
-    rows' statistics (writing h with a residual); the second, from the last chunk back (the
-    chunks read last, the likeliest still in L2), holds the tile's normalized output and
-    writes both copies: the rows' 1x128 groups (data, scales) and, from each column's amax
-    over the tile's rows, the columns' 128x1 blocks, transposed (data_t at (column, row),
-    scale_t at (column, block))."""
+    """The transposed copy's launch (the top), after ``_norm_fp8_kernel``'s of the 1x128
+    recipe: a program per BLOCK_M (128, or all of fewer) rows and BLOCK_N columns. It reads
+    the tile of z (x, or the h the first launch wrote) and the rows' statistics that launch
+    stored, computes y as that launch did (the same operations in the same order, so the
+    same bits), and writes the columns' 128x1 blocks transposed: data_t at (column, row),
+    scale_t at (column, block), from each column's amax over the tile's rows."""
     pdl_start(USE_PDL)
-    if not EXACT_CAST:  # (compiled, not the interpreter: torch.compile's launcher passes fp64)
-        eps = eps.to(tl.float32)
-    pid = tl.program_id(0)
-    rows = pid.to(tl.int64) * GROUP + tl.arange(0, GROUP)
+    block = tl.program_id(0)
+    rows = block.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < M
-    x_rows = rows * stride_x_row
-    cols = tl.arange(0, BLOCK_N)
-    Z = X  # the normalized input, for its dtype
-    if HAS_RESIDUAL:
-        Z = H
-    # LayerNorm's mean and sum of squared deviations chunk by chunk, each chunk's combined with
-    # those before (Chan et al.): as exact as two passes over the row, with one.
-    mean = tl.zeros([GROUP], dtype=tl.float32)
-    m2 = tl.zeros([GROUP], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        mask = row_mask[:, None] & (start + cols[None, :] < N)
-        z = load_chunk(X, R, H, rows, x_rows, start + cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
-        if IS_RMS:
-            m2 += tl.sum(z * z, axis=1)
-        else:
-            seen = tl.zeros([GROUP], dtype=tl.float32) + start
-            count = tl.minimum(tl.zeros([GROUP], dtype=tl.float32) + (N - start), BLOCK_N)
-            chunk_mean = tl.div_rn(tl.sum(z, axis=1), count)
-            d = tl.where(mask, z - chunk_mean[:, None], 0.0)
-            delta = chunk_mean - mean
-            total = seen + count
-            mean += delta * tl.div_rn(count, total)
-            m2 += tl.sum(d * d, axis=1) + delta * delta * tl.div_rn(seen * count, total)
-    rstd = 1.0 / tl.sqrt(div(m2, N) + eps)
-    if STORE_STATS:
-        _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS)
-    if HAS_RESIDUAL:
-        tl.debug_barrier()  # (the second pass reads h back: other threads of this program wrote it)
-    n_chunks = tl.cdiv(N, BLOCK_N)
-    for i in range(0, n_chunks):
-        start = (n_chunks - 1 - i) * BLOCK_N
-        c = start + cols
-        col_mask = c < N
-        mask = row_mask[:, None] & col_mask[None, :]
-        z = load_chunk(X, R, H, rows, x_rows, c, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, False)
-        y = affine((z - mean[:, None]) * rstd[:, None], Z, W, B, c, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
-                   CAST_BEFORE_WEIGHT)
-        y = tl.where(mask, y, 0.0)  # (rows past M: zeros, which leave the columns' amaxes as they are)
-        # the rows' 1x128 groups
-        q, s = _quantize_groups(y, 0.0, FP8_MAX, IS_E5M2, False, POW2, EXACT_CAST, GROUP, GROUP, BLOCK_N)
-        tl.store(Q + rows[:, None] * N + c[None, :], q, mask=mask)
-        groups = start // GROUP + tl.arange(0, BLOCK_N // GROUP)
-        tl.store(Scales + rows[:, None] * stride_s_row + groups[None, :] * stride_s_group, s,
-                 mask=row_mask[:, None] & (groups[None, :] < N // GROUP))
-        # the columns' 128x1 blocks, transposed
-        st = _scale_of(_amax(y, 0), 0.0, FP8_MAX, False, POW2)
-        qt = _quantize(y, tl.div_rn(tl.full([BLOCK_N], 1.0, tl.float32), st)[None, :], FP8_MAX, IS_E5M2,
-                       EXACT_CAST)
-        tl.store(QT + c[None, :].to(tl.int64) * M + rows[:, None], qt, mask=mask)
-        tl.store(ScalesT + c.to(tl.int64) * tl.num_programs(0) + pid, st, mask=col_mask)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    mask = row_mask[:, None] & col_mask[None, :]
+    z = tl.load(Z + rows[:, None] * stride_z_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if IS_RMS:
+        rstd = tl.load(Stats + rows, mask=row_mask, other=0.0)
+    else:
+        mean = tl.load(Stats + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(Stats + M + rows, mask=row_mask, other=0.0)
+        z = tl.where(mask, z - mean[:, None], 0.0)
+    y = affine(z * rstd[:, None], Z, W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET, CAST_BEFORE_WEIGHT)
+    y = tl.where(mask, y, 0.0)  # (rows past M: zeros, which leave the columns' amaxes as they are)
+    s = _scale_of(_amax(y, 0), 0.0, FP8_MAX, False, POW2)
+    q = _quantize(y, tl.div_rn(tl.full([BLOCK_N], 1.0, tl.float32), s)[None, :], FP8_MAX, IS_E5M2, EXACT_CAST)
+    # (transposed in registers: the store's fast dim is the row, contiguous in data_t)
+    tl.store(QT + cols[:, None].to(tl.int64) * M + rows[None, :], tl.trans(q), mask=tl.trans(mask))
+    tl.store(ScalesT + cols.to(tl.int64) * tl.num_programs(0) + block, s, mask=col_mask)
 
 
 _MODES = {"per_token": _PER_TOKEN, "per_group": _PER_GROUP}
 
 
 class _Plan(NamedTuple):
-    launches: tuple  # one KernelCall, or two for the dynamic per-tensor scale (amax, then data)
+    launches: tuple  # one KernelCall, or two: the dynamic per-tensor scale (amax, then data), the transposed copy
     amax_cells: int  # the first launch's amax cells: 0 (one launch), 1 (zeroed: atomic_max), or one a program
     recipe: FP8Recipe  # (made once per signature: the run allocates the scales by it)
     stats_shape: Optional[tuple]  # None: no statistics (no backward will read them)
@@ -314,24 +281,23 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
     cfg = launch_config.current().layer_norm
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
-    if transposed:
-        return _plan_transposed(x, residual, weight, bias, rms, unit_offset, cast_before_weight, residual_dtype,
-                                fp8_dtype, pow2_scales, column_major, with_stats, eps, n_rows, n_cols, cfg)
     block_m, block_n, _ = _rules.row_tile(n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block,
                                           cfg.fp8_tile_elements, cfg.max_tile_rows)
     block_n = max(block_n, GROUP_SIZE if granularity == "per_group" else 1)
-    recipe = FP8Recipe(granularity, fp8_dtype, pow2_scales, scale_ub if scale_ub > 0 else None, column_major)
+    recipe = FP8Recipe(granularity, fp8_dtype, pow2_scales, scale_ub if scale_ub > 0 else None, column_major,
+                       transposed)
     strides = (_common.row_stride(x), 0 if residual is None else _common.row_stride(residual),
                0 if residual is None else n_cols)
     if granularity == "per_group" and column_major:
         scale_strides = (1, tma_aligned_rows(n_rows))
     else:
         scale_strides = (n_cols // GROUP_SIZE if granularity == "per_group" else 1, 1)
+    gpu = launch_config.GPU.of(x.device)
     switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
                     FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
                     POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_M=block_m,
-                    BLOCK_N=block_n, AMAX_BLOCK=0, **_common.pdl(launch_config.GPU.of(x.device)),
+                    BLOCK_N=block_n, AMAX_BLOCK=0, **_common.pdl(gpu),
                     num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
     args = (*strides, *scale_strides, n_rows, n_cols, eps, max(scale_ub, 0.0))
     programs = _common.cdiv(n_rows, block_m)
@@ -349,33 +315,33 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
                               dict(switches, MODE=_FROM_AMAX, STORE_H=False, STORE_STATS=False), device))
     else:
         mode = _WHOLE if granularity == "per_tensor" and static_scale is None else _MODES.get(granularity, _STATIC)
+        # (the transposed copy's launch reads the rows' statistics: stored whether or not asked)
         launches = (KernelCall(_norm_fp8_kernel, (programs,), args,
-                                      dict(switches, MODE=mode, STORE_H=True, STORE_STATS=with_stats), device),)
+                                      dict(switches, MODE=mode, STORE_H=True, STORE_STATS=with_stats or transposed),
+                               device),)
+        if transposed:
+            launches += (_transposed_launch(x, residual, weight, bias, rms, unit_offset, cast_before_weight, recipe,
+                                            n_rows, n_cols, cfg, gpu, device),)
     stats_shape = ((1 if rms else 2), *x.shape[:-1]) if with_stats else None
     return _Plan(launches, amax_cells, recipe, stats_shape, residual_dtype if residual is not None else None)
 
 
-def _plan_transposed(x, residual, weight, bias, rms, unit_offset, cast_before_weight, residual_dtype, fp8_dtype,
-                     pow2_scales, column_major, with_stats, eps, n_rows, n_cols, cfg) -> _Plan:
-    """The 1x128 recipe with its transposed copy: one launch of ``_norm_fp8_t_kernel``, a
-    program per 128 rows, chunks of ``max(128, fp8_tile_elements / 128)`` columns (a power
-    of two)."""
-    block_n = max(GROUP_SIZE, _common.next_power_of_2(cfg.fp8_tile_elements // GROUP_SIZE + 1) // 2)
-    recipe = FP8Recipe("per_group", fp8_dtype, pow2_scales, None, column_major, True)
-    strides = (_common.row_stride(x), 0 if residual is None else _common.row_stride(residual),
-               0 if residual is None else n_cols)
-    scale_strides = (1, tma_aligned_rows(n_rows)) if column_major else (n_cols // GROUP_SIZE, 1)
-    switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
-                    HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
-                    STORE_STATS=with_stats, FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2,
-                    POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_N=block_n,
-                    **_common.pdl(launch_config.GPU.of(x.device)),
-                    num_warps=_common.warps_for(GROUP_SIZE * block_n, cfg.fp8_elems_per_thread, 16))
-    args = (*strides, *scale_strides, n_rows, n_cols, eps)
-    launches = (KernelCall(_norm_fp8_t_kernel, (_common.cdiv(n_rows, GROUP_SIZE),), args, switches,
-                           _common.device_index(x)),)
-    stats_shape = ((1 if rms else 2), *x.shape[:-1]) if with_stats else None
-    return _Plan(launches, 0, recipe, stats_shape, residual_dtype if residual is not None else None)
+def _transposed_launch(x, residual, weight, bias, rms, unit_offset, cast_before_weight, recipe, n_rows, n_cols,
+                       cfg, gpu, device) -> KernelCall:
+    """The transposed copy's launch, after the 1x128 recipe's own (the top): a program per 128
+    rows (all of them, a power of two, when there are fewer) and ``fp8_transposed_block_n``
+    columns."""
+    block_m = min(GROUP_SIZE, _common.next_power_of_2(n_rows))
+    block_n = min(cfg.fp8_transposed_block_n, _common.next_power_of_2(n_cols))
+    switches = dict(IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset,
+                    CAST_BEFORE_WEIGHT=cast_before_weight, FP8_MAX=recipe.fp8_max,
+                    IS_E5M2=recipe.dtype == torch.float8_e5m2, POW2=recipe.pow2_scales,
+                    EXACT_CAST=x.device.type == "cpu", BLOCK_M=block_m, BLOCK_N=block_n, **_common.pdl(gpu),
+                    num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
+    # (z: x, or with a residual the h the first launch wrote, contiguous)
+    args = (_common.row_stride(x) if residual is None else n_cols, n_rows, n_cols)
+    return KernelCall(_norm_fp8_t_tile_kernel, (_common.cdiv(n_rows, block_m), _common.cdiv(n_cols, block_n)), args,
+                      switches, device)
 
 
 def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
@@ -388,16 +354,6 @@ def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, e
     h = x.new_empty((0,)) if residual is None else _common.new_output(x, plan.residual_dtype)
     stats = x.new_empty(plan.stats_shape if plan.stats_shape else (0,), dtype=torch.float32)
     q = data.view(torch.uint8) if x.device.type == "cpu" else data  # (EXACT_CAST writes the bits)
-    if transposed:
-        n_cols = x.shape[-1]
-        data_shape, scale_shape = plan.recipe.transposed_shapes(x.numel() // n_cols if n_cols else 0, n_cols)
-        data_t = x.new_empty(data_shape, dtype=fp8_dtype)
-        scale_t = x.new_empty(scale_shape, dtype=torch.float32)
-        qt = data_t.view(torch.uint8) if x.device.type == "cpu" else data_t
-        (kernel,) = plan.launches
-        kernel(launch, x, residual, h if residual is not None else None, q, qt, weight, bias,
-               stats if plan.stats_shape else None, scales, scale_t)
-        return data, scales, h, stats, data_t, scale_t
     amax = None
     if plan.amax_cells == 1:
         amax = x.new_zeros((1,), dtype=torch.float32)
@@ -407,9 +363,22 @@ def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, e
     # several pointers, one of them written, came back unwritten: the per-token scales, H100)
     stats_arg = stats if plan.stats_shape else None
     h_arg = h if residual is not None else None
-    for kernel in plan.launches:
-        kernel(launch, x, residual, h_arg, q, weight, bias, stats_arg, scales, amax, static_scale)
-    return data, scales, h, stats, x.new_empty((0,), dtype=fp8_dtype), x.new_empty((0,), dtype=torch.float32)
+    if not transposed:
+        for kernel in plan.launches:
+            kernel(launch, x, residual, h_arg, q, weight, bias, stats_arg, scales, amax, static_scale)
+        return data, scales, h, stats, x.new_empty((0,), dtype=fp8_dtype), x.new_empty((0,), dtype=torch.float32)
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols if n_cols else 0
+    data_shape, scale_shape = plan.recipe.transposed_shapes(n_rows, n_cols)
+    data_t = x.new_empty(data_shape, dtype=fp8_dtype)
+    scale_t = x.new_empty(scale_shape, dtype=torch.float32)
+    if stats_arg is None:  # (the statistics the copy's launch reads: not among the results)
+        stats_arg = x.new_empty((1 if rms else 2, n_rows), dtype=torch.float32)
+    rows, copy = plan.launches
+    rows(launch, x, residual, h_arg, q, weight, bias, stats_arg, scales, None, None)
+    copy(launch, x if residual is None else h, weight, bias, stats_arg,
+         data_t.view(torch.uint8) if x.device.type == "cpu" else data_t, scale_t)
+    return data, scales, h, stats, data_t, scale_t
 
 
 def _no_backward(*_):
