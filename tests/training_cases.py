@@ -85,7 +85,7 @@ def causal_softmax(x, scale):
     n_q, n_k = x.shape[-2:]
     hidden = torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).triu(1 + n_k - n_q)
     return TF.softmax((scale * x).masked_fill(hidden, float("-inf")), -1)
-BF16, FP32 = torch.bfloat16, torch.float32
+BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
 
 
 # ------------------------------------------------------------------------------ the cases, per op
@@ -232,6 +232,44 @@ def _coor_descent_on_device(dev):
             lambda s, k: F.coor_descent(s, n_iters=12, k=k, eps=0.05, eps_init=2.0, eps_decay=0.7, mask=mask))
 
 
+# (decisions: tests/test_launch_decisions.py) t(shape, dtype) -> a tensor; big: the benchmarks'
+# shapes and the limits around them (meta tensors), else small ones (the CPU)
+def _norm_decisions(label: str, args: Callable) -> Callable:
+    """The norms' cases at one set of shapes, ``args(x, w, dtype)`` their arguments from builders."""
+    def decisions(t, big):
+        shapes = ([(4096, 1024), (65536, 512), (2048, 4096), (8192, 8192), (2048, 16384), (4096, 32768),
+                   (1024, 131072), (512, 262144), (4, 300000)] if big else [(6, 300), (5, 70), (3, 40), (2, 9)])
+        out = {}
+        for m, d in shapes:
+            for dtype in (BF16, FP32) + ((FP16,) if (m, d) in ((8192, 8192), (5, 70)) else ()):
+                x = lambda m=m, d=d, dtype=dtype: t((m, d), dtype)  # noqa: E731
+                w = lambda d=d, dtype=dtype: t((d,), dtype)  # noqa: E731
+                out[f"{label} {m}x{d} {dtype}"] = lambda x=x, w=w, dtype=dtype: args(x, w, dtype)
+        return out
+    return decisions
+
+
+def _softmax_decisions(t, big):
+    shapes = [(4, 1024), (2, 4096), (1, 16384), (1, 32768), (1, 65536)] if big else [(2, 33), (1, 70), (3, 20)]
+    return {f"softmax{' causal' if causal else ''} {bh}x{n} {dtype}": lambda bh=bh, n=n, dtype=dtype, causal=causal: (
+        t((bh * n, n), dtype), None, n, n, causal, 1.0)
+        for bh, n in shapes for dtype in (BF16, FP32) for causal in (False, True)}
+
+
+def _weighted_sum_decisions(t, big):
+    shapes = ([(262144, 1024), (2048, 131072), (32, 262144), (4096, 4096), (3, 1000), (100000, 70)] if big
+              else [(9, 300), (3, 1000), (200, 70)])
+    return {f"weighted_sum {m}x{d} {dtype}": lambda m=m, d=d, dtype=dtype: (
+        t((m, d), dtype), t((d,), dtype), t((), dtype)) for m, d in shapes for dtype in (BF16, FP32)}
+
+
+def _coor_descent_decisions(t, big):
+    shapes = ([(256, 1024), (16, 32768), (16, 65536), (1024, 4096), (1, 100000)] if big
+              else [(3, 90), (1, 1000), (4, 40)])
+    return {f"coor_descent {m}x{n}": lambda m=m, n=n: (t((m, n), FP32), None, None, n / 8 * 9 / 8, 5, 0.03, 4.0, 0.7)
+            for m, n in shapes}
+
+
 # ------------------------------------------------------------------------------ the cards
 
 @dataclass(frozen=True)
@@ -266,6 +304,10 @@ class Card:
     # tests/test_devices.py (GPU: launches on the tensors' device and stream, CUDA graphs):
     # device -> (leaves, fn(*leaves) -> output), fresh random inputs each call
     on_device: Callable | None = None
+    # tests/test_launch_decisions.py: (t, big) -> {label: a builder of the kernel op's arguments},
+    # t(shape, dtype) a tensor; big for the GPUs' shapes (meta tensors), else the CPU's small ones.
+    # The labels are launch_decisions.json's keys: a new op's cases are recorded anew there.
+    decisions: Callable | None = None
 
 
 # (value_doors' inputs and the values they pass)
@@ -274,7 +316,8 @@ _S = lambda: randn_leaf(2, 6, device=DEVICE, grad=False)  # noqa: E731
 CD = {"n_iters": 3, "k": 2.0, "eps": 0.1}
 # norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
 CARDS = {card.name: card for card in (
-    Card("layer_norm", "norm", _norm_case, on_device=_layer_norm_on_device, doors={
+    Card("layer_norm", "norm", _norm_case, on_device=_layer_norm_on_device, decisions=_norm_decisions(
+        "layernorm", lambda x, w, dtype: (x(), w(), w(), 1e-5, False, False, False, False, dtype)), doors={
         "norm-layer": lambda dev: (_r(6, 300, device=dev), _r(300, device=dev), _r(300, device=dev),
                                    1e-5, False, True, False, False, FP32),
         "norm-layer-no-bias": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
@@ -303,7 +346,8 @@ CARDS = {card.name: card for card in (
                        lambda x, w, b, **kw: F.layer_norm(x, w, b, **kw),
                        lambda x, w, b: TF.layer_norm(x, (8,), w, b)),
     }),
-    Card("rms_norm", "norm", _norm_case, doors={
+    Card("rms_norm", "norm", _norm_case, decisions=_norm_decisions(
+        "rmsnorm", lambda x, w, dtype: (x(), w(), None, 1e-6, True, False, False, False, dtype)), doors={
         "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
                                  1e-6, True, False, True, False, FP32),
         "norm-rms-llama": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev, dtype=BF16), None,
@@ -330,7 +374,9 @@ CARDS = {card.name: card for card in (
                                  lambda x: TF.rms_norm(x, (8,))),
     }),
     # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
-    Card("add_rms_norm", "residual_norm", _norm_case, doors={
+    Card("add_rms_norm", "residual_norm", _norm_case, decisions=_norm_decisions(
+        "add_rmsnorm", lambda x, w, dtype: (x(), x(), w(), None, 1e-6, True, False, False, False, dtype, dtype)),
+        doors={
         "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
                                           _r(70, device=dev), None, 1e-6, True, False, False, False, BF16, FP32),
     }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0], references={
@@ -343,7 +389,9 @@ CARDS = {card.name: card for card in (
                               lambda x, r, w: (TF.rms_norm(x + r, (8,), w), x + r)),
     }),
     # one dtype: dx and dresidual are one tensor (returned once by the custom op)
-    Card("add_layer_norm", "residual_norm", _norm_case, doors={
+    Card("add_layer_norm", "residual_norm", _norm_case, decisions=_norm_decisions(
+        "add_layernorm", lambda x, w, dtype: (x(), x(), w(), w(), 1e-5, False, False, False, False, dtype, dtype)),
+        doors={
         "residual_norm-layer": lambda dev: (_r(6, 300, device=dev), _r(6, 300, device=dev), _r(300, device=dev),
                                             _r(300, device=dev), 1e-5, False, False, False, False, FP32, FP32),
     }, float64={
@@ -351,7 +399,7 @@ CARDS = {card.name: card for card in (
                                 lambda x, r, w, b, **kw: F.layer_norm(x, w, b, residual=r, **kw),
                                 lambda x, r, w, b: (TF.layer_norm(x + r, (8,), w, b), x + r)),
     }),
-    Card("softmax", "softmax", _softmax_case, on_device=_softmax_on_device, doors={
+    Card("softmax", "softmax", _softmax_case, on_device=_softmax_on_device, decisions=_softmax_decisions, doors={
         "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
                                 5, 15, True, 0.6),
     }, public_call=lambda x: F.softmax(x, causal=True), references={
@@ -375,7 +423,8 @@ CARDS = {card.name: card for card in (
                            lambda x, **kw: F.softmax(x, causal=True, scale=0.5, **kw),
                            lambda x: causal_softmax(x, 0.5)),
     }),
-    Card("weighted_sum", "weighted_sum", _weighted_sum_case, on_device=_weighted_sum_on_device, doors={
+    Card("weighted_sum", "weighted_sum", _weighted_sum_case, on_device=_weighted_sum_on_device,
+         decisions=_weighted_sum_decisions, doors={
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
     }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
         "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
@@ -389,7 +438,8 @@ CARDS = {card.name: card for card in (
                          lambda x, w, b, **kw: F.weighted_sum(x, w, b, **kw),
                          lambda x, w, b: TF.linear(x, w[None], b)[..., 0]),
     }),
-    Card("coor_descent", "coor_descent", _coor_descent_case, on_device=_coor_descent_on_device, doors={
+    Card("coor_descent", "coor_descent", _coor_descent_case, on_device=_coor_descent_on_device,
+         decisions=_coor_descent_decisions, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
                                      (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), None, 8, 0.03, 4.0, 0.7),
     }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0), references={
