@@ -270,6 +270,16 @@ def _coor_descent_decisions(t, big):
             for m, n in shapes}
 
 
+# (pdl_launches: tests/test_pdl.py) the norms' at short and long rows
+def _norm_pdl_launches(meta):
+    return [("norm", (meta(64, d), meta(d), None, 1e-6, True, False, False, False, BF16)) for d in (1024, 131072)]
+
+
+def _residual_norm_pdl_launches(meta):
+    return [("residual_norm", (meta(64, d), meta(64, d), meta(d), meta(d), 1e-5, False, False, False, False, BF16,
+                               BF16)) for d in (1024, 131072)]
+
+
 # ------------------------------------------------------------------------------ the cards
 
 @dataclass(frozen=True)
@@ -308,6 +318,10 @@ class Card:
     # t(shape, dtype) a tensor; big for the GPUs' shapes (meta tensors), else the CPU's small ones.
     # The labels are launch_decisions.json's keys: a new op's cases are recorded anew there.
     decisions: Callable | None = None
+    # tests/test_pdl.py: meta(*shape, dtype=bfloat16, grad=True) -> [(kernel op, its arguments)]:
+    # launches planned on meta tensors, which together launch every kernel of pdl_kernels' names
+    pdl_launches: Callable | None = None
+    pdl_kernels: tuple = ()
 
 
 # (value_doors' inputs and the values they pass)
@@ -347,7 +361,9 @@ CARDS = {card.name: card for card in (
                        lambda x, w, b: TF.layer_norm(x, (8,), w, b)),
     }),
     Card("rms_norm", "norm", _norm_case, decisions=_norm_decisions(
-        "rmsnorm", lambda x, w, dtype: (x(), w(), None, 1e-6, True, False, False, False, dtype)), doors={
+        "rmsnorm", lambda x, w, dtype: (x(), w(), None, 1e-6, True, False, False, False, dtype)),
+        pdl_launches=_norm_pdl_launches, pdl_kernels=("_norm_fwd_kernel", "_norm_bwd_kernel", "_partials_sum_kernel",
+                                                      "_norm_fwd_split_kernel", "_norm_bwd_split_kernel"), doors={
         "norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
                                  1e-6, True, False, True, False, FP32),
         "norm-rms-llama": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev, dtype=BF16), None,
@@ -391,7 +407,7 @@ CARDS = {card.name: card for card in (
     # one dtype: dx and dresidual are one tensor (returned once by the custom op)
     Card("add_layer_norm", "residual_norm", _norm_case, decisions=_norm_decisions(
         "add_layernorm", lambda x, w, dtype: (x(), x(), w(), w(), 1e-5, False, False, False, False, dtype, dtype)),
-        doors={
+        pdl_launches=_residual_norm_pdl_launches, doors={
         "residual_norm-layer": lambda dev: (_r(6, 300, device=dev), _r(6, 300, device=dev), _r(300, device=dev),
                                             _r(300, device=dev), 1e-5, False, False, False, False, FP32, FP32),
     }, float64={
@@ -399,7 +415,9 @@ CARDS = {card.name: card for card in (
                                 lambda x, r, w, b, **kw: F.layer_norm(x, w, b, residual=r, **kw),
                                 lambda x, r, w, b: (TF.layer_norm(x + r, (8,), w, b), x + r)),
     }),
-    Card("softmax", "softmax", _softmax_case, on_device=_softmax_on_device, decisions=_softmax_decisions, doors={
+    Card("softmax", "softmax", _softmax_case, on_device=_softmax_on_device, decisions=_softmax_decisions,
+         pdl_launches=lambda meta: [("softmax", (meta(8 * 64, 64), None, 64, 64, True, 1.0))],
+         pdl_kernels=("_softmax_fwd_kernel", "_softmax_bwd_kernel"), doors={
         "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
                                 5, 15, True, 0.6),
     }, public_call=lambda x: F.softmax(x, causal=True), references={
@@ -424,7 +442,9 @@ CARDS = {card.name: card for card in (
                            lambda x: causal_softmax(x, 0.5)),
     }),
     Card("weighted_sum", "weighted_sum", _weighted_sum_case, on_device=_weighted_sum_on_device,
-         decisions=_weighted_sum_decisions, doors={
+         decisions=_weighted_sum_decisions,
+         pdl_launches=lambda meta: [("weighted_sum", (meta(64, 1024), meta(1024), meta()))],
+         pdl_kernels=("_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel"), doors={
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
     }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
         "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
@@ -439,7 +459,9 @@ CARDS = {card.name: card for card in (
                          lambda x, w, b: TF.linear(x, w[None], b)[..., 0]),
     }),
     Card("coor_descent", "coor_descent", _coor_descent_case, on_device=_coor_descent_on_device,
-         decisions=_coor_descent_decisions, doors={
+         decisions=_coor_descent_decisions, pdl_launches=lambda meta: [
+             ("coor_descent", (meta(4, 1000, dtype=FP32), None, None, 100.0, 5, 0.03, 4.0, 0.7))],
+         pdl_kernels=("_coor_descent_fwd_kernel", "_coor_descent_bwd_kernel"), doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
                                      (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), None, 8, 0.03, 4.0, 0.7),
     }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0), references={
@@ -467,7 +489,9 @@ CARDS = {card.name: card for card in (
                          lambda s, **kw: F.coor_descent(s, n_iters=3, k=2.0, **kw),
                          lambda s: reference.coor_descent(s, 3, 2.0, 0.1, None, 1.0, None)),
     }),
-    Card("rms_norm_fp8", None, _norm_fp8_case),
+    Card("rms_norm_fp8", None, _norm_fp8_case, pdl_launches=lambda meta: [("norm_fp8", (
+        meta(64, 1024, grad=False), None, meta(1024, grad=False), None, None, 1e-6, True, False, False, BF16,
+        torch.float8_e4m3fn, "per_tensor", False, 0.0, False, False, False))], pdl_kernels=("_norm_fp8_kernel",)),
     Card("layer_norm_fp8", None, _norm_fp8_case),
 )}
 OPS = tuple(CARDS)
