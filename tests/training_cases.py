@@ -280,6 +280,23 @@ def _residual_norm_pdl_launches(meta):
                                BF16)) for d in (1024, 131072)]
 
 
+# (tp_rows: tests/test_tensor_parallel.py)
+def _weighted_sum_tp_rows(device, shard):
+    from torch.distributed.tensor import Replicate, Shard
+    x, w, b = torch.randn(5, 3, 16, device=device), torch.randn(16, device=device), torch.randn(1, device=device)
+    return lambda x, w, b: F.weighted_sum(x, w, b), (x, w, b), (Shard(0), Replicate(), Replicate())
+
+
+def _coor_descent_tp_rows(device, shard):
+    from torch.distributed.tensor import DTensor, Shard
+    s = torch.randn(5, 3, 16, device=device)
+    k = 1.5 + torch.rand(5, 3, device=device)
+    mask = torch.rand(5, 3, 16, device=device) < 0.9
+    dmask = shard(mask)
+    return (lambda s, k: F.coor_descent(s, n_iters=3, k=k, eps=0.3, mask=dmask if isinstance(s, DTensor) else mask),
+            (s, k), (Shard(0), Shard(0)))
+
+
 # ------------------------------------------------------------------------------ the cards
 
 @dataclass(frozen=True)
@@ -322,6 +339,9 @@ class Card:
     # launches planned on meta tensors, which together launch every kernel of pdl_kernels' names
     pdl_launches: Callable | None = None
     pdl_kernels: tuple = ()
+    # tests/test_tensor_parallel.py: an op on row-sharded inputs (data-sharded DTensors),
+    # (device, shard) -> (fn, its values, each value's placement), shard(t) a DTensor of t's rows
+    tp_rows: Callable | None = None
 
 
 # (value_doors' inputs and the values they pass)
@@ -444,7 +464,7 @@ CARDS = {card.name: card for card in (
     Card("weighted_sum", "weighted_sum", _weighted_sum_case, on_device=_weighted_sum_on_device,
          decisions=_weighted_sum_decisions,
          pdl_launches=lambda meta: [("weighted_sum", (meta(64, 1024), meta(1024), meta()))],
-         pdl_kernels=("_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel"), doors={
+         pdl_kernels=("_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel"), tp_rows=_weighted_sum_tp_rows, doors={
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
     }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
         "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
@@ -461,7 +481,7 @@ CARDS = {card.name: card for card in (
     Card("coor_descent", "coor_descent", _coor_descent_case, on_device=_coor_descent_on_device,
          decisions=_coor_descent_decisions, pdl_launches=lambda meta: [
              ("coor_descent", (meta(4, 1000, dtype=FP32), None, None, 100.0, 5, 0.03, 4.0, 0.7))],
-         pdl_kernels=("_coor_descent_fwd_kernel", "_coor_descent_bwd_kernel"), doors={
+         pdl_kernels=("_coor_descent_fwd_kernel", "_coor_descent_bwd_kernel"), tp_rows=_coor_descent_tp_rows, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
                                      (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), None, 8, 0.03, 4.0, 0.7),
     }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0), references={
