@@ -331,6 +331,9 @@ class Card:
     # tests/test_devices.py (GPU: launches on the tensors' device and stream, CUDA graphs):
     # device -> (leaves, fn(*leaves) -> output), fresh random inputs each call
     on_device: Callable | None = None
+    # tests/test_devices.py (two GPUs): (its call(x, w), the pattern of its ValueError) for x of
+    # (4, 16) on cuda:0 and w of (16,) on cuda:1: the error names both devices
+    two_devices: tuple | None = None
     # tests/test_launch_decisions.py: (t, big) -> {label: a builder of the kernel op's arguments},
     # t(shape, dtype) a tensor; big for the GPUs' shapes (meta tensors), else the CPU's small ones.
     # The labels are launch_decisions.json's keys: a new op's cases are recorded anew there.
@@ -350,7 +353,8 @@ _S = lambda: randn_leaf(2, 6, device=DEVICE, grad=False)  # noqa: E731
 CD = {"n_iters": 3, "k": 2.0, "eps": 0.1}
 # norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
 CARDS = {card.name: card for card in (
-    Card("layer_norm", "norm", _norm_case, on_device=_layer_norm_on_device, decisions=_norm_decisions(
+    Card("layer_norm", "norm", _norm_case, on_device=_layer_norm_on_device,
+         two_devices=(F.layer_norm, r"x on cuda:0.*weight on cuda:1"), decisions=_norm_decisions(
         "layernorm", lambda x, w, dtype: (x(), w(), w(), 1e-5, False, False, False, False, dtype)), doors={
         "norm-layer": lambda dev: (_r(6, 300, device=dev), _r(300, device=dev), _r(300, device=dev),
                                    1e-5, False, True, False, False, FP32),
@@ -462,6 +466,7 @@ CARDS = {card.name: card for card in (
                            lambda x: causal_softmax(x, 0.5)),
     }),
     Card("weighted_sum", "weighted_sum", _weighted_sum_case, on_device=_weighted_sum_on_device,
+         two_devices=(F.weighted_sum, r"cuda:0.*cuda:1"),
          decisions=_weighted_sum_decisions,
          pdl_launches=lambda meta: [("weighted_sum", (meta(64, 1024), meta(1024), meta()))],
          pdl_kernels=("_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel"), tp_rows=_weighted_sum_tp_rows, doors={
