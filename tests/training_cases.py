@@ -297,6 +297,12 @@ def _coor_descent_tp_rows(device, shard):
             (s, k), (Shard(0), Shard(0)))
 
 
+# (penalty_modules: tests/test_training_setups.py)
+def _weighted_sum_penalty(device):
+    ours = WeightedSum(24).to(device)
+    return ours, lambda x: TF.linear(x, ours.weight[None], ours.bias)[..., 0]
+
+
 # ------------------------------------------------------------------------------ the cards
 
 @dataclass(frozen=True)
@@ -317,6 +323,12 @@ class Card:
     # second derivatives: the double backward's torch ops), name -> (the reference, its
     # arguments from r(*shape), a float64 leaf, and the generator g)
     references: dict = field(default_factory=dict)
+    # tests/test_training_setups.py: a gradient penalty through its module, module name ->
+    # device -> (ours, the torch layer or definition it must match)
+    penalty_modules: dict = field(default_factory=dict)
+    # tests/test_training_setups.py: (x of (3, 5, 24), w of (24,)) -> [(an output, the shape it
+    # must have)], called under FakeTensorMode
+    fake_shapes: Callable | None = None
     # tests/test_integrations.py: its module (use_triton -> the layer), under autocast(bfloat16)
     # with fp32 parameters; a norm's autocast_bf16(module, x), what it computes there: the same
     # call outside autocast with out_dtype=bfloat16 (a module without it keeps x's dtype)
@@ -362,7 +374,9 @@ CARDS = {card.name: card for card in (
                                            1e-5, False, False, False, False, BF16),
     }, public_call=lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device)), references={
         "norm": (lambda x, w, b: reference.norm(x, w, b, 1e-5), lambda r, g: (r(3, 6), r(6), r(6))),
-    }, layer=lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
+    }, penalty_modules={"TritonLayerNorm": lambda d: (TritonLayerNorm(24).to(d), torch.nn.LayerNorm(24).to(d))},
+        fake_shapes=lambda x, w: [(F.layer_norm(x, w, w), x.shape)],
+        layer=lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
         autocast_bf16=lambda m, x: F.layer_norm(x, m.weight, m.bias, m.eps, use_triton=m.use_triton,
                                                 out_dtype=torch.bfloat16), value_doors={
         # (the norms' eps: both norms' doors, on this card)
@@ -396,7 +410,8 @@ CARDS = {card.name: card for card in (
         "norm stable unit_offset": (
             lambda x, w: reference.norm(x, w, None, 1e-5, rms=True, stable=True, unit_offset=True),
             lambda r, g: (r(3, 6), r(6))),
-    }, layer=lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
+    }, penalty_modules={"TritonRMSNorm": lambda d: (TritonRMSNorm(24).to(d), torch.nn.RMSNorm(24).to(d))},
+        layer=lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
         autocast_bf16=lambda m, x: F.rms_norm(x, m.weight, m.eps, use_triton=m.use_triton,
                                               out_dtype=torch.bfloat16), value_doors={
         "unit_offset": ({
@@ -419,7 +434,8 @@ CARDS = {card.name: card for card in (
         doors={
         "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
                                           _r(70, device=dev), None, 1e-6, True, False, False, False, BF16, FP32),
-    }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0], references={
+    }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0],
+        fake_shapes=lambda x, w: [(t, x.shape) for t in F.rms_norm(x, w, residual=x)], references={
         "rms_norm+residual": (
             lambda x, r, w: torch.cat(reference.norm(x, w, None, 1e-5, rms=True, residual=r), -1),
             lambda r, g: (r(3, 6), r(3, 6), r(6))),
@@ -446,7 +462,10 @@ CARDS = {card.name: card for card in (
                                 5, 15, True, 0.6),
     }, public_call=lambda x: F.softmax(x, causal=True), references={
         "softmax": (lambda x: reference.softmax(x, True, 0.7, None), lambda r, g: (r(2, 3, 5),)),
-    }, layer=lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton), value_doors={
+    }, penalty_modules={"CausalSoftmax": lambda d: (CausalSoftmax().to(d),
+                                                    lambda x: reference.softmax(x, True, None, None))},
+        fake_shapes=lambda x, w: [(F.softmax(x, causal=True), x.shape)],
+        layer=lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton), value_doors={
         "causal": ({
             "F.softmax": lambda v: F.softmax(_S(), causal=v),
             "CausalSoftmax": lambda v: CausalSoftmax(causal=v),
@@ -473,7 +492,9 @@ CARDS = {card.name: card for card in (
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
     }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
         "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
-    }, layer=lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton), value_doors={
+    }, penalty_modules={"WeightedSum": _weighted_sum_penalty},
+        fake_shapes=lambda x, w: [(F.weighted_sum(x, w), x.shape[:-1])],
+        layer=lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton), value_doors={
         "use_triton": ({
             "F.weighted_sum": lambda v: F.weighted_sum(_S(), torch.ones(6, device=DEVICE), use_triton=v),
             "WeightedSum": lambda v: WeightedSum(6, use_triton=v),
@@ -489,7 +510,8 @@ CARDS = {card.name: card for card in (
          pdl_kernels=("_coor_descent_fwd_kernel", "_coor_descent_bwd_kernel"), tp_rows=_coor_descent_tp_rows, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
                                      (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), None, 8, 0.03, 4.0, 0.7),
-    }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0), references={
+    }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0),
+        fake_shapes=lambda x, w: [(F.coor_descent(x, n_iters=2, k=2.0), x.shape)], references={
         "coor_descent": (lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
                          lambda r, g: (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5)
                                        .requires_grad_())),
