@@ -319,6 +319,12 @@ class Card:
     doors: dict = field(default_factory=dict)
     # tests/test_doors.py: a public call of an N-D x that reaches the kernel op
     public_call: Callable | None = None
+    # tests/test_doors.py: calls whose plan is found again, case -> (r(*shape), a bool mask of
+    # (2, 24)) -> (fn, its inputs): bitwise what planning gave
+    planned_calls: dict = field(default_factory=dict)
+    # tests/test_doors.py: under torch.func's grad and vmap, w of (24,) -> (ours(t), the
+    # reference(t)) for t of (3, 5, 24) (or one sample of it, under vmap)
+    under_func: Callable | None = None
     # tests/test_training_setups.py: references in float64 (where gradgradcheck checks their own
     # second derivatives: the double backward's torch ops), name -> (the reference, its
     # arguments from r(*shape), a float64 leaf, and the generator g)
@@ -372,7 +378,9 @@ CARDS = {card.name: card for card in (
                                    1e-5, False, True, False, False, FP32),
         "norm-layer-no-bias": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(70, device=dev), None,
                                            1e-5, False, False, False, False, BF16),
-    }, public_call=lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device)), references={
+    }, public_call=lambda x: F.layer_norm(x, torch.randn(x.shape[-1], device=x.device)), planned_calls={
+        "layer_norm": lambda r, mask: (lambda x, w, b: F.layer_norm(x, w, b), (r(3, 5, 24), 1 + r(24), r(24))),
+    }, under_func=lambda w: (lambda t: F.layer_norm(t, w), lambda t: TF.layer_norm(t, (24,), w)), references={
         "norm": (lambda x, w, b: reference.norm(x, w, b, 1e-5), lambda r, g: (r(3, 6), r(6), r(6))),
     }, penalty_modules={"TritonLayerNorm": lambda d: (TritonLayerNorm(24).to(d), torch.nn.LayerNorm(24).to(d))},
         fake_shapes=lambda x, w: [(F.layer_norm(x, w, w), x.shape)],
@@ -435,7 +443,11 @@ CARDS = {card.name: card for card in (
         "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
                                           _r(70, device=dev), None, 1e-6, True, False, False, False, BF16, FP32),
     }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0],
-        fake_shapes=lambda x, w: [(t, x.shape) for t in F.rms_norm(x, w, residual=x)], references={
+        fake_shapes=lambda x, w: [(t, x.shape) for t in F.rms_norm(x, w, residual=x)], planned_calls={
+        "rms_norm+residual": lambda r, mask: (
+            lambda x, res, w: F.rms_norm(x, w, residual=res, residual_dtype=torch.float32)[0],
+            (r(6, 24), r(6, 24), 1 + r(24))),
+    }, references={
         "rms_norm+residual": (
             lambda x, r, w: torch.cat(reference.norm(x, w, None, 1e-5, rms=True, residual=r), -1),
             lambda r, g: (r(3, 6), r(3, 6), r(6))),
@@ -460,7 +472,11 @@ CARDS = {card.name: card for card in (
          pdl_kernels=("_softmax_fwd_kernel", "_softmax_bwd_kernel"), doors={
         "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
                                 5, 15, True, 0.6),
-    }, public_call=lambda x: F.softmax(x, causal=True), references={
+    }, public_call=lambda x: F.softmax(x, causal=True), planned_calls={
+        "softmax causal+mask": lambda r, mask: (
+            lambda x: F.softmax(x, causal=True, scale=0.3, key_padding_mask=mask), (r(2, 3, 7, 24),)),
+    }, under_func=lambda w: (lambda t: F.softmax(t, causal=True, scale=0.5),
+                             lambda t: reference.softmax(t, True, 0.5, None)), references={
         "softmax": (lambda x: reference.softmax(x, True, 0.7, None), lambda r, g: (r(2, 3, 5),)),
     }, penalty_modules={"CausalSoftmax": lambda d: (CausalSoftmax().to(d),
                                                     lambda x: reference.softmax(x, True, None, None))},
@@ -490,7 +506,11 @@ CARDS = {card.name: card for card in (
          pdl_launches=lambda meta: [("weighted_sum", (meta(64, 1024), meta(1024), meta()))],
          pdl_kernels=("_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel"), tp_rows=_weighted_sum_tp_rows, doors={
         "weighted_sum": lambda dev: (_r(9, 300, device=dev), _r(300, device=dev), _r(device=dev)),
-    }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), references={
+    }, public_call=lambda x: F.weighted_sum(x, torch.randn(x.shape[-1], device=x.device)), planned_calls={
+        "weighted_sum bias (1,)": lambda r, mask: (lambda x, w, b: F.weighted_sum(x, w, b),
+                                                   (r(4, 5, 24), r(24), r(1))),
+    }, under_func=lambda w: (lambda t: F.weighted_sum(t, w), lambda t: reference.weighted_sum(t, w, None)),
+        references={
         "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
     }, penalty_modules={"WeightedSum": _weighted_sum_penalty},
         fake_shapes=lambda x, w: [(F.weighted_sum(x, w), x.shape[:-1])],
@@ -510,7 +530,12 @@ CARDS = {card.name: card for card in (
          pdl_kernels=("_coor_descent_fwd_kernel", "_coor_descent_bwd_kernel"), tp_rows=_coor_descent_tp_rows, doors={
         "coor_descent": lambda dev: (_r(3, 90, device=dev), torch.rand(3, 90, device=dev) > 0.2,
                                      (torch.rand(3, device=dev) * 20 + 2).requires_grad_(), None, 8, 0.03, 4.0, 0.7),
-    }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0),
+    }, public_call=lambda x: F.coor_descent(x, n_iters=2, k=3.0), planned_calls={
+        "coor_descent k per row+mask": lambda r, mask: (
+            lambda s, k: F.coor_descent(s, n_iters=3, k=k, mask=mask[:, None, :].expand(2, 3, 24).contiguous()),
+            (r(2, 3, 24), 1 + r(2, 1).abs())),
+    }, under_func=lambda w: (lambda t: F.coor_descent(t, n_iters=3, k=2.0),
+                             lambda t: reference.coor_descent(t, 3, 2.0, 0.1, None, 1.0, None)),
         fake_shapes=lambda x, w: [(F.coor_descent(x, n_iters=2, k=2.0), x.shape)], references={
         "coor_descent": (lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
                          lambda r, g: (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5)
