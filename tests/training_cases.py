@@ -303,6 +303,22 @@ def _weighted_sum_penalty(device):
     return ours, lambda x: TF.linear(x, ours.weight[None], ours.bias)[..., 0]
 
 
+# (zoo_modules: tests/test_subclass_zoo.py) weights away from 1, biases away from 0
+def _layer_norm_zoo(r):
+    ln = TritonLayerNorm(24).to(DEVICE)
+    with torch.no_grad():
+        ln.weight.copy_(1 + 0.3 * r(24))
+        ln.bias.copy_(r(24))
+    return [("TritonLayerNorm", ln, (r(2, 5, 24),), {})]
+
+
+def _rms_norm_zoo(r):
+    rms = TritonRMSNorm(24).to(DEVICE)
+    with torch.no_grad():
+        rms.weight.copy_(1 + 0.3 * r(24))
+    return [("TritonRMSNorm", rms, (r(2, 5, 24),), {}), ("TritonRMSNorm+residual", rms, (r(2, 5, 24), r(2, 5, 24)), {})]
+
+
 # ------------------------------------------------------------------------------ the cards
 
 @dataclass(frozen=True)
@@ -340,6 +356,14 @@ class Card:
     # call outside autocast with out_dtype=bfloat16 (a module without it keeps x's dtype)
     layer: Callable | None = None
     autocast_bf16: Callable | None = None
+    # tests/test_subclass_zoo.py: its modules on each kind of tensor subclass, r(*shape) ->
+    # [(name, module, inputs, keyword arguments)]; r draws their inputs and parameters
+    zoo_modules: Callable | None = None
+    # tests/test_subclass_zoo.py: on fake and meta tensors, (factory(shape, requires_grad), w of
+    # (24,)) -> (the main input's shape, call(x) -> one output)
+    meta_call: Callable | None = None
+    # tests/test_subclass_zoo.py: a call of a jagged NestedTensor nt of (2, j, 24) (a TypeError)
+    jagged_call: Callable | None = None
     # tests/test_bad_inputs.py: its plain values, argument -> (its doors: name -> a call with the
     # value, [(bad value, the exception)]): the op, the module and the reference raise alike
     value_doors: dict = field(default_factory=dict)
@@ -383,7 +407,9 @@ CARDS = {card.name: card for card in (
     }, under_func=lambda w: (lambda t: F.layer_norm(t, w), lambda t: TF.layer_norm(t, (24,), w)), references={
         "norm": (lambda x, w, b: reference.norm(x, w, b, 1e-5), lambda r, g: (r(3, 6), r(6), r(6))),
     }, penalty_modules={"TritonLayerNorm": lambda d: (TritonLayerNorm(24).to(d), torch.nn.LayerNorm(24).to(d))},
-        fake_shapes=lambda x, w: [(F.layer_norm(x, w, w), x.shape)],
+        fake_shapes=lambda x, w: [(F.layer_norm(x, w, w), x.shape)], zoo_modules=_layer_norm_zoo,
+        meta_call=lambda factory, w: ((4, 24), lambda x: F.layer_norm(x, w, factory((24,), True))),
+        jagged_call=lambda nt: F.layer_norm(nt, torch.ones(24, device=DEVICE)),
         layer=lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
         autocast_bf16=lambda m, x: F.layer_norm(x, m.weight, m.bias, m.eps, use_triton=m.use_triton,
                                                 out_dtype=torch.bfloat16), value_doors={
@@ -419,6 +445,8 @@ CARDS = {card.name: card for card in (
             lambda x, w: reference.norm(x, w, None, 1e-5, rms=True, stable=True, unit_offset=True),
             lambda r, g: (r(3, 6), r(6))),
     }, penalty_modules={"TritonRMSNorm": lambda d: (TritonRMSNorm(24).to(d), torch.nn.RMSNorm(24).to(d))},
+        zoo_modules=_rms_norm_zoo, meta_call=lambda factory, w: ((4, 24), lambda x: F.rms_norm(x, w)),
+        jagged_call=lambda nt: F.rms_norm(nt, torch.ones(24, device=DEVICE)),
         layer=lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
         autocast_bf16=lambda m, x: F.rms_norm(x, m.weight, m.eps, use_triton=m.use_triton,
                                               out_dtype=torch.bfloat16), value_doors={
@@ -443,7 +471,9 @@ CARDS = {card.name: card for card in (
         "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
                                           _r(70, device=dev), None, 1e-6, True, False, False, False, BF16, FP32),
     }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0],
-        fake_shapes=lambda x, w: [(t, x.shape) for t in F.rms_norm(x, w, residual=x)], planned_calls={
+        fake_shapes=lambda x, w: [(t, x.shape) for t in F.rms_norm(x, w, residual=x)],
+        meta_call=lambda factory, w: ((4, 24), lambda x: F.rms_norm(x, w, residual=factory((4, 24), True))[0]),
+        planned_calls={
         "rms_norm+residual": lambda r, mask: (
             lambda x, res, w: F.rms_norm(x, w, residual=res, residual_dtype=torch.float32)[0],
             (r(6, 24), r(6, 24), 1 + r(24))),
@@ -481,6 +511,9 @@ CARDS = {card.name: card for card in (
     }, penalty_modules={"CausalSoftmax": lambda d: (CausalSoftmax().to(d),
                                                     lambda x: reference.softmax(x, True, None, None))},
         fake_shapes=lambda x, w: [(F.softmax(x, causal=True), x.shape)],
+        zoo_modules=lambda r: [("CausalSoftmax", CausalSoftmax(), (r(2, 3, 7, 7),), {})],
+        meta_call=lambda factory, w: ((2, 3, 5, 5), lambda x: F.softmax(x, causal=True)),
+        jagged_call=lambda nt: F.softmax(nt, causal=True),
         layer=lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton), value_doors={
         "causal": ({
             "F.softmax": lambda v: F.softmax(_S(), causal=v),
@@ -514,6 +547,9 @@ CARDS = {card.name: card for card in (
         "weighted_sum": (lambda x, w, b: reference.weighted_sum(x, w, b), lambda r, g: (r(3, 6), r(6), r(()))),
     }, penalty_modules={"WeightedSum": _weighted_sum_penalty},
         fake_shapes=lambda x, w: [(F.weighted_sum(x, w), x.shape[:-1])],
+        zoo_modules=lambda r: [("WeightedSum", WeightedSum(24).to(DEVICE), (r(2, 5, 24),), {})],
+        meta_call=lambda factory, w: ((4, 24), lambda x: F.weighted_sum(x, w, factory((1,), True))),
+        jagged_call=lambda nt: F.weighted_sum(nt, torch.ones(24, device=DEVICE)),
         layer=lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton), value_doors={
         "use_triton": ({
             "F.weighted_sum": lambda v: F.weighted_sum(_S(), torch.ones(6, device=DEVICE), use_triton=v),
@@ -536,7 +572,11 @@ CARDS = {card.name: card for card in (
             (r(2, 3, 24), 1 + r(2, 1).abs())),
     }, under_func=lambda w: (lambda t: F.coor_descent(t, n_iters=3, k=2.0),
                              lambda t: reference.coor_descent(t, 3, 2.0, 0.1, None, 1.0, None)),
-        fake_shapes=lambda x, w: [(F.coor_descent(x, n_iters=2, k=2.0), x.shape)], references={
+        fake_shapes=lambda x, w: [(F.coor_descent(x, n_iters=2, k=2.0), x.shape)],
+        zoo_modules=lambda r: [("CoordinateDescentRouter", CoordinateDescentRouter(24, n_iters=3).to(DEVICE),
+                                (r(2, 11, 24),), {"num_tokens": 4})],
+        meta_call=lambda factory, w: ((4, 24), lambda x: F.coor_descent(x, n_iters=2, k=2.0)),
+        jagged_call=lambda nt: F.coor_descent(nt, n_iters=2, k=2.0), references={
         "coor_descent": (lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
                          lambda r, g: (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5)
                                        .requires_grad_())),
