@@ -319,6 +319,13 @@ def _rms_norm_zoo(r):
     return [("TritonRMSNorm", rms, (r(2, 5, 24),), {}), ("TritonRMSNorm+residual", rms, (r(2, 5, 24), r(2, 5, 24)), {})]
 
 
+# (default_modules: tests/test_default_devices.py)
+def _router_on_meta(module, x, scores):
+    out = module(x, num_tokens=2)
+    assert out.routed_tokens.shape == (2, 2, 2, 8)
+    return out.routed_tokens
+
+
 # ------------------------------------------------------------------------------ the cards
 
 @dataclass(frozen=True)
@@ -370,6 +377,16 @@ class Card:
     # tests/test_default_devices.py: float64 through it, name -> (inputs, ours(*inputs,
     # use_triton=...), torch's definition(*inputs)); small shapes (gradcheck)
     float64: dict = field(default_factory=dict)
+    # tests/test_default_devices.py: its modules built under a default device or dtype, name ->
+    # (ours(), what torch would build in its place or None, how many parameters, a run on meta
+    # (module, x of (2, 5, 8), scores of (2, 5, 5)) -> an output)
+    default_modules: dict = field(default_factory=dict)
+    # tests/test_default_devices.py: an fp32 x of (3, 8) with one float64 argument, name ->
+    # (call(x, w, use_triton=...), the argument its error names)
+    mixed_float64: dict = field(default_factory=dict)
+    # tests/test_default_devices.py: float64 modules against torch's, name -> (torch's layer(dim),
+    # ours(dim, **kwargs) that loads its state_dict, torch's output as ours gives it)
+    float64_modules: dict = field(default_factory=dict)
     # tests/test_devices.py (GPU: launches on the tensors' device and stream, CUDA graphs):
     # device -> (leaves, fn(*leaves) -> output), fresh random inputs each call
     on_device: Callable | None = None
@@ -409,7 +426,15 @@ CARDS = {card.name: card for card in (
     }, penalty_modules={"TritonLayerNorm": lambda d: (TritonLayerNorm(24).to(d), torch.nn.LayerNorm(24).to(d))},
         fake_shapes=lambda x, w: [(F.layer_norm(x, w, w), x.shape)], zoo_modules=_layer_norm_zoo,
         meta_call=lambda factory, w: ((4, 24), lambda x: F.layer_norm(x, w, factory((24,), True))),
-        jagged_call=lambda nt: F.layer_norm(nt, torch.ones(24, device=DEVICE)),
+        jagged_call=lambda nt: F.layer_norm(nt, torch.ones(24, device=DEVICE)), default_modules={
+        "layer_norm": (lambda: TritonLayerNorm(8), lambda: torch.nn.LayerNorm(8), 2, lambda m, x, s: m(x)),
+        "layer_norm_no_bias": (lambda: TritonLayerNorm((2, 4), bias=False),
+                               lambda: torch.nn.LayerNorm((2, 4), bias=False), 1,
+                               lambda m, x, s: m(x.reshape(2, 5, 2, 4))),
+    }, mixed_float64={
+        "weight": (lambda x, w, **kw: F.layer_norm(x, w.double(), **kw), "weight"),
+        "bias": (lambda x, w, **kw: F.layer_norm(x, w, w.double(), **kw), "bias"),
+    }, float64_modules={"layer_norm": (torch.nn.LayerNorm, TritonLayerNorm, lambda y: y)},
         layer=lambda use_triton: TritonLayerNorm(24, bias=True, use_triton=use_triton),
         autocast_bf16=lambda m, x: F.layer_norm(x, m.weight, m.bias, m.eps, use_triton=m.use_triton,
                                                 out_dtype=torch.bfloat16), value_doors={
@@ -446,7 +471,12 @@ CARDS = {card.name: card for card in (
             lambda r, g: (r(3, 6), r(6))),
     }, penalty_modules={"TritonRMSNorm": lambda d: (TritonRMSNorm(24).to(d), torch.nn.RMSNorm(24).to(d))},
         zoo_modules=_rms_norm_zoo, meta_call=lambda factory, w: ((4, 24), lambda x: F.rms_norm(x, w)),
-        jagged_call=lambda nt: F.rms_norm(nt, torch.ones(24, device=DEVICE)),
+        jagged_call=lambda nt: F.rms_norm(nt, torch.ones(24, device=DEVICE)), default_modules={
+        "rms_norm": (lambda: TritonRMSNorm(8), lambda: torch.nn.RMSNorm(8), 1, lambda m, x, s: m(x)),
+        "rms_norm_unit_offset": (lambda: TritonRMSNorm(8, unit_offset=True), None, 1, lambda m, x, s: m(x)),
+    }, mixed_float64={"out_dtype": (lambda x, w, **kw: F.rms_norm(x, w, out_dtype=torch.float64, **kw), "out_dtype")},
+        # (eps=None: float64's epsilon, as torch)
+        float64_modules={"rms_norm": (torch.nn.RMSNorm, TritonRMSNorm, lambda y: y)},
         layer=lambda use_triton: TritonRMSNorm(24, use_triton=use_triton),
         autocast_bf16=lambda m, x: F.rms_norm(x, m.weight, m.eps, use_triton=m.use_triton,
                                               out_dtype=torch.bfloat16), value_doors={
@@ -473,6 +503,7 @@ CARDS = {card.name: card for card in (
     }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0],
         fake_shapes=lambda x, w: [(t, x.shape) for t in F.rms_norm(x, w, residual=x)],
         meta_call=lambda factory, w: ((4, 24), lambda x: F.rms_norm(x, w, residual=factory((4, 24), True))[0]),
+        mixed_float64={"residual": (lambda x, w, **kw: F.rms_norm(x, w, residual=x.double(), **kw), "residual")},
         planned_calls={
         "rms_norm+residual": lambda r, mask: (
             lambda x, res, w: F.rms_norm(x, w, residual=res, residual_dtype=torch.float32)[0],
@@ -514,6 +545,7 @@ CARDS = {card.name: card for card in (
         zoo_modules=lambda r: [("CausalSoftmax", CausalSoftmax(), (r(2, 3, 7, 7),), {})],
         meta_call=lambda factory, w: ((2, 3, 5, 5), lambda x: F.softmax(x, causal=True)),
         jagged_call=lambda nt: F.softmax(nt, causal=True),
+        default_modules={"softmax": (lambda: CausalSoftmax(), None, 0, lambda m, x, s: m(s))},
         layer=lambda use_triton: CausalSoftmax(scale=0.3, use_triton=use_triton), value_doors={
         "causal": ({
             "F.softmax": lambda v: F.softmax(_S(), causal=v),
@@ -549,7 +581,11 @@ CARDS = {card.name: card for card in (
         fake_shapes=lambda x, w: [(F.weighted_sum(x, w), x.shape[:-1])],
         zoo_modules=lambda r: [("WeightedSum", WeightedSum(24).to(DEVICE), (r(2, 5, 24),), {})],
         meta_call=lambda factory, w: ((4, 24), lambda x: F.weighted_sum(x, w, factory((1,), True))),
-        jagged_call=lambda nt: F.weighted_sum(nt, torch.ones(24, device=DEVICE)),
+        jagged_call=lambda nt: F.weighted_sum(nt, torch.ones(24, device=DEVICE)), default_modules={
+        "weighted_sum": (lambda: WeightedSum(8, bias=True), lambda: torch.nn.Linear(8, 1), 2, lambda m, x, s: m(x)),
+    }, mixed_float64={"weighted_sum": (lambda x, w, **kw: F.weighted_sum(x, w.double(), **kw), "weight")},
+        float64_modules={"weighted_sum": (lambda d: torch.nn.Linear(d, 1),
+                                          lambda d, **kw: WeightedSum(d, bias=True, **kw), lambda y: y[..., 0])},
         layer=lambda use_triton: WeightedSum(24, bias=True, use_triton=use_triton), value_doors={
         "use_triton": ({
             "F.weighted_sum": lambda v: F.weighted_sum(_S(), torch.ones(6, device=DEVICE), use_triton=v),
@@ -576,7 +612,9 @@ CARDS = {card.name: card for card in (
         zoo_modules=lambda r: [("CoordinateDescentRouter", CoordinateDescentRouter(24, n_iters=3).to(DEVICE),
                                 (r(2, 11, 24),), {"num_tokens": 4})],
         meta_call=lambda factory, w: ((4, 24), lambda x: F.coor_descent(x, n_iters=2, k=2.0)),
-        jagged_call=lambda nt: F.coor_descent(nt, n_iters=2, k=2.0), references={
+        jagged_call=lambda nt: F.coor_descent(nt, n_iters=2, k=2.0), default_modules={
+        "router": (lambda: CoordinateDescentRouter(8, num_routing_tokens=2, n_iters=3), None, 1, _router_on_meta),
+    }, references={
         "coor_descent": (lambda s, k: reference.coor_descent(s, 2, k, 0.5, None, 1.0, None),
                          lambda r, g: (r(3, 6), (torch.rand(3, generator=g, dtype=torch.float64) + 1.5)
                                        .requires_grad_())),
