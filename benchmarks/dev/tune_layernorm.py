@@ -18,16 +18,23 @@ the split_* sections after it for the column-split backward, "LayerNormLaunch.lo
 "LayerNormLaunch.fwd_warps" and "LayerNormLaunch.fwd_4_warps_8192_gpus" for the forward's warps,
 "LayerNormLaunch.fwd_max_fused_cols" for short rows read twice, tried).
 
+``--decode``: the forward as bench_decode times it (under torch.no_grad: no statistics
+written), for the serving shapes (rmsnorm and add_rmsnorm). ``--grid`` replaces the forward's
+grid: ``knob=v1,v2;knob=...`` over LayerNormLaunch fields (``None``, ints, True/False), for
+example the long-row path at a short row: ``fwd_max_fused_cols=32768,2048;loop_block=1024,2048``. With ``--decode``, each forward's report is
+followed by the peers' GPU time in the same run (torch.compile, Liger where installed).
+
 Run: python -m benchmarks.dev.tune_layernorm [--norm layer|rms|both|add_rmsnorm,...] [--dirs fwd,bwd]
-     [--shapes 32768x1024,...] [--dtypes ...]
+     [--shapes 32768x1024,...] [--dtypes ...] [--decode] [--grid ...]
 """
 from __future__ import annotations
 
+import argparse
 from typing import Callable
 
 import torch
 
-from benchmarks import bench_layernorm, bench_norms, harness
+from benchmarks import bench_decode, bench_layernorm, bench_norms, harness
 from benchmarks.dev import tuning
 from triton_layers import functional as TF
 from triton_layers import launch_config
@@ -45,14 +52,39 @@ BWD_LONG_GRID = {"split_one_pass": [True, False], "split_tile_bytes": [16384, 32
 
 
 def norm_case(name: str, dtype: torch.dtype, shape: tuple[int, int],
-              device: torch.device) -> tuple[harness.Case, Callable]:
+              device: torch.device, decode: bool = False) -> tuple[harness.Case, Callable]:
     """The benchmarks' case of a norm ("layernorm": bench_layernorm's; "rmsnorm", "add_rmsnorm",
-    "add_layernorm": bench_norms') and our implementation of it: inputs and bytes models as
-    ``python -m benchmarks`` times them."""
+    "add_layernorm": bench_norms'; with ``decode``, bench_decode's no-grad forward) and our
+    implementation of it: inputs and bytes models as ``python -m benchmarks`` times them."""
+    if decode:
+        return bench_decode.build((name, dtype, shape), device), bench_norms.OURS_BY_OP[name]
     if name == "layernorm":
         return bench_layernorm.build((dtype, shape), device), \
             lambda x, w, b: TF.layer_norm(x, w, b, bench_layernorm.EPS)
     return bench_norms.build((name, dtype, shape), device), bench_norms.OURS_BY_OP[name]
+
+
+def parse_grid(text: str) -> dict:
+    """``knob=v1,v2;knob=...`` as a grid: values None, True, False or ints. Unknown knobs are
+    refused (a typo would sweep nothing)."""
+    words = {"None": None, "True": True, "False": False}
+    fields = set(launch_config.LayerNormLaunch.__dataclass_fields__)
+    grid = {}
+    for part in filter(None, text.split(";")):
+        knob, _, values = part.partition("=")
+        if knob not in fields:
+            raise SystemExit(f"--grid: {knob!r} is not a LayerNormLaunch field")
+        grid[knob] = [words[v] if v in words else int(v) for v in values.split(",")]
+    return grid
+
+
+def peers_line(case: harness.Case, norm: str) -> str:
+    """The peers' GPU time for the case's forward under the default config: torch.compile, and
+    Liger where it is installed (bench_norms.implementations)."""
+    impls = bench_norms.implementations(argparse.Namespace(no_compile=False))
+    d = tuning.direction(case, "fwd", launch_config.DEFAULT)
+    return "  peers: " + ", ".join(f"{peer} {tuning.gpu_us(d, impls[peer][norm]):.1f} us"
+                                   for peer in ("compile", "liger") if norm in impls.get(peer, {}))
 
 
 def main(argv=None) -> None:
@@ -61,7 +93,9 @@ def main(argv=None) -> None:
         lambda parser: (
             parser.add_argument("--norm", default="both",
                                 help="layer, rms, both, or a comma-separated list of " + ", ".join(NORMS)),
-            parser.add_argument("--dirs", default="fwd,bwd", help="the directions swept: fwd, bwd or both")))
+            parser.add_argument("--dirs", default="fwd,bwd", help="the directions swept: fwd, bwd or both"),
+            parser.add_argument("--decode", action="store_true", help="bench_decode's no-grad forward"),
+            parser.add_argument("--grid", default=None, help="the forward's grid: knob=v1,v2;knob=...")))
     dev, copy = tuning.start()
     limits = launch_config.DEFAULT.layer_norm
     norms = {"layer": ["layernorm"], "rms": ["rmsnorm"], "both": ["layernorm", "rmsnorm"]}.get(
@@ -69,10 +103,13 @@ def main(argv=None) -> None:
     unknown = set(norms) - set(NORMS)
     if unknown:
         raise SystemExit(f"unknown norms {sorted(unknown)}: choose among {', '.join(NORMS)}")
+    if opts.decode and not set(norms) <= set(bench_decode.OPS):
+        raise SystemExit(f"--decode times {', '.join(bench_decode.OPS)}, not {sorted(set(norms) - set(bench_decode.OPS))}")
+    given_grid = parse_grid(opts.grid) if opts.grid else None
     for norm in norms:
         for dtype in dtypes:
             for m, d in shapes:
-                case, ours = norm_case(norm, dtype, (m, d), dev)
+                case, ours = norm_case(norm, dtype, (m, d), dev, opts.decode)
                 fwd_limit = limits.fwd_max_fused_cols if norm in ("layernorm", "rmsnorm") \
                     else limits.fwd_residual_max_fused_cols
                 fwd_grid = FWD_LONG_GRID if d > fwd_limit else FWD_GRID  # (a long row is a tile alone)
@@ -80,6 +117,8 @@ def main(argv=None) -> None:
                        "fwd_one_pass_ahead": "fwd_one_pass_rms_fp32_ahead"
                        if norm.endswith("rmsnorm") and dtype == torch.float32 else "fwd_one_pass_ahead"}
                 fwd_grid = {own.get(k, k): v for k, v in fwd_grid.items()}  # (the knobs this case reads)
+                if given_grid:
+                    fwd_grid = given_grid
                 bwd_limit = (limits.bwd_rms_max_fused_cols if norm.endswith("rmsnorm")
                              else limits.bwd_residual_max_fused_cols if norm == "add_layernorm"
                              else limits.bwd_max_fused_cols)
@@ -95,6 +134,8 @@ def main(argv=None) -> None:
                                     if k == "fwd_one_pass"
                                     else getattr(limits, k) for k in grid)
                     print(tuning.report(name, grid, default, res, nbytes, copy), flush=True)
+                    if opts.decode and name == "fwd":
+                        print(peers_line(case, norm), flush=True)
                 del case
                 torch.cuda.empty_cache()
 
