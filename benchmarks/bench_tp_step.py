@@ -276,9 +276,16 @@ class Row:
     comm_counts: str
     comm_bytes: float
     loss: float
+    # torch's step over ours within each round (train_loop.paired_ratios): median, min, max
+    paired_ratio: float = float("nan")
+    paired_ratio_min: float = float("nan")
+    paired_ratio_max: float = float("nan")
 
 
 def measure(size: Size, label: str, modes: list[str], mesh, device: torch.device) -> tuple[list[Row], list[str]]:
+    """Each (mode, impl) built, timed over ``size.rounds`` interleaved rounds (ABBA), profiled:
+    one Row each, ours with torch's step over ours paired within each round; and the lines of
+    each one's top kernels."""
     cuda = device.type == "cuda"
     built = train_loop.build_all(setup(size, label, mesh, device), [(m, i) for m in modes for i in IMPLS], device,
                                  label, say)
@@ -292,9 +299,12 @@ def measure(size: Size, label: str, modes: list[str], mesh, device: torch.device
             counts, nbytes = comm_volume(v)
             comms = " ".join(f"{k}={n}" for k, n in sorted(counts.items()))
         ms, low, high = v.step_ms()
+        theirs = next((t for t in built if t.mode == v.mode and t.impl == "torch"), None)
+        paired = train_loop.paired_ratios(theirs, v) if v.impl != "torch" and theirs is not None \
+            else (train_loop.NAN,) * 3
         rows.append(Row(label, v.mode, v.impl, dist.get_world_size(), size.batch, size.seq_len, size.rounds,
                         size.steps_per_round, ms, low, high, size.batch * size.seq_len / (ms / 1e3), v.peak_mib,
-                        norm_us, comms, nbytes, v.loss))
+                        norm_us, comms, nbytes, v.loss, *paired))
         lines += [f"## {label} {v.mode} {v.impl}: top kernels, us per step"]
         lines += [f"{us:10.1f}  {name[:160]}" for name, us in top] + [""]
     return rows, lines
@@ -417,6 +427,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a tiny config (CPU ranks over gloo too)")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
     parser.add_argument("--per-call", action="store_true", help="one norm call's host time instead of the step")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the step (default: the config's)")
     opts = parser.parse_args(argv)
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -427,7 +438,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     label = "tiny" if opts.quick else "llama-2048x8"
-    size = CONFIGS[label]
+    size = CONFIGS[label] if opts.rounds is None else dataclasses.replace(CONFIGS[label], rounds=opts.rounds)
     modes = ["eager"] if opts.no_compile or not cuda else ["eager", "compile"]
     mesh = init_device_mesh(device.type, (world,))
     folder = opts.out if opts.quick else os.path.join(opts.out, report.gpu_folder(harness.device_name()))

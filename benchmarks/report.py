@@ -254,7 +254,12 @@ def train_rows(rows: list[dict], baseline: str = "torch") -> list[dict]:
 
 
 def step_ratio(theirs: dict, ours: dict) -> tuple[float, float, float]:
-    """(their median step / ours, its low, its high end from the min-max of both; nan where unknown)."""
+    """(their step / ours, its low, its high end; nan where unknown): where ``ours`` has the
+    ratio paired within each round (``paired_ratio``, ``_min``, ``_max``: the two timed back to
+    back, train_loop.paired_ratios), its median and min-max over the rounds; else the medians'
+    ratio, its spread from the min-max of both."""
+    if finite(ours.get("paired_ratio", math.nan)):
+        return ours["paired_ratio"], ours["paired_ratio_min"], ours["paired_ratio_max"]
     mid = theirs["step_ms"] / ours["step_ms"]
     low = theirs.get("step_ms_min", math.nan) / ours.get("step_ms_max", math.nan)
     high = theirs.get("step_ms_max", math.nan) / ours.get("step_ms_min", math.nan)
@@ -386,8 +391,10 @@ def tp_step_table(rows: list[dict]) -> list[str]:
                         dict.fromkeys((r["config"], r["batch"], r["seq_len"]) for r in rows))
     lines = [f"A Llama-style decoder, {configs} (`bench_tp_step`'s docstring), TP over every rank with "
              "torchtitan's plan: `SequenceParallel` norms, attention and "
-             "feed-forward sharded by heads. Step: median over the rounds (min-max); torch / ours: a tie "
-             "where the min-max spread of that ratio crosses 1. Norms' GPU: the norm kernels' time per step "
+             "feed-forward sharded by heads. Step: median over the rounds (min-max); torch / ours: the "
+             "median over the rounds of the two steps' ratio within a round (rounds in ABBA order), or "
+             "where a run has no paired ratio the medians' ratio; a tie where its min-max spread crosses 1. "
+             "Norms' GPU: the norm kernels' time per step "
              "(compiled: Inductor's kernels that fuse torch's norm are counted whole, an upper bound).", "",
              "| run | mode | impl | ranks | step | tokens/s | torch / ours | norms' GPU / step | peak memory | "
              "collectives (one eager step) | bytes moved |",

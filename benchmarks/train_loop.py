@@ -139,6 +139,16 @@ def build(setup: Setup, mode: str, impl: str, device: torch.device) -> Variant:
     return variant
 
 
+def paired_ratios(theirs: Variant, ours: Variant) -> tuple[float, float, float]:
+    """Their step time over ours in each round (the two timed back to back, so the drift
+    between rounds cancels): the median over the rounds, and its min and max (nan where a
+    round is missing)."""
+    if not theirs.times_ms or len(theirs.times_ms) != len(ours.times_ms):
+        return NAN, NAN, NAN
+    ratios = [a / b for a, b in zip(theirs.times_ms, ours.times_ms)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
 def time_round(variant: Variant, steps: int, cuda: bool) -> None:
     """Append the time per step of ``steps`` consecutive steps (CUDA events; wall clock on CPU)."""
     if cuda:
@@ -194,10 +204,12 @@ def build_all(setup: Setup, variants: list[tuple[str, str]], device: torch.devic
 def time_interleaved(built: list[Variant], rounds: int, steps: int, cuda: bool, name: str,
                      progress: harness.Progress = harness.no_progress) -> None:
     """``rounds`` rounds, each timing ``steps`` steps of every variant in turn (so host drift
-    hits all alike); a variant that fails is said on stderr and drops out."""
+    hits all alike), in reverse order every other round (ABBA: no variant always runs first
+    after another's, or last before the next round's); a variant that fails is said on stderr
+    and drops out."""
     for r in range(rounds):
         progress(f"{name}: round {r + 1}/{rounds}")
-        for variant in built:
+        for variant in (built if r % 2 == 0 else built[::-1]):
             if variant.step is not None:
                 try:
                     time_round(variant, steps, cuda)

@@ -281,6 +281,29 @@ def test_report_tp_tables(tmp_path):
     assert "| 1 | compile | triton_layers | 2 | 50.0 ms (48.0-52.0) | 3,840 | tie (0.87-1.25x) | 40 us | 8 MiB |  |  |" in text
     assert "| rmsnorm | old | 1.50 | 1.50x | 150 us |" in text
     assert "| rmsnorm | new | 1.10, 1.00 | 1.05x | 155 us |" in text
+    # a run with the ratio paired within each round: its median and spread, not the medians'
+    (tmp_path / "tp_step.csv").write_text(
+        "run,config,mode,impl,world,batch,seq_len,rounds,steps_per_round,step_ms,step_ms_min,step_ms_max,"
+        "tokens_per_s,peak_mib,norm_us,comm_counts,comm_bytes,loss,paired_ratio,paired_ratio_min,paired_ratio_max\n"
+        "1,tiny,eager,torch,2,3,64,7,4,100,80,120,1920,10,80,,nan,1.0,,,\n"
+        "1,tiny,eager,triton_layers,2,3,64,7,4,99,79,121,1939,9,50,,nan,1.0,1.02,1.01,1.04\n")
+    assert "| 1 | eager | triton_layers | 2 | 99.0 ms (79.0-121.0) | 1,939 | 1.02x |" in \
+        report.render(str(tmp_path), str(tmp_path))
+
+
+def test_rounds_run_abba_and_pair_their_ratios():
+    """train_loop.time_interleaved reverses the order every other round; paired_ratios takes
+    their step over ours within each round (median, min, max)."""
+    from benchmarks import train_loop
+
+    order = []
+    built = [train_loop.Variant("eager", impl, lambda impl=impl: order.append(impl)) for impl in ("torch", "ours")]
+    train_loop.time_interleaved(built, 4, 1, False, "t")
+    assert order == ["torch", "ours", "ours", "torch"] * 2
+    built[0].times_ms, built[1].times_ms = [10.0, 12.0, 30.0], [10.0, 10.0, 31.0]
+    assert train_loop.paired_ratios(*built) == (1.0, 30.0 / 31.0, 1.2)
+    built[1].times_ms = [10.0]
+    assert all(r != r for r in train_loop.paired_ratios(*built))  # a missing round: nan
 
 
 def test_step_ratio_tie():
@@ -810,6 +833,21 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
     tune_layernorm.main(["--shapes", "3x40"])
     assert len(runs) == 2 * 2 * (2 + 2)  # (LayerNorm, RMSNorm) x dtypes x (fwd, bwd combinations)
     assert "default 1 us" in capsys.readouterr().out
+
+    # --decode --grid: the no-grad forward under each combination of the grid given (here the
+    # long-row loop at a short row), then the peers' line; a knob that is no field is refused
+    from benchmarks import bench_norms
+    monkeypatch.setattr(harness, "compiled", lambda fn: fn)  # (no Inductor build on the CPU)
+    monkeypatch.setattr(bench_norms, "_liger", lambda: None)
+    runs.clear()
+    tune_layernorm.main(["--shapes", "3x40", "--dtypes", "float32", "--norm", "rms", "--dirs", "fwd", "--decode",
+                         "--grid", "fwd_max_fused_cols=32768,16;loop_block=8,16;fwd_warps=None,2"])
+    out = capsys.readouterr().out
+    assert len(runs) == 2 * 2 * 2 + 1 and "peers: compile 1.0 us" in out  # the grid, then compile
+    with pytest.raises(SystemExit, match="not a LayerNormLaunch field"):
+        tune_layernorm.main(["--norm", "rms", "--dirs", "fwd", "--decode", "--grid", "fwd_wraps=4"])
+    with pytest.raises(SystemExit, match="--decode times"):
+        tune_layernorm.main(["--norm", "layer", "--dirs", "fwd", "--decode"])
 
     from triton_layers.kernels import _layer_norm_launch
 
