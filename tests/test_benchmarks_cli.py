@@ -785,7 +785,7 @@ def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     # the fp32 forward's own tile (512, 16384), the backward's tile_bytes with its stages
     assert {(512, 2), (16384, 2), (512, None), (8192, 2)} <= set(seen)
     out = capsys.readouterr().out
-    assert "fwd default 1 us" in out and "bwd default 1 us" in out
+    assert "fwd default 1.0 us" in out and "bwd default 1.0 us" in out
     assert launch_config.current() is launch_config.DEFAULT
 
 
@@ -832,7 +832,7 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
                                                            "bwd_stages": [3]})
     tune_layernorm.main(["--shapes", "3x40"])
     assert len(runs) == 2 * 2 * (2 + 2)  # (LayerNorm, RMSNorm) x dtypes x (fwd, bwd combinations)
-    assert "default 1 us" in capsys.readouterr().out
+    assert "default 1.0 us" in capsys.readouterr().out
 
     # --decode --grid: the no-grad forward under each combination of the grid given (here the
     # long-row loop at a short row), then the peers' line; a knob that is no field is refused
@@ -892,7 +892,7 @@ def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     tune_coor_descent.main(["--shapes", "3x40"])
     assert len(runs) == 4 + 2
     assert {(64, 1, 16), (64, 1, 32), (64, 8, 16), (64, 8, 32)} <= set(warps)
-    assert "fwd default 1 us" in capsys.readouterr().out
+    assert "fwd default 1.0 us" in capsys.readouterr().out
     assert launch_config.current() is launch_config.DEFAULT
 
 

@@ -72,7 +72,13 @@ def report(name: str, grid: dict, default: tuple, results: list[tuple[float, tup
     def pct(us: float) -> str:
         return f"{100 * nbytes / us / 1e3 / copy_gbps:.0f}%"
     at_default = next((us for us, c in results if c == default), float("nan"))
-    best = "; ".join(f"{dict(zip(grid, c))}: {us:.0f} us {pct(us)}" for us, c in results[:3])
-    every = "".join(f"\n    {' / '.join(map(str, c))}: {us:.0f} us {pct(us)}" for us, c in results)
-    return (f"  {name} default {at_default:.0f} us ({pct(at_default)}); best {best}; worst {results[-1][0]:.0f} us"
+    best = "; ".join(f"{dict(zip(grid, c))}: {_us(us)} us {pct(us)}" for us, c in results[:3])
+    every = "".join(f"\n    {' / '.join(map(str, c))}: {_us(us)} us {pct(us)}" for us, c in results)
+    return (f"  {name} default {_us(at_default)} us ({pct(at_default)}); best {best}; worst {_us(results[-1][0])} us"
             f"\n    ({' / '.join(grid)}){every}")
+
+
+def _us(us: float) -> str:
+    """A GPU time as the sweeps print it: a tenth of a microsecond under 100 us (decode-sized
+    kernels differ by less than one), whole microseconds above."""
+    return f"{us:.1f}" if us < 100 else f"{us:.0f}"
