@@ -201,7 +201,11 @@ def test_the_fp8_cast_is_torchs(device, fp8):
 def test_straight_through_gradients(device, rms, with_residual):
     """The activation's gradient reaches x, the residual and the parameters as the norm's
     backward on it (the fp32 norm's, by autograd through the reference)."""
-    m, n = 11, 256
+    check_straight_through(device, rms, with_residual, 11, 256)
+
+
+def check_straight_through(device, rms, with_residual, m, n):
+    """:func:`test_straight_through_gradients` at ``(m, n)`` rows, under the current launch config."""
     x = torch.randn(m, n, device=device, requires_grad=True)
     r = torch.randn(m, n, device=device, requires_grad=True) if with_residual else None
     w = torch.randn(n, device=device, requires_grad=True)
@@ -316,8 +320,13 @@ def test_float64_and_the_reference_path(device):
 def test_compile_fullgraph(device):
     """torch.compile(fullgraph=True) over an FP8 norm: on a GPU the kernel's custom op, on the
     CPU the reference (the interpreter cannot be traced); both give the eager result."""
-    x = torch.randn(6, 256, device=device, dtype=torch.bfloat16)
-    w = torch.randn(256, device=device, dtype=torch.bfloat16)
+    check_compile_fullgraph(device, 256)
+
+
+def check_compile_fullgraph(device, n):
+    """:func:`test_compile_fullgraph` on rows of ``n``, under the current launch config."""
+    x = torch.randn(6, n, device=device, dtype=torch.bfloat16)
+    w = torch.randn(n, device=device, dtype=torch.bfloat16)
     recipe = FP8Recipe("per_token")
 
     def f(x, w):
