@@ -382,8 +382,10 @@ def tp_step_table(rows: list[dict]) -> list[str]:
     """tp_step.csv (``benchmarks/bench_tp_step.py``): per run and mode, torch's norms against ours
     under one tensor-parallel plan: the step (median, min-max), torch's step over ours, the
     norms' GPU time per step, peak memory, the collectives of one eager step and their bytes."""
-    lines = ["A Llama-style decoder (hidden 2048, 8 layers, batch 2 x 4096 tokens; `bench_tp_step`'s "
-             "docstring), TP over every rank with torchtitan's plan: `SequenceParallel` norms, attention and "
+    configs = ", ".join(f"{c} (batch {b:.0f} x {t:.0f} tokens)" for c, b, t in
+                        dict.fromkeys((r["config"], r["batch"], r["seq_len"]) for r in rows))
+    lines = [f"A Llama-style decoder, {configs} (`bench_tp_step`'s docstring), TP over every rank with "
+             "torchtitan's plan: `SequenceParallel` norms, attention and "
              "feed-forward sharded by heads. Step: median over the rounds (min-max); torch / ours: a tie "
              "where the min-max spread of that ratio crosses 1. Norms' GPU: the norm kernels' time per step "
              "(compiled: Inductor's kernels that fuse torch's norm are counted whole, an upper bound).", "",
@@ -413,7 +415,7 @@ def tp_call_table(rows: list[dict]) -> list[str]:
              "|---|---|---|---|---|"]
     for case in dict.fromkeys(r["case"] for r in rows):
         for code in dict.fromkeys(r["code"] for r in rows):
-            runs = [o for o in dict.fromkeys(r["order"] for r in rows if r["code"] == code)]
+            runs = list(dict.fromkeys(r["order"] for r in rows if r["code"] == code))
             pick = {(r["order"], r["impl"]): r["host_us"] for r in rows if r["case"] == case and r["code"] == code}
             ratios = [pick[o, OURS] / pick[o, "torch"] for o in runs if (o, OURS) in pick and (o, "torch") in pick]
             if not ratios:

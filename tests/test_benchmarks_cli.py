@@ -259,6 +259,30 @@ def test_report_host_table_from_host_csvs(tmp_path):
     assert "median of 3 interleaved rounds of 50 calls" in report.render(str(tmp_path), str(tmp_path))
 
 
+def test_report_tp_tables(tmp_path):
+    """tp_step.csv renders per run and mode with torch's step over ours (a tie by the spread) and
+    the config read off the rows; tp_call_ab.csv, ours over torch's per run and their median per code."""
+    (tmp_path / "tp_step.csv").write_text(
+        "run,config,mode,impl,world,batch,seq_len,rounds,steps_per_round,step_ms,step_ms_min,step_ms_max,"
+        "tokens_per_s,peak_mib,norm_us,comm_counts,comm_bytes,loss\n"
+        "1,tiny,eager,torch,2,3,64,7,4,100,90,110,1920,10,80,all_gather_into_tensor=2,1048576,1.0\n"
+        "1,tiny,eager,triton_layers,2,3,64,7,4,80,78,82,2400,9,50,all_gather_into_tensor=2,1048576,1.0\n"
+        "1,tiny,compile,torch,2,3,64,7,4,50,45,60,3840,8,70,,nan,1.0\n"
+        "1,tiny,compile,triton_layers,2,3,64,7,4,50,48,52,3840,8,40,,nan,1.0\n")
+    (tmp_path / "tp_call_ab.csv").write_text(
+        "call,order,code,config,case,impl,world,rounds,calls,host_us,host_us_min,host_us_max\n"
+        "1,before1,old,tiny,rmsnorm,torch,2,7,300,100,90,110\n1,before1,old,tiny,rmsnorm,triton_layers,2,7,300,150,140,160\n"
+        "1,after1,new,tiny,rmsnorm,torch,2,7,300,100,90,110\n1,after1,new,tiny,rmsnorm,triton_layers,2,7,300,110,100,120\n"
+        "1,after2,new,tiny,rmsnorm,torch,2,7,300,200,190,210\n1,after2,new,tiny,rmsnorm,triton_layers,2,7,300,200,190,210\n")
+    text = report.render(str(tmp_path), str(tmp_path))
+    assert "A Llama-style decoder, tiny (batch 3 x 64 tokens)" in text
+    assert ("| 1 | eager | triton_layers | 2 | 80.0 ms (78.0-82.0) | 2,400 | 1.25x | 50 us | 9 MiB | "
+            "all_gather_into_tensor=2 | 1 MiB |") in text
+    assert "| 1 | compile | triton_layers | 2 | 50.0 ms (48.0-52.0) | 3,840 | tie (0.87-1.25x) | 40 us | 8 MiB |  |  |" in text
+    assert "| rmsnorm | old | 1.50 | 1.50x | 150 us |" in text
+    assert "| rmsnorm | new | 1.10, 1.00 | 1.05x | 155 us |" in text
+
+
 def test_step_ratio_tie():
     ours = dict(step_ms=10.0, step_ms_min=9.0, step_ms_max=11.0)
     assert report.ratio_text(*report.step_ratio(dict(step_ms=20.0, step_ms_min=19.0, step_ms_max=21.0), ours)) == \

@@ -28,14 +28,14 @@ import torch.nn.functional as TF
 from torch import nn
 
 import triton_layers
-from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonLayerNorm, TritonRMSNorm, WeightedSum
+from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonRMSNorm
 from triton_layers import functional as F
 from triton_layers._checks import KERNELS
 from triton_layers._families import family_of
 from triton_layers.calls.eager import EAGER_OPS, checking_plans
 
 from .conftest import DEVICE, spy_main_inputs
-from .training_cases import causal_softmax as _causal, f64_leaf as _f64, rows
+from .training_cases import CARDS, causal_softmax as _causal, f64_leaf as _f64, rows
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -167,38 +167,30 @@ def test_convert_a_model_built_on_meta(how):
 
 # --- modules built under a default device or dtype -----------------------------------------
 
-# name -> (ours, what torch would build in its place, or None where ours replaces nothing of torch)
-MODULES = {
-    "layer_norm": (lambda: TritonLayerNorm(8), lambda: nn.LayerNorm(8)),
-    "layer_norm_no_bias": (lambda: TritonLayerNorm((2, 4), bias=False), lambda: nn.LayerNorm((2, 4), bias=False)),
-    "rms_norm": (lambda: TritonRMSNorm(8), lambda: nn.RMSNorm(8)),
-    "rms_norm_unit_offset": (lambda: TritonRMSNorm(8, unit_offset=True), None),
-    "weighted_sum": (lambda: WeightedSum(8, bias=True), lambda: nn.Linear(8, 1)),
-    "router": (lambda: CoordinateDescentRouter(8, num_routing_tokens=2, n_iters=3), None),
-    "softmax": (lambda: CausalSoftmax(), None),
-}
+# name -> (ours, what torch would build in its place or None, how many parameters, a run on meta
+# (module, x of (2, 5, 8), scores of (2, 5, 5)) -> output): the cards' default_modules
+MODULES = rows("default_modules")
 
 
 @pytest.mark.parametrize("how,what", [*DEVICE_SETUPS, pytest.param("dtype", torch.float64, id="default_dtype-float64")])
 @pytest.mark.parametrize("name", list(MODULES))
 def test_parameters_go_where_torchs_go(name, how, what):
     """Each parameter on the device and in the dtype of nn.LayerNorm's built in the same setup."""
-    ours, _ = MODULES[name]
+    ours, _, n_params, _ = MODULES[name]
     with (default_dtype(what) if how == "dtype" else default_device(how, what)):
         module, oracle = ours(), nn.LayerNorm(8).weight
     params = list(module.parameters())
-    assert len(params) == (0 if name == "softmax" else 1 if name in ("rms_norm", "rms_norm_unit_offset", "router",
-                                                                      "layer_norm_no_bias") else 2)
+    assert len(params) == n_params
     for p in params:
         assert (p.device, p.dtype) == (oracle.device, oracle.dtype)
 
 
-@pytest.mark.parametrize("name", [n for n in MODULES if n != "softmax"])
+@pytest.mark.parametrize("name", [n for n, (_, _, n_params, _) in MODULES.items() if n_params])
 def test_meta_init_then_reset_gives_the_initial_values(name):
     """FSDP2's and torchtitan's way: built on meta, to_empty on the device, reset_parameters():
     exactly the values of the module built directly under the same seed (torch's layer's where
-    ours replaces one: nn.Linear(8, 1)'s draws for WeightedSum)."""
-    ours, theirs = MODULES[name]
+    ours replaces one: nn.Linear(8, 1)'s draws for a weighted sum)."""
+    ours, theirs, _, _ = MODULES[name]
     with torch.device("meta"):
         module = ours()
     module.to_empty(device="cpu")
@@ -220,17 +212,12 @@ def test_meta_init_then_reset_gives_the_initial_values(name):
 @pytest.mark.parametrize("name", list(MODULES))
 def test_modules_built_on_meta_run_on_meta(name):
     """Shape inference on meta (what a meta-built model's dry run does): the reference runs."""
-    ours, _ = MODULES[name]
+    ours, _, _, run = MODULES[name]
     with torch.device("meta"):
         module = ours()
         x = torch.randn(2, 5, 8)
         scores = torch.randn(2, 5, 5)
-    if name == "router":
-        out = module(x, num_tokens=2)
-        assert out.routed_tokens.shape == (2, 2, 2, 8) and out.routed_tokens.device.type == "meta"
-        return
-    y = module(scores if name == "softmax" else x.reshape(2, 5, 2, 4) if name == "layer_norm_no_bias" else x)
-    assert y.device.type == "meta"
+    assert run(module, x, scores).device.type == "meta"
 
 
 # --- float64: torch's answer, through the reference ---------------------------------------
@@ -274,13 +261,9 @@ def test_float64_with_use_triton_true_is_a_value_error(name):
         ours(*inputs, use_triton=True)
 
 
-MIXED = {  # an fp32 x with one float64 argument: (the call, the argument named in the error)
-    "weight": (lambda x, w, **kw: F.layer_norm(x, w.double(), **kw), "weight"),
-    "bias": (lambda x, w, **kw: F.layer_norm(x, w, w.double(), **kw), "bias"),
-    "residual": (lambda x, w, **kw: F.rms_norm(x, w, residual=x.double(), **kw), "residual"),
-    "out_dtype": (lambda x, w, **kw: F.rms_norm(x, w, out_dtype=F64, **kw), "out_dtype"),
-    "weighted_sum": (lambda x, w, **kw: F.weighted_sum(x, w.double(), **kw), "weight"),
-}
+# an fp32 x with one float64 argument: (the call, the argument named in the error); the cards'
+# mixed_float64
+MIXED = rows("mixed_float64")
 
 
 @pytest.mark.parametrize("name", list(MIXED))
@@ -312,16 +295,23 @@ def test_mixed_float64_rms_norm_is_torchs():
     torch.testing.assert_close(F.rms_norm(x64, w.float()), TF.rms_norm(x64, (8,), w.float()))
 
 
+# each kernel op's first float64 case (in the cards' order) -> the kernel op
+PLANNED_F64 = {}
+for _card in CARDS.values():
+    if _card.kernel_op and _card.float64 and _card.kernel_op not in PLANNED_F64.values():
+        PLANNED_F64[next(iter(_card.float64))] = _card.kernel_op
+
+
 @pytest.mark.skipif(KERNELS is None, reason="needs Triton")
-@pytest.mark.parametrize("name", ["layer_norm", "rms_norm_residual", "softmax", "weighted_sum", "coor_descent"])
+@pytest.mark.parametrize("name", list(PLANNED_F64))
 def test_float64_never_gets_a_kernel_plan(name, monkeypatch):
     """The eager door keys its plans by each tensor's dtype: an fp32 call of a shape plans a
     kernel launch, a float64 call of the same shape then goes through the route and returns
     the reference's result, with no launch and no plan of its own; while plans are checked too."""
     make, ours, theirs = OPS[name]
     inputs = [t.detach() for t in make()]
-    op = {"layer_norm": "norm", "rms_norm_residual": "residual_norm"}.get(name, name)
-    eager = EAGER_OPS["norm" if "norm" in name else name]
+    op = PLANNED_F64[name]
+    eager = EAGER_OPS["norm" if "norm" in op else op]
     seen = spy_main_inputs(monkeypatch, getattr(KERNELS, op))
     if DEVICE == "cuda" or F.uses_kernels(inputs[0].float()):
         ours(*[t.float() for t in inputs])
@@ -337,12 +327,9 @@ def test_float64_never_gets_a_kernel_plan(name, monkeypatch):
     assert not any(part is F64 or (isinstance(part, tuple) and F64 in part) for key in eager.plans for part in key)
 
 
-# torch's layer (its parameters drawn at random) -> ours, loaded from its state_dict
-MODULES_F64 = {
-    "layer_norm": (nn.LayerNorm, TritonLayerNorm),
-    "rms_norm": (nn.RMSNorm, TritonRMSNorm),  # (eps=None: float64's epsilon, as torch)
-    "weighted_sum": (lambda d: nn.Linear(d, 1), lambda d, **kw: WeightedSum(d, bias=True, **kw)),
-}
+# torch's layer(dim) (its parameters drawn at random) -> ours(dim, **kwargs), loaded from its
+# state_dict, and torch's output as ours gives it: the cards' float64_modules
+MODULES_F64 = rows("float64_modules")
 
 
 @pytest.mark.parametrize("how", ["double", "default_dtype"])
@@ -351,7 +338,7 @@ def test_float64_modules_match_torchs(name, how):
     """A float64 module (``.double()``, or built under a float64 default dtype) on float64
     input: torch's layer's output and gradients; under CPU autocast still float64 (autocast
     casts no float64 tensor); ``use_triton=True`` is a ValueError."""
-    make_theirs, make_ours = MODULES_F64[name]
+    make_theirs, make_ours, as_ours = MODULES_F64[name]
     with (default_dtype(F64) if how == "default_dtype" else contextlib.nullcontext()):
         theirs, ours = make_theirs(8).to(DEVICE), make_ours(8, device=DEVICE)
     if how == "double":
@@ -363,14 +350,14 @@ def test_float64_modules_match_torchs(name, how):
     assert all(p.dtype == F64 for p in ours.parameters())
     x = _f64(2, 5, 8)
     y = ours(x)
-    want = theirs(x)[..., 0] if name == "weighted_sum" else theirs(x)
+    want = as_ours(theirs(x))
     assert y.dtype == F64
     torch.testing.assert_close(y, want)
     dy = torch.randn_like(want)
     for g, w in zip(torch.autograd.grad(y, [x, *ours.parameters()], dy),
                     torch.autograd.grad(want, [x, *theirs.parameters()], dy)):
         torch.testing.assert_close(g, w.reshape(g.shape))
-    for mode in ("autocast", "torch", "unchanged") if name != "weighted_sum" else ("",):
+    for mode in ("autocast", "torch", "unchanged") if hasattr(ours, "output_under_autocast") else ("",):
         if mode:
             ours.output_under_autocast = mode  # (layers/_autocast.py; "torch" is what convert sets)
         with torch.autocast(DEVICE, dtype=torch.bfloat16):

@@ -68,10 +68,11 @@ def test_op_runs_on_a_device_that_is_not_current(name):
 def test_inputs_on_two_devices_name_both():
     x = torch.randn(4, 16, device="cuda:0")
     w = torch.randn(16, device="cuda:1")
-    with pytest.raises(ValueError, match=r"x on cuda:0.*weight on cuda:1"):
-        F.layer_norm(x, w)
-    with pytest.raises(ValueError, match=r"cuda:0.*cuda:1"):
-        F.weighted_sum(x, w)
+    for card in CARDS.values():
+        if card.two_devices:
+            call, message = card.two_devices
+            with pytest.raises(ValueError, match=message):
+                call(x, w)
 
 
 @needs_cuda

@@ -179,6 +179,10 @@ def test_every_op_has_a_card():
         "tests/training_cases.py: a kernel op without references (its double backward's)"
     assert {card.kernel_op for card in CARDS.values() if card.float64} == ops, \
         "tests/training_cases.py: a kernel op without float64 cases"
+    for attr, what in (("planned_calls", "planned calls (bitwise again)"), ("pdl_launches", "PDL launches"),
+                       ("decisions", "launch decisions (record them: tests/test_launch_decisions.py)")):
+        assert {card.kernel_op for card in CARDS.values() if getattr(card, attr)} - {None} == ops, \
+            f"tests/training_cases.py: a kernel op without {what}"
     public = {name for name in F.__all__ if name != "uses_kernels"}
     assert public <= set(CARDS), "tests/training_cases.py: a public op without a card"
 
@@ -431,24 +435,16 @@ def test_a_planned_call_enters_its_tensors_device(device, monkeypatch):
     assert torch.equal(got, want)
 
 
+PLANNED = rows("planned_calls")
+
+
 def _planned_cases(device):
     r = lambda *s, **k: torch.randn(*s, device=device, **k)  # noqa: E731
     mask = torch.rand(2, 24, device=device) > 0.3
-    return {
-        "layer_norm": (lambda x, w, b: F.layer_norm(x, w, b), (r(3, 5, 24), 1 + r(24), r(24))),
-        "rms_norm+residual": (lambda x, res, w: F.rms_norm(x, w, residual=res, residual_dtype=torch.float32)[0],
-                              (r(6, 24), r(6, 24), 1 + r(24))),
-        "softmax causal+mask": (lambda x: F.softmax(x, causal=True, scale=0.3, key_padding_mask=mask),
-                                (r(2, 3, 7, 24),)),
-        "weighted_sum bias (1,)": (lambda x, w, b: F.weighted_sum(x, w, b), (r(4, 5, 24), r(24), r(1))),
-        "coor_descent k per row+mask": (
-            lambda s, k: F.coor_descent(s, n_iters=3, k=k, mask=mask[:, None, :].expand(2, 3, 24).contiguous()),
-            (r(2, 3, 24), 1 + r(2, 1).abs())),
-    }
+    return {case: build(r, mask) for case, build in PLANNED.items()}
 
 
-@pytest.mark.parametrize("case", ["layer_norm", "rms_norm+residual", "softmax causal+mask", "weighted_sum bias (1,)",
-                                  "coor_descent k per row+mask"])
+@pytest.mark.parametrize("case", list(PLANNED))
 def test_a_planned_call_gives_bitwise_what_planning_gave(case, device):
     """The call that makes a plan and the later calls that find it give bitwise the same
     outputs and gradients, for every op (the plan keeps the launches; the run only
@@ -475,19 +471,10 @@ def test_a_planned_call_gives_bitwise_what_planning_gave(case, device):
 def test_torch_func_transforms_run_the_reference(transform, device):
     """Under torch.func's transforms (whose autograd.Function rules our eager door lacks)
     every op runs the pure-torch reference: the same values as the reference called
-    directly, per sample under vmap, and its gradients under grad."""
-    from triton_layers import reference
-
+    directly, per sample under vmap, and its gradients under grad (the cards' under_func)."""
     w = 1 + torch.randn(24, device=device)
     x = torch.randn(3, 5, 24, device=device)
-    ops = {
-        "layer_norm": (lambda t: F.layer_norm(t, w), lambda t: torch.nn.functional.layer_norm(t, (24,), w)),
-        "softmax": (lambda t: F.softmax(t, causal=True, scale=0.5),
-                    lambda t: reference.softmax(t, True, 0.5, None)),
-        "weighted_sum": (lambda t: F.weighted_sum(t, w), lambda t: reference.weighted_sum(t, w, None)),
-        "coor_descent": (lambda t: F.coor_descent(t, n_iters=3, k=2.0),
-                         lambda t: reference.coor_descent(t, 3, 2.0, 0.1, None, 1.0, None)),
-    }
+    ops = {card.name: card.under_func(w) for card in CARDS.values() if card.under_func}
     for name, (ours, ref) in ops.items():
         if transform == "grad":
             got = torch.func.grad(lambda t: ours(t).square().sum())(x)

@@ -118,17 +118,23 @@ LAYERS = {card.name: card.layer for card in CARDS.values() if card.layer}
 EXPLICIT_BF16 = {card.name: card.autocast_bf16 for card in CARDS.values() if card.autocast_bf16}
 
 
+def _away_from_init(name: str, layer: nn.Module) -> nn.Module:
+    """``layer``, a norm's weight drawn away from 1 and bias away from 0 (where every instance
+    starts: a comparison there could not tell a swapped or missing parameter)."""
+    if name in EXPLICIT_BF16:
+        with torch.no_grad():
+            layer.weight.uniform_(0.5, 1.5)
+            if getattr(layer, "bias", None) is not None:
+                layer.bias.uniform_(-0.5, 0.5)
+    return layer
+
+
 @pytest.mark.parametrize("use_triton", [None, False], ids=["kernels", "reference"])
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=["fp32_in", "bf16_in"])
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_autocast_layer_output_dtype(name, x_dtype, use_triton, device):
-    layer = LAYERS[name](use_triton).to(device)
+    layer = _away_from_init(name, LAYERS[name](use_triton).to(device))
     norm = name in EXPLICIT_BF16
-    if norm:
-        with torch.no_grad():  # weight away from 1, bias away from 0
-            layer.weight.uniform_(0.5, 1.5)
-            if getattr(layer, "bias", None) is not None:
-                layer.bias.uniform_(-0.5, 0.5)
     x = torch.randn(3, 7, 24, device=device).to(x_dtype).requires_grad_()
     with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
         y = layer(x)
@@ -304,18 +310,11 @@ def test_convert_hf_gpt2(device):
 
 
 def _modules(device) -> dict[str, nn.Module]:
-    """A fresh instance of each layer and of the model; the seed decides the parameters."""
-    layer_norm = TritonLayerNorm(24, bias=True, device=device)
-    with torch.no_grad():  # not the ones/zeros every instance starts with
-        layer_norm.weight.uniform_(0.5, 1.5)
-        layer_norm.bias.uniform_(-0.5, 0.5)
-    return {
-        "layer_norm": layer_norm,
-        "softmax": CausalSoftmax(scale=0.3),
-        "weighted_sum": WeightedSum(24, bias=True, device=device),
-        "router": CoordinateDescentRouter(24, n_iters=8, device=device),
-        "model": FourLayerNet().to(device),
-    }
+    """A fresh instance of each card's layer, the router and the model; the seed decides the
+    parameters."""
+    return {**{name: _away_from_init(name, layer(None).to(device)) for name, layer in LAYERS.items()},
+            "router": CoordinateDescentRouter(24, n_iters=8, device=device),
+            "model": FourLayerNet().to(device)}
 
 
 def _outputs(name: str, module: nn.Module, device) -> Tensor:
@@ -325,8 +324,6 @@ def _outputs(name: str, module: nn.Module, device) -> Tensor:
         return module(x, valid)
     if name == "router":
         return module(x, num_tokens=4).routed_tokens
-    if name == "softmax":
-        return module(x @ x.transpose(-1, -2))
     return module(x)
 
 

@@ -3,9 +3,9 @@ in ``triton_layers/launch_config.py``, each op's heuristics beside it, the GPU p
 value), and GPU rules name whole names or model tokens.
 
 ``launch_decisions.json`` holds a fingerprint of every launch (kernel, grid, arguments after
-the tensors, constexprs and options) of a forward and backward at each case below: on meta
-tensors as on an H100, an H200, an A100 and an RTX 4090, under the default and the tiny
-configs, and on CPU tensors in the Triton interpreter. They were recorded from 8ba01aa's
+the tensors, constexprs and options) of a forward and backward at each case of the cards'
+``decisions`` (tests/training_cases.py): on meta tensors as on an H100, an H200, an A100 and an
+RTX 4090, under the default and the tiny configs, and on CPU tensors in the Triton interpreter. They were recorded from 8ba01aa's
 ``kernels/_launch.py`` with its device lookups mocked as ``benchmarks/dev/registers.py`` did
 then (SMs, shared memory, name; the name rules applied to meta tensors as to CUDA ones); the
 same cases recorded there and here gave byte-identical JSON. A mismatch prints the launches
@@ -30,8 +30,8 @@ from triton_layers import launch_config
 from triton_layers.kernels import ops as K
 
 from .conftest import H100, H200
+from .training_cases import CARDS
 
-BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
 EXPECTED = json.loads((Path(__file__).parent / "launch_decisions.json").read_text(encoding="utf-8"))
 GPUS = {"H100": H100, "H200": H200,
         "A100": launch_config.GPU("NVIDIA A100-SXM4-80GB", sm_count=108, shared_memory=166912, capability=(8, 0)),
@@ -49,42 +49,11 @@ def _t(shape, dtype, device, grad=True):
 
 
 def _cases(device: str) -> dict:
-    """label -> (op, a builder of its arguments): the benchmarks' shapes and the limits around
-    them on meta tensors, small ones on the CPU."""
-    out = {}
-    big = device == "meta"
-    norm_shapes = ([(4096, 1024), (65536, 512), (2048, 4096), (8192, 8192), (2048, 16384), (4096, 32768),
-                    (1024, 131072), (512, 262144), (4, 300000)] if big else [(6, 300), (5, 70), (3, 40), (2, 9)])
-    for m, d in norm_shapes:
-        for dtype in (BF16, FP32) + ((FP16,) if (m, d) in ((8192, 8192), (5, 70)) else ()):
-            x = lambda m=m, d=d, dtype=dtype: _t((m, d), dtype, device)  # noqa: E731
-            w = lambda d=d, dtype=dtype: _t((d,), dtype, device)  # noqa: E731
-            out[f"layernorm {m}x{d} {dtype}"] = ("norm", lambda x=x, w=w, dtype=dtype: (
-                x(), w(), w(), 1e-5, False, False, False, False, dtype))
-            out[f"rmsnorm {m}x{d} {dtype}"] = ("norm", lambda x=x, w=w, dtype=dtype: (
-                x(), w(), None, 1e-6, True, False, False, False, dtype))
-            out[f"add_rmsnorm {m}x{d} {dtype}"] = ("residual_norm", lambda x=x, w=w, dtype=dtype: (
-                x(), x(), w(), None, 1e-6, True, False, False, False, dtype, dtype))
-            out[f"add_layernorm {m}x{d} {dtype}"] = ("residual_norm", lambda x=x, w=w, dtype=dtype: (
-                x(), x(), w(), w(), 1e-5, False, False, False, False, dtype, dtype))
-    soft = [(4, 1024), (2, 4096), (1, 16384), (1, 32768), (1, 65536)] if big else [(2, 33), (1, 70), (3, 20)]
-    for bh, n in soft:
-        for dtype in (BF16, FP32):
-            for causal in (False, True):
-                out[f"softmax{' causal' if causal else ''} {bh}x{n} {dtype}"] = (
-                    "softmax", lambda bh=bh, n=n, dtype=dtype, causal=causal: (
-                        _t((bh * n, n), dtype, device), None, n, n, causal, 1.0))
-    ws = ([(262144, 1024), (2048, 131072), (32, 262144), (4096, 4096), (3, 1000), (100000, 70)] if big
-          else [(9, 300), (3, 1000), (200, 70)])
-    for m, d in ws:
-        for dtype in (BF16, FP32):
-            out[f"weighted_sum {m}x{d} {dtype}"] = ("weighted_sum", lambda m=m, d=d, dtype=dtype: (
-                _t((m, d), dtype, device), _t((d,), dtype, device), _t((), dtype, device)))
-    cd = [(256, 1024), (16, 32768), (16, 65536), (1024, 4096), (1, 100000)] if big else [(3, 90), (1, 1000), (4, 40)]
-    for m, n in cd:
-        out[f"coor_descent {m}x{n}"] = ("coor_descent", lambda m=m, n=n: (
-            _t((m, n), FP32, device), None, None, n / 8 * 9 / 8, 5, 0.03, 4.0, 0.7))
-    return out
+    """label -> (op, a builder of its arguments), from every card's ``decisions``: the benchmarks'
+    shapes and the limits around them on meta tensors, small ones on the CPU."""
+    t = lambda shape, dtype: _t(shape, dtype, device)  # noqa: E731
+    return {label: (card.kernel_op, build) for card in CARDS.values() if card.decisions
+            for label, build in card.decisions(t, device == "meta").items()}
 
 
 def _describe(launches: list) -> list:

@@ -16,6 +16,7 @@ from triton_layers.kernels import ops as K
 from triton_layers.calls.fast_launch import _FAST, KernelCall
 
 from .conftest import H100
+from .training_cases import CARDS
 
 A100 = launch_config.GPU("NVIDIA A100-SXM4-80GB", sm_count=108, shared_memory=166912, capability=(8, 0))
 
@@ -26,32 +27,21 @@ def _meta(*shape, dtype=torch.bfloat16, grad=True):
 
 def _launches(gpu: launch_config.GPU, pdl: bool = True) -> list:
     """(kernel name, keyword arguments) of the eager launches of every op's forward and
-    backward (the norms' at short and long rows) and an FP8 norm's, planned as on ``gpu``."""
+    backward (the norms' at short and long rows) and an FP8 norm's, planned as on ``gpu``: the
+    cards' ``pdl_launches``."""
     out = []
     config = dataclasses.replace(launch_config.current(), pdl=pdl)
     with launch_config.plan_as(gpu), launch_config.use_config(config):
-        for d in (1024, 131072):
-            x, w = _meta(64, d), _meta(d)
-            out += K.norm.record_launches(x, w, None, 1e-6, True, False, False, False, torch.bfloat16)
-            out += K.residual_norm.record_launches(x, _meta(64, d), w, w, 1e-5, False, False, False, False,
-                                                   torch.bfloat16, torch.bfloat16)
-        out += K.norm_fp8.record_launches(_meta(64, 1024, grad=False), None, _meta(1024, grad=False), None, None,
-                                          1e-6, True, False, False, torch.bfloat16, torch.float8_e4m3fn,
-                                          "per_tensor", False, 0.0, False, False, False)
-        out += K.softmax.record_launches(_meta(8 * 64, 64), None, 64, 64, True, 1.0)
-        out += K.weighted_sum.record_launches(_meta(64, 1024), _meta(1024), _meta())
-        out += K.coor_descent.record_launches(_meta(4, 1000, dtype=torch.float32), None, None, 100.0, 5, 0.03,
-                                              4.0, 0.7)
+        for card in CARDS.values():
+            for op, args in card.pdl_launches(_meta) if card.pdl_launches else ():
+                out += getattr(K, op).record_launches(*args)
     return [(kernel.__name__, kwargs) for kernel, _, kwargs in out]
 
 
 def test_hopper_eager_launches_use_pdl():
     launches = _launches(H100)
     names = {name for name, _ in launches}
-    assert {"_norm_fwd_kernel", "_norm_bwd_kernel", "_partials_sum_kernel", "_norm_fwd_split_kernel",
-            "_norm_bwd_split_kernel", "_norm_fp8_kernel", "_softmax_fwd_kernel", "_softmax_bwd_kernel",
-            "_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel", "_coor_descent_fwd_kernel",
-            "_coor_descent_bwd_kernel"} <= names
+    assert {kernel for card in CARDS.values() for kernel in card.pdl_kernels} <= names
     for name, kwargs in launches:
         assert kwargs["USE_PDL"] is True and kwargs["launch_pdl"] is True, name
 

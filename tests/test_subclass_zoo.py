@@ -194,21 +194,9 @@ def test_a_waited_input_keeps_its_autograd_history(group, launches):
 
 
 def _modules(gen) -> list:
-    """Every module, with an input: ``(name, module, inputs)``."""
+    """Every module, with an input: ``(name, module, inputs, kwargs)`` (the cards' zoo_modules)."""
     r = lambda *s: torch.randn(*s, generator=gen).to(DEVICE)  # noqa: E731
-    ln = tl.TritonLayerNorm(24).to(DEVICE)
-    rms = tl.TritonRMSNorm(24).to(DEVICE)
-    with torch.no_grad():
-        for m in (ln, rms):
-            m.weight.copy_(1 + 0.3 * r(24))
-        ln.bias.copy_(r(24))
-    ws = tl.WeightedSum(24).to(DEVICE)
-    router = tl.CoordinateDescentRouter(24, n_iters=3).to(DEVICE)
-    return [("TritonLayerNorm", ln, (r(2, 5, 24),), {}), ("TritonRMSNorm", rms, (r(2, 5, 24),), {}),
-            ("TritonRMSNorm+residual", rms, (r(2, 5, 24), r(2, 5, 24)), {}),
-            ("CausalSoftmax", tl.CausalSoftmax(), (r(2, 3, 7, 7),), {}),
-            ("WeightedSum", ws, (r(2, 5, 24),), {}),
-            ("CoordinateDescentRouter", router, (r(2, 11, 24),), {"num_tokens": 4})]
+    return [m for card in cases.CARDS.values() if card.zoo_modules for m in card.zoo_modules(r)]
 
 
 def _outputs(out) -> list:
@@ -265,16 +253,8 @@ def test_a_dtensor_whose_local_tensor_is_in_flight(group, launches):
 def _meta_calls(factory):
     """Each op on tensors made by ``factory(shape, requires_grad)``: (name, output, the main
     input's gradient)."""
-    F = tl.functional
     w = factory((24,), True)
-    calls = {
-        "layer_norm": ((4, 24), lambda x: F.layer_norm(x, w, factory((24,), True))),
-        "rms_norm": ((4, 24), lambda x: F.rms_norm(x, w)),
-        "add_rms_norm": ((4, 24), lambda x: F.rms_norm(x, w, residual=factory((4, 24), True))[0]),
-        "softmax": ((2, 3, 5, 5), lambda x: F.softmax(x, causal=True)),
-        "weighted_sum": ((4, 24), lambda x: F.weighted_sum(x, w, factory((1,), True))),
-        "coor_descent": ((4, 24), lambda x: F.coor_descent(x, n_iters=2, k=2.0)),
-    }
+    calls = {card.name: card.meta_call(factory, w) for card in cases.CARDS.values() if card.meta_call}
     for name, (shape, call) in calls.items():
         x = factory(shape, True)
         y = call(x)
@@ -302,16 +282,10 @@ def test_meta_tensors_never_launch(launches):
     assert not launches
 
 
-@pytest.mark.parametrize("name", ["layer_norm", "rms_norm", "softmax", "weighted_sum", "coor_descent"])
+@pytest.mark.parametrize("name", [card.name for card in cases.CARDS.values() if card.jagged_call])
 def test_a_jagged_nested_tensor_is_refused_clearly(name, launches):
     """A jagged NestedTensor: a TypeError naming its layout, never a launch."""
     nt = torch.nested.nested_tensor([torch.randn(3, 24), torch.randn(5, 24)], layout=torch.jagged, device=DEVICE)
-    F = tl.functional
-    call = {"layer_norm": lambda: F.layer_norm(nt, torch.ones(24, device=DEVICE)),
-            "rms_norm": lambda: F.rms_norm(nt, torch.ones(24, device=DEVICE)),
-            "softmax": lambda: F.softmax(nt, causal=True),
-            "weighted_sum": lambda: F.weighted_sum(nt, torch.ones(24, device=DEVICE)),
-            "coor_descent": lambda: F.coor_descent(nt, n_iters=2, k=2.0)}[name]
     with pytest.raises(TypeError, match="jagged"):
-        call()
+        cases.CARDS[name].jagged_call(nt)
     assert not launches

@@ -230,23 +230,14 @@ def _softmax_cases(mesh, device):
 
 
 def _row_op_cases(mesh, device):
-    """weighted_sum and coor_descent on row-sharded inputs (data-sharded DTensors)."""
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    """The cards' ``tp_rows``: ops on row-sharded inputs (data-sharded DTensors)."""
+    from torch.distributed.tensor import Shard, distribute_tensor
 
-    from triton_layers import functional as F
+    from .training_cases import CARDS
 
     torch.manual_seed(3)
-    x, w, b = torch.randn(5, 3, 16, device=device), torch.randn(16, device=device), torch.randn(1, device=device)
-    s = torch.randn(5, 3, 16, device=device)
-    k = 1.5 + torch.rand(5, 3, device=device)
-    mask = torch.rand(5, 3, 16, device=device) < 0.9
-    cases = {
-        "weighted_sum": (lambda x, w, b: F.weighted_sum(x, w, b), (x, w, b), (Shard(0), Replicate(), Replicate())),
-        "coor_descent": (lambda s, k: F.coor_descent(s, n_iters=3, k=k, eps=0.3, mask=dmask if isinstance(s, type(
-            dk)) else mask), (s, k), (Shard(0), Shard(0))),
-    }
-    dmask = distribute_tensor(mask, mesh, [Shard(0)])
-    dk = distribute_tensor(k, mesh, [Shard(0)])
+    shard = lambda t: distribute_tensor(t, mesh, [Shard(0)])  # noqa: E731
+    cases = {card.name: card.tp_rows(device, shard) for card in CARDS.values() if card.tp_rows}
     for name, (fn, values, places) in cases.items():
         leaves = [t.clone().requires_grad_() for t in values]
         want = fn(*leaves)

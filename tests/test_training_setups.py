@@ -19,7 +19,7 @@ from triton_layers import functional as F
 from triton_layers import reference
 from triton_layers.calls import doors as _doors, eager as _eager
 
-from .training_cases import LAYOUTS, OPS, check_grads, make, misaligned_copy, plain_run, rel_err, rows
+from .training_cases import CARDS, LAYOUTS, OPS, check_grads, make, misaligned_copy, plain_run, rel_err, rows
 
 DTYPE_CASES = [torch.float32, torch.bfloat16]
 
@@ -139,20 +139,14 @@ def test_references_have_second_derivatives(name):
     assert torch.autograd.gradgradcheck(fn, args(r, g))
 
 
-@pytest.mark.parametrize("module", ["TritonLayerNorm", "TritonRMSNorm", "CausalSoftmax", "WeightedSum"])
+PENALTY_MODULES = rows("penalty_modules")
+
+
+@pytest.mark.parametrize("module", list(PENALTY_MODULES))
 def test_double_backward_through_modules(module, device):
     """A gradient penalty through each module: the same as through the torch layer."""
     torch.manual_seed(2)
-    if module == "TritonLayerNorm":
-        ours, ref = triton_layers.TritonLayerNorm(24).to(device), torch.nn.LayerNorm(24).to(device)
-    elif module == "TritonRMSNorm":
-        ours, ref = triton_layers.TritonRMSNorm(24).to(device), torch.nn.RMSNorm(24).to(device)
-    elif module == "CausalSoftmax":
-        ours = triton_layers.CausalSoftmax().to(device)
-        ref = lambda x: reference.softmax(x, True, None, None)  # noqa: E731
-    else:
-        ours = triton_layers.WeightedSum(24).to(device)
-        ref = lambda x: TF.linear(x, ours.weight[None], ours.bias)[..., 0]  # noqa: E731
+    ours, ref = PENALTY_MODULES[module](device)
     if isinstance(ref, torch.nn.Module):
         with torch.no_grad():
             for p in ours.parameters():
@@ -276,12 +270,9 @@ def test_fake_tensors_never_reach_a_launcher(device, monkeypatch):
     with FakeTensorMode():
         x = torch.randn(3, 5, 24, device=device)
         w = torch.ones(24, device=device)
-        assert F.layer_norm(x, w, w).shape == x.shape
-        y, h = F.rms_norm(x, w, residual=x)
-        assert y.shape == h.shape == x.shape
-        assert F.softmax(x, causal=True).shape == x.shape
-        assert F.weighted_sum(x, w).shape == (3, 5)
-        assert F.coor_descent(x, n_iters=2, k=2.0).shape == x.shape
+        for card in CARDS.values():
+            for out, shape in card.fake_shapes(x, w) if card.fake_shapes else ():
+                assert out.shape == shape, card.name
     assert not launched
 
 

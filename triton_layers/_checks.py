@@ -8,6 +8,8 @@ references alike, so the same value gets the same error through any of them.
 """
 from __future__ import annotations
 
+import sys
+
 from typing import Optional, Sequence
 
 import torch
@@ -57,9 +59,10 @@ def interpreter_problem(triton_version: str, numpy_version: str) -> Optional[str
 INTERPRETER_PROBLEM: Optional[str] = None
 if TRITON_INTERPRET and KERNELS is not None:
     import numpy
-    import triton
 
-    INTERPRETER_PROBLEM = interpreter_problem(triton.__version__, numpy.__version__)
+    # (the kernels imported Triton: its version read from there, so that kernels/ stays the one
+    # importer of Triton)
+    INTERPRETER_PROBLEM = interpreter_problem(sys.modules["triton"].__version__, numpy.__version__)
 
 
 def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> Tensor:

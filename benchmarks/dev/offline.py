@@ -9,7 +9,7 @@ their dtype, None and the constexprs as constexprs, other numbers as scalars) an
 options (``num_warps``, ``num_stages``), and the specialization Triton's launcher would
 give it: integers divisible by 16 and 16-byte-aligned pointers marked as such (without those
 marks a build can spill where the launched kernel does not: the figures are in
-docs/ARCHITECTURE.md, "Launch knobs"). Meta tensors count as aligned,
+docs/journal/2026-11-28-architecture-measurements.md). Meta tensors count as aligned,
 as fresh allocations are.
 
 Used by ``tests/test_compile_analysis.py`` (every planned form must build) and

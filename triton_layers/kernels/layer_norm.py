@@ -666,9 +666,9 @@ def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Option
 def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],
                   stats: Tensor, *_) -> dict:
     """Gradients of x (and residual), weight and bias, those in ``needs``; the parameters'
-    in fp32, or the weight's alone in its dtype (``plan.param_grads_dtype``). ``z`` is the normalized input: x, or h with a residual. One kernel pass writes
-    dz once, as dx (and as dresidual when that has another dtype; else dresidual is the
-    same tensor)."""
+    in fp32, or the weight's alone in its dtype (``plan.param_grads_dtype``). ``z`` is the
+    normalized input: x, or h with a residual. One kernel pass writes dz once, as dx (and as
+    dresidual when that has another dtype; else dresidual is the same tensor)."""
     dy, dh = grads[0], grads[1] if len(grads) > 1 else None
     if dy is None:  # only h has consumers
         dy = torch.zeros_like(z, memory_format=torch.contiguous_format)
