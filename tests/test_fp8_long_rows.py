@@ -138,7 +138,10 @@ def test_transposed_copy_on_long_rows(device, rms, with_residual, fp8):
     data, scale, _, y = reference.norm_fp8(z, w, b, RMS_EPS if rms else 1e-5, recipe, rms=rms)
     check_rows(got, (data, scale, got.h), recipe)
     data_t, scale_t = reference.quantize_fp8_transposed(y, recipe)
-    check_quantized(got.data_t, got.scale_t, data_t, scale_t, recipe)
+    # (the ragged block's column amax is over 2 values: where LayerNorm's zhat * w + b nearly
+    # cancels there, the chunked sums' other rounding of rstd is many of its own roundings; on
+    # an H200 7e-10 against a scale of 1e-3, 6 of them)
+    check_quantized(got.data_t, got.scale_t, data_t, scale_t, recipe, scale_atol_roundings=4)
 
 
 @pytest.mark.parametrize("rms", [True, False], ids=["rms", "layer"])
