@@ -202,22 +202,31 @@ def _planned_launches() -> list:
 
 def _fp8_launches() -> list:
     """The FP8 norms' launches for every recipe, with and without the residual, RMSNorm and
-    LayerNorm, on meta tensors (a GPU's forms: the CPU's cast their values by hand)."""
+    LayerNorm, on meta tensors (a GPU's forms: the CPU's cast their values by hand); and, e4m3
+    only, on rows over a shrunk ``fwd_max_fused_cols`` (the chunked kernel), the dynamic
+    per-tensor scale's two launches among them (rows of 4 programs)."""
+    from triton_layers import launch_config
     from triton_layers.kernels import ops as K
 
     launches = []
-    x = torch.empty(M, N, device="meta", dtype=torch.bfloat16)
     w = torch.empty(N, device="meta", dtype=torch.bfloat16)
     scale = torch.empty(1, device="meta")
-    for rms, residual in ((True, None), (False, x), (True, x)):
-        for granularity, static, column_major, transposed in (
-                ("per_tensor", scale, False, False), ("per_tensor", None, False, False),
-                ("per_token", None, False, False), ("per_group", None, True, False), ("per_group", None, False, True)):
-            for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
-                launches += K.norm_fp8.record_launches(
-                    x, residual, w, None if rms else w, static, 1e-5, rms, False, False, torch.bfloat16, fp8,
-                    granularity, granularity == "per_token", 2.0 if granularity == "per_token" else 0.0,
-                    column_major, residual is not None, transposed)
+    long_rows = launch_config.shrunk(128, 128).with_knobs("layer_norm", fp8_tile_elements=256)
+    for config, rows, fp8s in ((launch_config.DEFAULT, M, (torch.float8_e4m3fn, torch.float8_e5m2)),
+                               (long_rows, 4 * M, (torch.float8_e4m3fn,))):
+        x = torch.empty(rows, N, device="meta", dtype=torch.bfloat16)
+        with launch_config.use_config(config):
+            for rms, residual in ((True, None), (False, x), (True, x)):
+                for granularity, static, column_major, transposed in (
+                        ("per_tensor", scale, False, False), ("per_tensor", None, False, False),
+                        ("per_token", None, False, False), ("per_group", None, True, False),
+                        ("per_group", None, False, True)):
+                    for fp8 in fp8s:
+                        launches += K.norm_fp8.record_launches(
+                            x, residual, w, None if rms else w, static, 1e-5, rms, False, False, torch.bfloat16,
+                            fp8, granularity, granularity == "per_token",
+                            2.0 if granularity == "per_token" else 0.0, column_major, residual is not None,
+                            transposed)
     return launches
 
 

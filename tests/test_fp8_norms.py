@@ -55,8 +55,11 @@ def check_rows(got: FP8Rows, want: tuple, recipe: FP8Recipe) -> None:
 
 
 def check_quantized(data: torch.Tensor, scale: torch.Tensor, want_data: torch.Tensor, want_scale: torch.Tensor,
-                    recipe: FP8Recipe) -> None:
-    """FP8 ``data`` and its ``scale`` against the reference's, as :func:`check_rows` says."""
+                    recipe: FP8Recipe, scale_atol_roundings: int = 0) -> None:
+    """FP8 ``data`` and its ``scale`` against the reference's, as :func:`check_rows` says; with
+    ``scale_atol_roundings``, a scale may also be that many fp32 roundings of the largest scale
+    away (an amax over few values that nearly cancel, LayerNorm's ``zhat * w + b``: its error is
+    the terms' roundings, not its own)."""
     assert data.dtype == recipe.dtype and data.shape == want_data.shape
     assert scale.shape == want_scale.shape and scale.stride() == want_scale.stride()
     steps = fp8_steps_apart(data, want_data)
@@ -66,7 +69,8 @@ def check_quantized(data: torch.Tensor, scale: torch.Tensor, want_data: torch.Te
     if recipe.pow2_scales:
         assert (scale != want_scale).count_nonzero().item() <= max(1, want_scale.numel() // 100)
     else:
-        torch.testing.assert_close(scale, want_scale, rtol=4 * 2.0 ** -23, atol=0)
+        atol = scale_atol_roundings * 2.0 ** -23 * want_scale.abs().max().item() if want_scale.numel() else 0.0
+        torch.testing.assert_close(scale, want_scale, rtol=4 * 2.0 ** -23, atol=atol)
 
 
 def recipe_of(granularity, fields, dtype=torch.float8_e4m3fn) -> FP8Recipe:
@@ -201,7 +205,11 @@ def test_the_fp8_cast_is_torchs(device, fp8):
 def test_straight_through_gradients(device, rms, with_residual):
     """The activation's gradient reaches x, the residual and the parameters as the norm's
     backward on it (the fp32 norm's, by autograd through the reference)."""
-    m, n = 11, 256
+    check_straight_through(device, rms, with_residual, 11, 256)
+
+
+def check_straight_through(device, rms, with_residual, m, n):
+    """:func:`test_straight_through_gradients` at ``(m, n)`` rows, under the current launch config."""
     x = torch.randn(m, n, device=device, requires_grad=True)
     r = torch.randn(m, n, device=device, requires_grad=True) if with_residual else None
     w = torch.randn(n, device=device, requires_grad=True)
@@ -316,8 +324,13 @@ def test_float64_and_the_reference_path(device):
 def test_compile_fullgraph(device):
     """torch.compile(fullgraph=True) over an FP8 norm: on a GPU the kernel's custom op, on the
     CPU the reference (the interpreter cannot be traced); both give the eager result."""
-    x = torch.randn(6, 256, device=device, dtype=torch.bfloat16)
-    w = torch.randn(256, device=device, dtype=torch.bfloat16)
+    check_compile_fullgraph(device, 256)
+
+
+def check_compile_fullgraph(device, n):
+    """:func:`test_compile_fullgraph` on rows of ``n``, under the current launch config."""
+    x = torch.randn(6, n, device=device, dtype=torch.bfloat16)
+    w = torch.randn(n, device=device, dtype=torch.bfloat16)
     recipe = FP8Recipe("per_token")
 
     def f(x, w):

@@ -213,7 +213,7 @@ def _norm_fp8_route(x, weight, bias, residual, scale, eps, residual_dtype, recip
                             residual_dtype)
     autograd = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))
     kernels = (use_kernels(x, use_triton, (weight, bias, residual, scale), float64=float64) and x.numel() > 0
-               and _kernels.norm_fp8_fits(n_cols) and not (autograd and tracing()))
+               and not (autograd and tracing()))
     eps = float(eps)
     if kernels:
         x2 = kernel_rows(x, n_cols)

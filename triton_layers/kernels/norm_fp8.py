@@ -5,7 +5,7 @@ the definition). The backward is the norms' own (kernels/layer_norm.py), on the 
 of the dequantized output: straight through the quantization.
 
 One program normalizes BLOCK_M whole rows held in registers (rows up to the forward's
-``fwd_max_fused_cols``; longer ones take the reference). What each recipe adds to the norm:
+``fwd_max_fused_cols``; longer ones: the chunked kernel, below). What each recipe adds to the norm:
 
 - per token: the row's amax, its scale, the row's data (the row is in registers: no extra
   pass over memory);
@@ -36,6 +36,22 @@ the rows, data_t's contiguous dim) with its scale. The normalized input is read 
 elements, against M N for the recipe without the copy), and the copy's launch adds M N bytes of
 data_t and 4 N ceil(M / 128) of scale_t. The other recipes' launches are as they were.
 
+Rows longer than ``fwd_max_fused_cols``: the same kernel with CHUNKED, the same arguments,
+modes, grid (a program per BLOCK_M rows) and launches (the dynamic per-tensor scale's two, the
+transposed copy's second), the rows walked in ``loop_block``-column chunks (at least 128: whole
+1x128 groups), warps by ``elems_per_thread``: BLOCK_M = ``fp8_tile_elements`` / the chunk, one
+row of 8,192-column chunks at 16 warps by default. Pass 1 finds the statistics (RMSNorm: the sum
+of squares; LayerNorm: each chunk's mean and squared deviations, folded by Chan's pairwise update,
+as exact as the whole-row kernel), writing h with a residual and the statistics where asked (the
+transposed copy's launch reads them). Every later pass reads the rows again (x, or h: one tensor
+where x and the residual are two) and computes y with the whole-row kernel's operations in its
+order. Static per tensor, the second launch of the dynamic one, 1x128 groups (each group whole in
+a chunk): pass 2 quantizes and writes. Per token, the one-program per-tensor tile, the first
+launch of the dynamic one: pass 2 finds the amax, pass 3 (not the first launch's) quantizes.
+Input bytes read, with E bytes an element (E_x + E_r + E_h for the first pass with a residual,
+E_h after): 2 passes (static, 1x128), 3 (per token), 4 (dynamic per tensor over several
+programs: two in each launch); written: M N of data and h once, as the whole-row kernel.
+
 The FP8 cast: on a GPU Triton's conversion (``cvt.rn.satfinite``: round to nearest even,
 subnormals kept), after the explicit clamp to the format's range. Triton's interpreter
 converts values that are not on the FP8 grid wrongly (it flushed e4m3 subnormals and rounded
@@ -61,7 +77,7 @@ from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall, direct
 from . import _layer_norm_launch as _rules
 from . import layer_norm as _norms
-from ._norm_helpers import affine, div, load_input
+from ._norm_helpers import affine, div, load_chunk, load_input
 from ._pdl import pdl_start
 
 # (a tl.constexpr: compiled Triton reads constexpr globals only)
@@ -148,6 +164,88 @@ def _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS: tl.constexpr):
 
 
 @triton.jit
+def _fp32_scalars(eps, scale_ub, EXACT_CAST: tl.constexpr):
+    """eps and scale_ub in fp32: torch.compile's launcher passes Python floats as fp64, computed
+    in fp32 as eager calls are (compiled, not the interpreter, whose floats stay Python's)."""
+    if not EXACT_CAST:
+        eps = eps.to(tl.float32)
+        scale_ub = scale_ub.to(tl.float32)
+    return eps, scale_ub
+
+
+@triton.jit
+def _store_amax(Amax, pid, amax, AMAX_BLOCK: tl.constexpr):
+    """The dynamic per-tensor scale's first launch: this program's amax, in its own cell, or
+    folded into the one zeroed cell (AMAX_BLOCK 0)."""
+    if AMAX_BLOCK > 0:
+        tl.store(Amax + pid, amax)
+    else:
+        tl.atomic_max(Amax, amax, sem="relaxed")
+
+
+@triton.jit
+def _token_scales(Scales, rows, row_mask, stride_s_row, row_amax, scale_ub, FP8_MAX: tl.constexpr,
+                  HAS_UB: tl.constexpr, POW2: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Per token: the rows' scales from their amaxes, stored; their inverses, ``(BLOCK_M, 1)``."""
+    s = _scale_of(row_amax, scale_ub, FP8_MAX, HAS_UB, POW2)
+    tl.store(Scales + rows * stride_s_row, s, mask=row_mask)
+    return tl.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), s)[:, None]
+
+
+@triton.jit
+def _one_scale(Scales, Amax, GivenScale, pid, tile_amax, scale_ub, MODE: tl.constexpr, FP8_MAX: tl.constexpr,
+               HAS_UB: tl.constexpr, POW2: tl.constexpr, AMAX_BLOCK: tl.constexpr):
+    """One scale for every row: given (MODE 0), from the first launch's amaxes (2), from this
+    program's ``tile_amax`` (5); stored by program 0. Its inverse."""
+    if MODE == 2:
+        if AMAX_BLOCK > 0:  # (one amax per program of the first launch: its grid is this one)
+            parts = tl.arange(0, AMAX_BLOCK)
+            amax = _amax(tl.load(Amax + parts, mask=parts < tl.num_programs(0), other=0.0), 0)
+        else:
+            amax = tl.load(Amax)
+        s = _scale_of(amax, scale_ub, FP8_MAX, HAS_UB, POW2)
+    elif MODE == 5:
+        s = _scale_of(tile_amax, scale_ub, FP8_MAX, HAS_UB, POW2)
+    else:
+        s = tl.load(GivenScale).to(tl.float32)
+    if pid == 0:
+        tl.store(Scales, s)
+    return tl.div_rn(tl.zeros_like(s) + 1.0, s)
+
+
+@triton.jit
+def _store_groups(Q, Scales, y, rows, row_mask, start, cols, mask, N, stride_s_row, stride_s_group, scale_ub,
+                  FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, HAS_UB: tl.constexpr, POW2: tl.constexpr,
+                  EXACT_CAST: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Per group: y's tile (columns ``start + cols``, ``start`` a multiple of GROUP) quantized in
+    1xGROUP groups, its data and scales stored."""
+    q, s = _quantize_groups(y, scale_ub, FP8_MAX, IS_E5M2, HAS_UB, POW2, EXACT_CAST, GROUP, BLOCK_M, BLOCK_N)
+    groups = start // GROUP + tl.arange(0, BLOCK_N // GROUP)
+    tl.store(Scales + rows[:, None] * stride_s_row + groups[None, :] * stride_s_group, s,
+             mask=row_mask[:, None] & (groups[None, :] < N // GROUP))
+    tl.store(Q + rows[:, None] * N + (start + cols)[None, :], q, mask=mask)
+
+
+@triton.jit
+def _chunk_y(X, H, W, B, rows, x_rows, cols, col_mask, mask, stride_h_row, mean, rstd, IS_RMS: tl.constexpr,
+             HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, UNIT_OFFSET: tl.constexpr,
+             CAST_BEFORE_WEIGHT: tl.constexpr):
+    """y (fp32, 0 outside ``mask``) of a chunk of columns on the long-row path's later passes: z
+    read again (x, or the h the first pass wrote), then the whole-row kernel's operations in its
+    order (the same bits for the same statistics)."""
+    Z = X
+    if HAS_RESIDUAL:
+        Z = H
+        z = tl.load(H + rows[:, None] * stride_h_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    else:
+        z = tl.load(X + x_rows[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if not IS_RMS:
+        z = tl.where(mask, z - mean[:, None], 0.0)
+    y = affine(z * rstd[:, None], Z, W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET, CAST_BEFORE_WEIGHT)
+    return tl.where(mask, y, 0.0)
+
+
+@triton.jit
 def _norm_fp8_kernel(
     X, R, H, Q, W, B, Stats, Scales, Amax, GivenScale,
     stride_x_row, stride_r_row, stride_h_row, stride_s_row, stride_s_group, M, N, eps, scale_ub,
@@ -155,67 +253,119 @@ def _norm_fp8_kernel(
     UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, STORE_H: tl.constexpr, STORE_STATS: tl.constexpr,
     MODE: tl.constexpr, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, HAS_UB: tl.constexpr, POW2: tl.constexpr,
     EXACT_CAST: tl.constexpr, GROUP: tl.constexpr, AMAX_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKED: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
+    """BLOCK_M rows a program: whole, in registers (the top), or with CHUNKED in BLOCK_N-column
+    chunks, re-read on each pass (rows longer than a program holds). Chunked: pass 1 finds the
+    statistics chunk by chunk (below), writing h with STORE_H (without it, a second launch's, it
+    reads the h the first wrote); each later pass reads the rows again (x, or h) and computes y by
+    :func:`_chunk_y`. Pass 2 quantizes (static scale, the first launch's amaxes, 1x128 groups:
+    BLOCK_N a multiple of GROUP), or finds the rows' amax (per token, one program's tile, the
+    first launch of the dynamic per-tensor scale), which pass 3 then quantizes by."""
     pdl_start(USE_PDL)
-    if not EXACT_CAST:  # (compiled, not the interpreter, whose floats stay Python's)
-        # torch.compile's launcher passes Python floats as fp64: computed in fp32, as eager calls are
-        eps = eps.to(tl.float32)
-        scale_ub = scale_ub.to(tl.float32)
+    eps, scale_ub = _fp32_scalars(eps, scale_ub, EXACT_CAST)
     pid = tl.program_id(0)
     rows = pid.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < M
     cols = tl.arange(0, BLOCK_N)
-    col_mask = cols < N
-    mask = row_mask[:, None] & col_mask[None, :]
-    Z = X  # the normalized input, for its dtype
-    if HAS_RESIDUAL:
-        Z = H
-    z = load_input(X, R, H, rows, rows * stride_x_row, cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, STORE_H)
-    mean = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if not IS_RMS:
-        mean = div(tl.sum(z, axis=1), N)
-        z = tl.where(mask, z - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(div(tl.sum(z * z, axis=1), N) + eps)
-    y = affine(z * rstd[:, None], Z, W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET, CAST_BEFORE_WEIGHT)
-    y = tl.where(mask, y, 0.0)  # (a bias would leave values in the masked columns)
-    if STORE_STATS:
-        _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS)
-    if MODE == 1:  # the dynamic per-tensor scale's first launch: the amax only
-        if AMAX_BLOCK > 0:
-            tl.store(Amax + pid, _amax(_amax(y, 1), 0))
-        else:
-            tl.atomic_max(Amax, _amax(_amax(y, 1), 0), sem="relaxed")
-    else:
-        out = Q + rows[:, None] * N + cols[None, :]
-        if MODE == 3:  # per token
-            s = _scale_of(_amax(y, 1), scale_ub, FP8_MAX, HAS_UB, POW2)
-            q = _quantize(y, tl.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), s)[:, None], FP8_MAX, IS_E5M2,
-                          EXACT_CAST)
-            tl.store(Scales + rows * stride_s_row, s, mask=row_mask)
-        elif MODE == 4:  # per group of GROUP columns
-            q, s = _quantize_groups(y, scale_ub, FP8_MAX, IS_E5M2, HAS_UB, POW2, EXACT_CAST, GROUP, BLOCK_M,
-                                    BLOCK_N)
-            groups = tl.arange(0, BLOCK_N // GROUP)
-            tl.store(Scales + rows[:, None] * stride_s_row + groups[None, :] * stride_s_group, s,
-                     mask=row_mask[:, None] & (groups[None, :] < N // GROUP))
-        else:  # one scale: given (0), from the first launch's amaxes (2), from this tile's (5)
-            if MODE == 2:
-                if AMAX_BLOCK > 0:  # (one amax per program of the first launch: its grid is this one)
-                    parts = tl.arange(0, AMAX_BLOCK)
-                    amax = _amax(tl.load(Amax + parts, mask=parts < tl.num_programs(0), other=0.0), 0)
-                else:
-                    amax = tl.load(Amax)
-                s = _scale_of(amax, scale_ub, FP8_MAX, HAS_UB, POW2)
-            elif MODE == 5:
-                s = _scale_of(_amax(_amax(y, 1), 0), scale_ub, FP8_MAX, HAS_UB, POW2)
+    if CHUNKED:
+        x_rows = rows * stride_x_row
+        # pass 1: the statistics. RMSNorm: the sum of squares. LayerNorm: each chunk's mean and
+        # sum of squared deviations from it, folded into the rows' (Chan et al.'s pairwise update):
+        # as exact as the whole-row kernel's two passes over registers (the plain norm's shifted
+        # sums were not, by up to 5 fp32 roundings in a scale where a row's first element sat far
+        # from its mean).
+        total = tl.zeros([BLOCK_M], dtype=tl.float32)
+        run_mean = tl.zeros([BLOCK_M], dtype=tl.float32)
+        m2 = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            mask = row_mask[:, None] & (start + cols[None, :] < N)
+            z = load_chunk(X, R, H, rows, x_rows, start + cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL,
+                           STORE_H)
+            if IS_RMS:
+                acc2 += z * z
             else:
-                s = tl.load(GivenScale).to(tl.float32)
-            q = _quantize(y, tl.div_rn(tl.zeros_like(s) + 1.0, s), FP8_MAX, IS_E5M2, EXACT_CAST)
-            if pid == 0:
-                tl.store(Scales, s)
-        tl.store(out, q, mask=mask)
+                n_c = tl.minimum(N - start, BLOCK_N).to(tl.float32)
+                seen = start + n_c  # (columns so far, this chunk's included)
+                c_sum = tl.sum(z, axis=1)
+                c_mean = tl.div_rn(c_sum, tl.zeros_like(c_sum) + n_c)
+                dc = tl.where(mask, z - c_mean[:, None], 0.0)
+                delta = c_mean - run_mean
+                run_mean += delta * (n_c / seen)
+                m2 += tl.sum(dc * dc, axis=1) + delta * delta * (start * (n_c / seen))
+                total += c_sum
+        if IS_RMS:
+            mean = tl.zeros([BLOCK_M], dtype=tl.float32)
+            rstd = 1.0 / tl.sqrt(div(tl.sum(acc2, axis=1), N) + eps)
+        else:
+            mean = div(total, N)
+            rstd = 1.0 / tl.sqrt(div(m2, N) + eps)
+        if STORE_STATS:
+            _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS)
+        if HAS_RESIDUAL:
+            tl.debug_barrier()  # (the later passes read the h other threads of the program wrote)
+        row_amax = tl.zeros([BLOCK_M], dtype=tl.float32)
+        if MODE == 1 or MODE == 3 or MODE == 5:  # pass 2: the amax (per row: NaN kept)
+            amax_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for start in range(0, N, BLOCK_N):
+                col_mask = start + cols < N
+                y = _chunk_y(X, H, W, B, rows, x_rows, start + cols, col_mask, row_mask[:, None] & col_mask[None, :],
+                             stride_h_row, mean, rstd, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
+                             CAST_BEFORE_WEIGHT)
+                amax_acc = _max_keeping_nan(amax_acc, tl.abs(y))
+            row_amax = tl.reduce(amax_acc, 1, _max_keeping_nan)
+        if MODE == 1:
+            _store_amax(Amax, pid, tl.reduce(row_amax, 0, _max_keeping_nan), AMAX_BLOCK)
+        else:  # the last pass: 1x128 groups (4, a chunk's groups whole), or by the scales of the row (3) or tensor
+            if MODE == 3:
+                inv = _token_scales(Scales, rows, row_mask, stride_s_row, row_amax, scale_ub, FP8_MAX, HAS_UB, POW2,
+                                    BLOCK_M)
+            elif MODE != 4:
+                inv = _one_scale(Scales, Amax, GivenScale, pid, tl.reduce(row_amax, 0, _max_keeping_nan), scale_ub,
+                                 MODE, FP8_MAX, HAS_UB, POW2, AMAX_BLOCK)
+            for start in range(0, N, BLOCK_N):
+                col_mask = start + cols < N
+                mask = row_mask[:, None] & col_mask[None, :]
+                y = _chunk_y(X, H, W, B, rows, x_rows, start + cols, col_mask, mask, stride_h_row, mean, rstd, IS_RMS,
+                             HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET, CAST_BEFORE_WEIGHT)
+                if MODE == 4:
+                    _store_groups(Q, Scales, y, rows, row_mask, start, cols, mask, N, stride_s_row, stride_s_group,
+                                  scale_ub, FP8_MAX, IS_E5M2, HAS_UB, POW2, EXACT_CAST, GROUP, BLOCK_M, BLOCK_N)
+                else:
+                    tl.store(Q + rows[:, None] * N + (start + cols)[None, :],
+                             _quantize(y, inv, FP8_MAX, IS_E5M2, EXACT_CAST), mask=mask)
+    else:
+        col_mask = cols < N
+        mask = row_mask[:, None] & col_mask[None, :]
+        Z = X  # the normalized input, for its dtype
+        if HAS_RESIDUAL:
+            Z = H
+        z = load_input(X, R, H, rows, rows * stride_x_row, cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL,
+                       STORE_H)
+        mean = tl.zeros([BLOCK_M], dtype=tl.float32)
+        if not IS_RMS:
+            mean = div(tl.sum(z, axis=1), N)
+            z = tl.where(mask, z - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(div(tl.sum(z * z, axis=1), N) + eps)
+        y = affine(z * rstd[:, None], Z, W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET, CAST_BEFORE_WEIGHT)
+        y = tl.where(mask, y, 0.0)  # (a bias would leave values in the masked columns)
+        if STORE_STATS:
+            _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS)
+        if MODE == 1:  # the dynamic per-tensor scale's first launch: the amax only
+            _store_amax(Amax, pid, _amax(_amax(y, 1), 0), AMAX_BLOCK)
+        elif MODE == 4:  # per group of GROUP columns
+            _store_groups(Q, Scales, y, rows, row_mask, 0, cols, mask, N, stride_s_row, stride_s_group, scale_ub,
+                          FP8_MAX, IS_E5M2, HAS_UB, POW2, EXACT_CAST, GROUP, BLOCK_M, BLOCK_N)
+        else:  # a scale per token (3), or one: given (0), from the first launch's amaxes (2), from this tile's (5)
+            if MODE == 3:
+                inv = _token_scales(Scales, rows, row_mask, stride_s_row, _amax(y, 1), scale_ub, FP8_MAX, HAS_UB, POW2,
+                                    BLOCK_M)
+            else:
+                inv = _one_scale(Scales, Amax, GivenScale, pid, _amax(_amax(y, 1), 0), scale_ub, MODE, FP8_MAX, HAS_UB,
+                                 POW2, AMAX_BLOCK)
+            tl.store(Q + rows[:, None] * N + cols[None, :], _quantize(y, inv, FP8_MAX, IS_E5M2, EXACT_CAST), mask=mask)
 
 
 @triton.jit
@@ -267,12 +417,6 @@ class _Plan(NamedTuple):
     residual_dtype: Optional[torch.dtype]
 
 
-def fits(n_cols: int) -> bool:
-    """Whether rows of ``n_cols`` fit the kernel (whole rows in registers); longer ones take
-    the reference."""
-    return n_cols <= launch_config.current().layer_norm.fwd_max_fused_cols
-
-
 def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
                   residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major, with_stats,
                   transposed) -> _Plan:
@@ -281,8 +425,9 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
     cfg = launch_config.current().layer_norm
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
-    block_m, block_n, _ = _rules.row_tile(n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block,
-                                          cfg.fp8_tile_elements, cfg.max_tile_rows)
+    block_m, block_n, whole_rows = _rules.row_tile(n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block,
+                                                   cfg.fp8_tile_elements, cfg.max_tile_rows)
+    # (whole 128-column groups: rows, or chunks (a power of 2) of at least one group)
     block_n = max(block_n, GROUP_SIZE if granularity == "per_group" else 1)
     recipe = FP8Recipe(granularity, fp8_dtype, pow2_scales, scale_ub if scale_ub > 0 else None, column_major,
                        transposed)
@@ -297,8 +442,10 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
                     FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
                     POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_M=block_m,
-                    BLOCK_N=block_n, AMAX_BLOCK=0, **_common.pdl(gpu),
-                    num_warps=_common.warps_for(block_m * block_n, cfg.fp8_elems_per_thread, 16))
+                    BLOCK_N=block_n, AMAX_BLOCK=0, CHUNKED=not whole_rows, **_common.pdl(gpu),
+                    # (rows over fwd_max_fused_cols: in chunks, warps as the plain norm's chunks; the top)
+                    num_warps=_common.warps_for(block_m * block_n,
+                                                cfg.fp8_elems_per_thread if whole_rows else cfg.elems_per_thread, 16))
     args = (*strides, *scale_strides, n_rows, n_cols, eps, max(scale_ub, 0.0))
     programs = _common.cdiv(n_rows, block_m)
     device = _common.device_index(x)

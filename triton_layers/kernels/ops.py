@@ -4,7 +4,7 @@ door norm_fp8_door, which makes it differentiable straight through)."""
 from ..calls.sharding import register_rules
 from .coor_descent import coor_descent
 from .layer_norm import norm, residual_norm, residual_norm_in_place
-from .norm_fp8 import fits as norm_fp8_fits, norm_fp8, norm_fp8_door
+from .norm_fp8 import norm_fp8, norm_fp8_door
 from .softmax import softmax
 from .weighted_sum import weighted_sum
 
