@@ -66,6 +66,18 @@ def _memory_table(opts: argparse.Namespace, results: list) -> str:
     return harness.emit(lines)
 
 
+def host_cases(r, dev) -> dict:
+    """``benchmarks.bench_host``'s cases of this op: label -> (leaf inputs drawn by ``r(*shape)`` on ``dev``,
+    ours, torch's), each a function of the leaves."""
+    try:
+        from colt5_attention.triton_coor_descent import triton_coor_descent
+        peer = lambda s: triton_coor_descent(s, k=64, **SETTINGS)  # noqa: E731
+    except ImportError:  # the torch definition stands in
+        from triton_layers import reference
+        peer = lambda s: reference.coor_descent(s, 20, 64.0, 0.03, 4.0, 0.7, None)  # noqa: E731
+    return {"coor_descent 4x1024, 20 iters": ([r(4, 1024)], lambda s: TF.coor_descent(s, k=64.0, **SETTINGS), peer)}
+
+
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
     """The (float32, (rows, n)) cases a run measures, in order."""
     return [(torch.float32, shape) for shape in (QUICK_SHAPES if opts.quick else SHAPES)]

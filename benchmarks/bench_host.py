@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import csv
+import importlib
 import io
 import os
 import pstats
@@ -48,7 +49,7 @@ from typing import Callable, Optional
 
 import torch
 
-from benchmarks import harness
+from benchmarks import harness, parts
 from triton_layers import functional as F
 
 CALLS = 300
@@ -58,29 +59,14 @@ MODES = ("fwd", "fwd+bwd", "fwd no_grad")
 
 
 def _cases(dev) -> dict[str, tuple[list, Callable, Callable]]:
-    """op -> (leaf inputs that need gradients, ours, torch's), each a function of the leaves."""
+    """op -> (leaf inputs that need gradients, ours, torch's), each a function of the leaves: the
+    ``host_cases(r, dev)`` of each op part's bench file (benchmarks/parts.py), in the parts' order."""
     r = lambda *s: torch.randn(*s, device=dev, requires_grad=True)  # noqa: E731
-    ln = [r(8, 256), r(256), r(256)]
-    sm = [r(2, 4, 64, 64)]
-    causal_mask = torch.ones(64, 64, dtype=torch.bool, device=dev).triu(1)
-    ws = [r(8, 256), r(256)]
-    cd = [r(4, 1024)]
-    cases = {
-        "layer_norm 8x256": (ln, lambda x, w, b: F.layer_norm(x, w, b),
-                             lambda x, w, b: torch.nn.functional.layer_norm(x, (256,), w, b)),
-        "softmax 2x4x64x64": (sm, lambda x: F.softmax(x), lambda x: torch.softmax(x, -1)),
-        "causal softmax 2x4x64x64, scale": (sm, lambda x: F.softmax(x, causal=True, scale=0.125),
-                                            lambda x: torch.softmax((x * 0.125).masked_fill(causal_mask, -torch.inf), -1)),
-        "weighted_sum 8x256": (ws, lambda x, w: F.weighted_sum(x, w), lambda x, w: x @ w),
-    }
-    try:
-        from colt5_attention.triton_coor_descent import triton_coor_descent
-        peer = lambda s: triton_coor_descent(s, n_iters=20, k=64, eps=0.03, eps_init=4.0, eps_decay=0.7)  # noqa: E731
-    except ImportError:  # the torch definition stands in
-        from triton_layers import reference
-        peer = lambda s: reference.coor_descent(s, 20, 64.0, 0.03, 4.0, 0.7, None)  # noqa: E731
-    cases["coor_descent 4x1024, 20 iters"] = (
-        cd, lambda s: F.coor_descent(s, n_iters=20, k=64.0, eps=0.03, eps_init=4.0, eps_decay=0.7), peer)
+    cases = {}
+    for part in parts.parts():
+        own = getattr(importlib.import_module(part.module), "host_cases", None) if part.ops else None
+        if own is not None:
+            cases.update(own(r, dev))
     return cases
 
 

@@ -37,6 +37,13 @@ def _liger():
     return lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS)
 
 
+def host_cases(r, dev) -> dict:
+    """``benchmarks.bench_host``'s cases of this op: label -> (leaf inputs drawn by ``r(*shape)`` on ``dev``,
+    ours, torch's), each a function of the leaves."""
+    return {"layer_norm 8x256": ([r(8, 256), r(256), r(256)], lambda x, w, b: TF.layer_norm(x, w, b),
+                                 lambda x, w, b: F.layer_norm(x, (256,), w, b))}
+
+
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
     """The (dtype, (rows, row length)) pairs a run measures, in order."""
     return harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)

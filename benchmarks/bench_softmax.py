@@ -70,6 +70,18 @@ def _targets(opts: argparse.Namespace, results: list) -> str:
     return harness.emit(lines)
 
 
+def host_cases(r, dev) -> dict:
+    """``benchmarks.bench_host``'s cases of this op: label -> (leaf inputs drawn by ``r(*shape)`` on ``dev``,
+    ours, torch's), each a function of the leaves."""
+    sm = [r(2, 4, 64, 64)]
+    hidden = torch.ones(64, 64, dtype=torch.bool, device=dev).triu(1)
+    return {
+        "softmax 2x4x64x64": (sm, lambda x: TF.softmax(x), lambda x: torch.softmax(x, -1)),
+        "causal softmax 2x4x64x64, scale": (sm, lambda x: TF.softmax(x, causal=True, scale=0.125),
+                                            lambda x: _torch_causal(x * 0.125, hidden)),
+    }
+
+
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
     """The (dtype, (B*H, N)) pairs a run measures, in order."""
     return harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)

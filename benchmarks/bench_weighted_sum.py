@@ -43,6 +43,12 @@ def _check(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, label: str) -> Non
         print(f"    WARNING {label}: relative error {err:.2e} against x.float() @ w.float()", file=sys.stderr)
 
 
+def host_cases(r, dev) -> dict:
+    """``benchmarks.bench_host``'s cases of this op: label -> (leaf inputs drawn by ``r(*shape)`` on ``dev``,
+    ours, torch's), each a function of the leaves."""
+    return {"weighted_sum 8x256": ([r(8, 256), r(256)], lambda x, w: TF.weighted_sum(x, w), lambda x, w: x @ w)}
+
+
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
     """The (dtype, (rows, dim)) pairs a run measures, in order."""
     return harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)

@@ -21,7 +21,7 @@ The part's name is the file's, less ``bench_``: ``bench_layernorm.py`` is ``laye
 ``python -m benchmarks --ops layernorm`` and writes ``layernorm.csv``. So a new
 ``bench_<op>.py`` with a ``PART`` joins ``run_all`` (``--ops``), ``report`` (its table),
 ``plots`` (its figure), ``benchmarks.dev.registers`` (its names) and the tests without an edit
-elsewhere.
+elsewhere; its ``host_cases(r, dev)``, where it has them, join ``bench_host``.
 
 ``PART`` is read from the file's text (``ast.literal_eval``), not by importing the file: the
 report and the plots need neither torch nor a GPU, and every bench file imports torch.

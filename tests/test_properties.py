@@ -6,7 +6,9 @@ every other row, a stride-0 broadcast), the op's parameters and masks, and wheth
 kernels' long-row (chunked) path is forced by shrinking its limits (that, and the
 masks and modes, are pytest parameters, so that every kernel path is covered). The kernels' output
 and the gradients of every input are compared with ``triton_layers.reference`` run in
-float64 on the same (rounded) inputs, by tests/oracle.py.
+float64 on the same (rounded) inputs, by tests/oracle.py. The norms', softmax's and
+coor_descent's tests are here; a newer op's is in its own test file (``tests/test_<op>.py``,
+``-k properties``), drawing on the strategies here, so that adding an op edits no file here.
 
 Bounded for CI: small sizes, a fixed number of examples, ``derandomize=True`` and no
 example database, so every run draws the same examples (about a minute on 2 CPU cores
@@ -106,7 +108,8 @@ def common(draw, min_dims: int = 1, max_dims: int = 3, max_n: int = 70):
     )
 
 
-def _rows(shape) -> int:
+def rows_of(shape) -> int:
+    """How many rows a tensor of ``shape`` has (every dim but the last)."""
     return math.prod(shape[:-1])
 
 
@@ -135,7 +138,7 @@ def test_layer_norm(looped, stable, c, data):
 
     res = check(lambda x, w, b: F.layer_norm(x, v(w), v(b), eps=eps, stable=stable, use_triton=True),
                 lambda x, w, b: reference.layer_norm(x.reshape(-1, n), v(w), v(b), eps, stable).reshape(shape),
-                dict(x=x, weight=w, bias=b), dy=dy, summed=dict(weight=_rows(shape), bias=_rows(shape)))
+                dict(x=x, weight=w, bias=b), dy=dy, summed=dict(weight=rows_of(shape), bias=rows_of(shape)))
     assert res.y.dtype == dtype and res.y.shape == shape
     assert all(g.dtype == param_dtype for name, g in res.grads.items() if name != "x")
 
@@ -175,38 +178,6 @@ def test_softmax(looped, causal, masked, c, data):
     assert res.y.dtype == dtype and res.y.shape == shape
 
 
-# --- weighted_sum -----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("long_rows", [False, True], ids=["short", "split-columns"])
-@pytest.mark.parametrize("bias_shape", [None, (), (1,)], ids=["nobias", "bias0d", "bias1d"])
-@bounded(8)
-@given(c=common(max_n=70), data=st.data())
-def test_weighted_sum(long_rows, bias_shape, c, data):
-    shape, dtype = c["shape"], c["dtype"]
-    if long_rows:  # more than a column block (2048): the forward splits the columns
-        shape = shape[:-1] + (data.draw(st.sampled_from([2049, 4500]), "n"),)
-    n = shape[-1]
-    layout = data.draw(layouts(len(shape), broadcast_last=True), "layout")
-    param_dtype = data.draw(st.sampled_from([dtype, torch.float32]), "param_dtype")
-    x = drawn(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
-    strided = data.draw(st.booleans(), "strided weight")
-    w = param(n, param_dtype, c["gen"], strided)
-    b = None
-    if bias_shape is not None:
-        b = (torch.randn(bias_shape, generator=c["gen"])).to(param_dtype).to(DEVICE).requires_grad_()
-    dy = torch.randn(shape[:-1], generator=c["gen"]).to(dtype).to(DEVICE)
-
-    res = check(lambda x, w, b: F.weighted_sum(x, view(w, strided), b, use_triton=True),  # (no row limits to shrink)
-                lambda x, w, b: reference.weighted_sum(x, view(w, strided), None if b is None else b.reshape(())),
-                dict(x=x, weight=w, bias=b), dy=dy,
-                summed=dict(y=n, weight=_rows(shape), bias=_rows(shape)))  # y: a sum over the row
-    assert res.y.dtype == dtype and res.y.shape == shape[:-1]
-    for name, t in (("weight", w), ("bias", b)):
-        if t is not None:
-            assert res.grads[name].dtype == param_dtype and res.grads[name].shape == t.shape
-
-
 # --- coor_descent -----------------------------------------------------------------------
 
 
@@ -241,7 +212,7 @@ def test_coor_descent(looped, masked, c, data):
     # exp(s / eps) amplifies fp32 rounding by |s| / eps (test_coor_descent.py): looser bounds.
     res = check(lambda s, k: F.coor_descent(s, k=k, use_triton=True, **kw),
                 lambda s, k: F.coor_descent(s, k=k, use_triton=False, **kw),  # float64: the reference
-                dict(s=x, k=k), dy=dy, rtol=dict(y=1e-4, s=1e-3, k=1e-3), summed=dict(k=_rows(shape)))
+                dict(s=x, k=k), dy=dy, rtol=dict(y=1e-4, s=1e-3, k=1e-3), summed=dict(k=rows_of(shape)))
     assert res.y.dtype == dtype and res.y.shape == shape
     if mask is not None:
         assert (res.y[~mask] == 0).all()

@@ -13,6 +13,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as TF
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 import triton_layers
@@ -23,8 +25,10 @@ from triton_layers.kernels import _weighted_sum_launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.calls.doors import direct
 
-from .conftest import DTYPES, LOW_DTYPES, spy_main_inputs
+from . import test_nonfinite as nonfinite
+from .conftest import DEVICE, DTYPES, LOW_DTYPES, spy_main_inputs
 from .oracle import check, compare
+from .test_properties import bounded, common, drawn, layouts, param, rows_of, view
 
 # (x dtype, parameter dtype): every dtype, and fp32 parameters with fp16/bf16 inputs.
 PRECISIONS = [
@@ -433,3 +437,55 @@ def test_torch_compile_fullgraph(device):
     )
     x, w, b = _inputs((6, 7, 96), torch.float32, torch.float32, device)
     check(fn, _definition, dict(x=x, weight=w, bias=b), dy=torch.randn(6, 7, device=device))
+
+
+# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: test_nonfinite.py)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # (as tests/test_nonfinite.py: none from numpy either)
+@pytest.mark.parametrize("shape", [(37, 20), (3, 3000)], ids=["many-rows", "split-columns"])
+def test_nonfinite_as_torch_matmul(device, shape):
+    x = torch.randn(shape, device=device)
+    w = torch.randn(shape[1], device=device)
+    nan, inf = nonfinite.NAN, nonfinite.INF
+    x[1, 3], x[2, 0], x[2, -1] = nan, inf, -inf  # row 2: inf - inf (if the weights agree in sign)
+    x[0, 5], w[5] = inf, 0.0  # inf * 0
+    x[-1, 7] = -inf
+    (y, dx, dw), dy = nonfinite.grads(F.weighted_sum, x, w)
+    (y_t, dx_t, dw_t), _ = nonfinite.grads(lambda x, w: x @ w, x, w, dy=dy)
+    nonfinite.close(y, y_t, "y", rtol=1e-4, atol=1e-4)
+    nonfinite.close(dx, dx_t, "dx")
+    nonfinite.close(dw, dw_t, "dw", rtol=1e-4, atol=1e-4)
+    assert torch.isnan(y[[0, 1]]).all() and torch.isinf(y[-1])
+
+
+# ------------------------------------------------ properties (hypothesis; strategies: test_properties.py)
+
+
+@pytest.mark.parametrize("long_rows", [False, True], ids=["short", "split-columns"])
+@pytest.mark.parametrize("bias_shape", [None, (), (1,)], ids=["nobias", "bias0d", "bias1d"])
+@bounded(8)
+@given(c=common(max_n=70), data=st.data())
+def test_properties(long_rows, bias_shape, c, data):
+    shape, dtype = c["shape"], c["dtype"]
+    if long_rows:  # more than a column block (2048): the forward splits the columns
+        shape = shape[:-1] + (data.draw(st.sampled_from([2049, 4500]), "n"),)
+    n = shape[-1]
+    layout = data.draw(layouts(len(shape), broadcast_last=True), "layout")
+    param_dtype = data.draw(st.sampled_from([dtype, torch.float32]), "param_dtype")
+    x = drawn(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
+    strided = data.draw(st.booleans(), "strided weight")
+    w = param(n, param_dtype, c["gen"], strided)
+    b = None
+    if bias_shape is not None:
+        b = (torch.randn(bias_shape, generator=c["gen"])).to(param_dtype).to(DEVICE).requires_grad_()
+    dy = torch.randn(shape[:-1], generator=c["gen"]).to(dtype).to(DEVICE)
+
+    res = check(lambda x, w, b: F.weighted_sum(x, view(w, strided), b, use_triton=True),  # (no row limits to shrink)
+                lambda x, w, b: reference.weighted_sum(x, view(w, strided), None if b is None else b.reshape(())),
+                dict(x=x, weight=w, bias=b), dy=dy,
+                summed=dict(y=n, weight=rows_of(shape), bias=rows_of(shape)))  # y: a sum over the row
+    assert res.y.dtype == dtype and res.y.shape == shape[:-1]
+    for name, t in (("weight", w), ("bias", b)):
+        if t is not None:
+            assert res.grads[name].dtype == param_dtype and res.grads[name].shape == t.shape
