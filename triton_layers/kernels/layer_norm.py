@@ -73,10 +73,12 @@ def _norm_fwd_kernel(
     mean = tl.zeros([BLOCK_M], dtype=tl.float32)
     if SINGLE_PASS:
         mask = row_mask[:, None] & (cols[None, :] < N)
-        # The weight (and bias) loaded before x, not after the reduction: their reads wait on
-        # memory while x's do, instead of after them (decode-sized rows of 8192 gain most:
-        # docs/TUNING.md, "LayerNormLaunch.fwd_warps", which also says what was tried at 512x8192).
-        w, b = load_affine(W, B, cols, cols < N, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
+        if IS_RMS:
+            # RMSNorm loads its weight before x, not after the reduction: the weight's reads wait
+            # on memory while x's do (decode-sized rows gain most). LayerNorm does not: holding
+            # its weight and bias through two reductions costs it registers and was slower
+            # (docs/TUNING.md, "LayerNormLaunch.fwd_warps").
+            w, b = load_affine(W, B, cols, cols < N, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
         z = load_input(X, R, H, rows, x_rows, cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
         if STABLE:
             inv_scale = 1.0 / tl.maximum(tl.max(tl.abs(z), axis=1), STABLE_MIN_SCALE)
@@ -85,6 +87,8 @@ def _norm_fwd_kernel(
             mean = div(tl.sum(z, axis=1), N)
             z = tl.where(mask, z - mean[:, None], 0.0)
         rstd = 1.0 / tl.sqrt(div(tl.sum(z * z, axis=1), N) + eps)
+        if not IS_RMS:
+            w, b = load_affine(W, B, cols, cols < N, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
         y = scale_shift(z * rstd[:, None], Z, w, b, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
         tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
