@@ -767,16 +767,16 @@ def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     from benchmarks.dev import tune_weighted_sum
     from triton_layers import launch_config
 
-    from triton_layers.kernels import _weighted_sum_launch
+    from triton_layers.kernels import _weighted_sum_rules
 
     runs = _fake_gpu_timer(monkeypatch)
     seen = []
-    tile_2d = _weighted_sum_launch.tile_2d
+    tile_2d = _weighted_sum_rules.tile_2d
 
     def spy(rows, cols, elem_size, cfg, aligned=True, tile_bytes=None):
         seen.append((tile_bytes or cfg.tile_bytes, cfg.bwd_stages))
         return tile_2d(rows, cols, elem_size, cfg, aligned, tile_bytes)
-    monkeypatch.setattr(_weighted_sum_launch, "tile_2d", spy)
+    monkeypatch.setattr(_weighted_sum_rules, "tile_2d", spy)
     monkeypatch.setattr(tune_weighted_sum, "FWD_GRIDS", {4: {"fwd_tile_bytes_4byte": [512, 16384],
                                                              "fwd_stages_4byte": [None]}})
     monkeypatch.setattr(tune_weighted_sum, "BWD_GRID", {"tile_bytes": [512, 8192], "bwd_stages": [None, 2]})
@@ -796,17 +796,17 @@ def test_softmax_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     from benchmarks.dev import tune_softmax
     from triton_layers import launch_config
 
-    from triton_layers.kernels import _softmax_launch
+    from triton_layers.kernels import _softmax_rules
 
     runs = _fake_gpu_timer(monkeypatch)
     warps = []
-    softmax_tile = _softmax_launch.tile
+    softmax_tile = _softmax_rules.tile
 
     def spy(rows, cols, cfg, causal=False):
         tile = softmax_tile(rows, cols, cfg, causal)
         warps.append((cfg.elems_per_thread, tile[3]))
         return tile
-    monkeypatch.setattr(_softmax_launch, "tile", spy)
+    monkeypatch.setattr(_softmax_rules, "tile", spy)
     monkeypatch.setattr(tune_softmax, "GRIDS", {"triton_layers": {"tile_elements": [4096], "elems_per_thread": [1, 16]},
                                                 "triton_layers-causal": {"causal_tile_elements": [4096],
                                                                          "elems_per_thread": [1, 16]}})
@@ -849,16 +849,16 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
     with pytest.raises(SystemExit, match="--decode times"):
         tune_layernorm.main(["--norm", "layer", "--dirs", "fwd", "--decode"])
 
-    from triton_layers.kernels import _layer_norm_launch
+    from triton_layers.kernels import _layer_norm_rules
 
     paths = []  # (row limit given, whole rows?) of each launch
-    row_tile = _layer_norm_launch.row_tile
+    row_tile = _layer_norm_rules.row_tile
 
     def recording_row_tile(rows, cols, limit, *rest):
         tile = row_tile(rows, cols, limit, *rest)
         paths.append((limit, tile[2]))
         return tile
-    monkeypatch.setattr(_layer_norm_launch, "row_tile", recording_row_tile)
+    monkeypatch.setattr(_layer_norm_rules, "row_tile", recording_row_tile)
     monkeypatch.setattr(tune_norm_backward, "CASES", [(40, 32, 3, 16), (40, 64, 1, 16)])
     monkeypatch.setattr(tune_norm_backward, "ELEMENTS", 3 * 40)
     tune_norm_backward.main()
@@ -1044,16 +1044,16 @@ def test_fp8_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     from benchmarks.dev import tune_fp8
     from triton_layers import launch_config
 
-    from triton_layers.kernels import _layer_norm_launch
+    from triton_layers.kernels import _layer_norm_rules
 
     runs = _fake_gpu_timer(monkeypatch)
     tiles = []
-    row_tile = _layer_norm_launch.row_tile
+    row_tile = _layer_norm_rules.row_tile
 
     def spy(rows, cols, limit, loop_block, tile_elements, *rest):
         tiles.append(tile_elements)
         return row_tile(rows, cols, limit, loop_block, tile_elements, *rest)
-    monkeypatch.setattr(_layer_norm_launch, "row_tile", spy)
+    monkeypatch.setattr(_layer_norm_rules, "row_tile", spy)
     monkeypatch.setattr(tune_fp8, "GRID", {"fp8_tile_elements": [256, 1024], "fp8_elems_per_thread": [16]})
     tune_fp8.main(["--shapes", "3x256", "--ops", "rmsnorm_fp8_per_token,add_rmsnorm_fp8_per_token"])
     assert len(runs) == 2 * 2

@@ -113,7 +113,7 @@ def _backward_prefetch() -> dict:
     from benchmarks.dev import offline
     from triton_layers import launch_config
     from triton_layers.kernels import layer_norm as LN
-    from triton_layers.kernels._layer_norm_launch import prefetch_stages
+    from triton_layers.kernels._layer_norm_rules import prefetch_stages
 
     a100 = launch_config.GPU("NVIDIA A100-SXM4-80GB", sm_count=108, shared_memory=A100_SHARED, capability=(8, 0))
     stages = prefetch_stages(3, 8192 * 4 * 3, a100, launch_config.DEFAULT.layer_norm.bwd_reduction_scratch_bytes)
@@ -179,7 +179,7 @@ def _planned_launches() -> list:
 
     from tests.test_doors import CASES, _r
     from triton_layers import launch_config
-    from triton_layers.kernels import _layer_norm_launch
+    from triton_layers.kernels import _layer_norm_rules
     from triton_layers.kernels import ops as K
 
     extra = {  # rows of several chunks in coor_descent's backward; a softmax without mask
@@ -193,8 +193,8 @@ def _planned_launches() -> list:
     for config, one_pass in ((default, False), (tiny, False), (tiny, True), (classes, False)):
         with launch_config.use_config(config), contextlib.ExitStack() as forced:
             if one_pass:  # the long-row norm forward and backward in one pass (a decision, forced)
-                forced.enter_context(mock.patch.object(_layer_norm_launch, "one_pass_split", lambda *args: True))
-                forced.enter_context(mock.patch.object(_layer_norm_launch, "one_pass_forward", lambda *args: True))
+                forced.enter_context(mock.patch.object(_layer_norm_rules, "one_pass_split", lambda *args: True))
+                forced.enter_context(mock.patch.object(_layer_norm_rules, "one_pass_forward", lambda *args: True))
             for case, build in {**CASES, **extra}.items():
                 launches += getattr(K, case.split("-")[0]).record_launches(*build("cpu"))
     return launches + _fp8_launches()

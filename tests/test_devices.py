@@ -141,7 +141,7 @@ def test_prefetch_stages_fit_the_devices_shared_memory(limit, kib, stages):
     """Triton keeps stages - 1 tiles of every prefetched load in shared memory and refuses the
     launch past the device's limit: the default 3 stages fit an H100, not an A100 with a
     residual nor an RTX 4090, so the launcher takes fewer there."""
-    from triton_layers.kernels._layer_norm_launch import prefetch_stages
+    from triton_layers.kernels._layer_norm_rules import prefetch_stages
 
     scratch = launch_config.DEFAULT.layer_norm.bwd_reduction_scratch_bytes
     gpu = launch_config.GPU("a GPU", sm_count=132, shared_memory=limit)

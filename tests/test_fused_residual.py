@@ -9,7 +9,7 @@ import torch.nn.functional as TF
 from triton_layers import TritonLayerNorm, TritonRMSNorm
 from triton_layers import functional as F
 from triton_layers import launch_config
-from triton_layers.kernels import _layer_norm_launch
+from triton_layers.kernels import _layer_norm_rules
 from triton_layers.kernels import layer_norm as norm_kernels
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -229,7 +229,7 @@ def test_rms_backward_keeps_longer_rows_whole(residual, monkeypatch, device):
     limits = config.layer_norm
     names = ("_norm_bwd_kernel", "_norm_bwd_row_sums_kernel", "_norm_bwd_split_kernel")
     # (on a GPU the long rows' one pass needs no row-sums kernel: 5 chunks of 8)
-    split = {names[2]} if _layer_norm_launch.one_pass_split(
+    split = {names[2]} if _layer_norm_rules.one_pass_split(
         5, False, 4, limits, launch_config.GPU.of(torch.device(device))) else set(names[1:])
     for kind, launched in (("rms", {"_norm_bwd_kernel"}), ("layer", split)):
         spies = {name: _Spy(getattr(norm_kernels, name), []) for name in names}

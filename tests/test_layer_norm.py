@@ -13,7 +13,7 @@ from triton_layers import functional as F
 from triton_layers._checks import as_rows
 
 from triton_layers import launch_config
-from triton_layers.kernels import _layer_norm_launch as rules
+from triton_layers.kernels import _layer_norm_rules as rules
 from triton_layers.kernels import ops as _kernels
 
 from .conftest import DTYPES, H100, H200, LOOPED, LOW_DTYPES

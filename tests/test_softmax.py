@@ -15,7 +15,7 @@ from triton_layers import functional as F
 from triton_layers import launch_config
 from triton_layers.calls import doors as _doors, fast_launch as _fast_launch
 from triton_layers.kernels import _common
-from triton_layers.kernels import _softmax_launch as rules
+from triton_layers.kernels import _softmax_rules as rules
 from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import DTYPES, spy_main_inputs

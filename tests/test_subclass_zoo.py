@@ -40,13 +40,13 @@ def launches(monkeypatch) -> list:
     seen: list = []
     call = _fast_launch.KernelCall.__call__
 
-    def watched(self, launch, *tensors):
-        if launch is _fast_launch.direct:
+    def watched(self, launcher, *tensors):
+        if launcher is _fast_launch.direct:
             kinds = [type(t).__name__ for t in tensors if isinstance(t, torch.Tensor)
                      and type(t) not in _eager.PLAIN_TENSORS]
             assert not kinds, f"a kernel launched on {kinds}"
             seen.append(tensors)
-        return call(self, launch, *tensors)
+        return call(self, launcher, *tensors)
 
     monkeypatch.setattr(_fast_launch.KernelCall, "__call__", watched)
     return seen

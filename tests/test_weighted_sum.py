@@ -21,7 +21,7 @@ import triton_layers
 from triton_layers import WeightedSum, reference
 from triton_layers import functional as F
 from triton_layers import launch_config
-from triton_layers.kernels import _weighted_sum_launch
+from triton_layers.kernels import _weighted_sum_rules
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.calls.doors import direct
 
@@ -102,7 +102,7 @@ def test_looped_and_split_paths(shape, dtype, param_dtype, device, looped):
 def test_tiny_tiles_take_the_split_and_multi_program_paths(looped, device):
     """The looped-path test above must actually reach the paths it is there for."""
     sms = launch_config.GPU.of(torch.device(device)).sm_count
-    cfg, rules = looped.weighted_sum, _weighted_sum_launch
+    cfg, rules = looped.weighted_sum, _weighted_sum_rules
     block_m, block_d, _ = rules.tile_2d(3, 1000, 4, cfg)
     wanted = math.ceil(sms * cfg.fwd_programs_per_sm / math.ceil(3 / block_m))
     assert rules.split_range(1000, block_d, wanted)[1] > 1  # forward splits columns

@@ -21,7 +21,7 @@ from ._checks import (
 from .calls.tracing import tracing
 from ._values import check_k_within_row
 from .fp8 import GROUP_SIZE, FP8Recipe, FP8Rows, reference_activation
-from .calls.eager import EagerOp, Launch, subclass_of
+from .calls.eager import EagerOp, KernelRoute, subclass_of
 
 __all__ = ["layer_norm", "rms_norm", "layer_norm_fp8", "rms_norm_fp8", "softmax", "weighted_sum", "coor_descent", "uses_kernels"]
 
@@ -219,7 +219,7 @@ def _norm_fp8_route(x, weight, bias, residual, scale, eps, residual_dtype, recip
         x2 = kernel_rows(x, n_cols)
         r2 = None if residual is None else kernel_rows(residual, n_cols)
         if x2 is x and r2 is residual:
-            return Launch(_kernels.norm_fp8_door, (x, weight, bias, residual, scale),
+            return KernelRoute(_kernels.norm_fp8_door, (x, weight, bias, residual, scale),
                           (eps, rms, bool(unit_offset), bool(cast_before_weight), residual_dtype, out_dtype, recipe))
         if not autograd:  # (rows copied: the result reshaped to x's; the transposed copy's rows are flat)
             out = _kernels.norm_fp8_door(x2, r2, weight, bias, scale, eps, rms, bool(unit_offset),
@@ -366,7 +366,7 @@ def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_t
             shape = x.shape
             finish = ((lambda y: y.reshape(shape)) if r2 is None
                       else (lambda yh: (yh[0].reshape(shape), yh[1].reshape(shape))))
-        return Launch(op, (x2, w, b, r2), tail, finish)
+        return KernelRoute(op, (x2, w, b, r2), tail, finish)
     y = reference.norm(x2, w, b, eps, rms=rms, stable=stable, unit_offset=bool(unit_offset),
                        cast_before_weight=bool(cast_before_weight), residual=r2,
                        residual_dtype=residual_dtype, out_dtype=out_dtype)
@@ -489,7 +489,7 @@ def _weighted_sum_route(x, weight, bias, use_triton):
     x2 = kernel_rows(x, n_cols)
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
     lead = x.shape[:-1]
-    return Launch(_kernels.weighted_sum, (x2, w, bias), (), None if x2 is x else (lambda y: y.reshape(lead)))
+    return KernelRoute(_kernels.weighted_sum, (x2, w, bias), (), None if x2 is x else (lambda y: y.reshape(lead)))
 
 
 def _weighted_sum_kernel_tensors(x, weight, bias) -> tuple:
@@ -582,7 +582,7 @@ def _coor_descent_route(s, mask, k_tensor, n_iters, k_value, eps, eps_init, eps_
     tail = (None if k_rows is not None else float(k), n_iters, float(eps),
             float(eps if eps_init is None else eps_init), float(eps_decay))
     shape = s.shape
-    return Launch(_kernels.coor_descent, (s2, m2, k2), tail, None if s2 is s else (lambda y: y.reshape(shape)))
+    return KernelRoute(_kernels.coor_descent, (s2, m2, k2), tail, None if s2 is s else (lambda y: y.reshape(shape)))
 
 
 def _coor_descent_kernel_tensors(s, mask, k) -> tuple:
@@ -695,7 +695,7 @@ def _softmax_route(x, key_padding_mask, causal, scale, use_triton):
     rows_per_batch, n_q = ((x.numel() // n_cols // x.shape[0] if key_padding_mask is not None else 1,
                             x.shape[-2] if causal else 1) if x2 is not x else (0, 0))
     shape = x.shape
-    return Launch(_kernels.softmax, (x2, key_padding_mask), (n_q, rows_per_batch, causal, scale),
+    return KernelRoute(_kernels.softmax, (x2, key_padding_mask), (n_q, rows_per_batch, causal, scale),
                   None if x2 is x else (lambda y: y.reshape(shape)))
 
 

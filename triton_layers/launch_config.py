@@ -179,7 +179,7 @@ class LayerNormLaunch:
     elems_per_thread: int = 16
     """Elements a thread holds: a program's warps are its tile over 32 times this (capped per kernel)."""
     fwd_warps: Optional[int] = None
-    """Warps of a forward program; None: by the tile (the rule in kernels/_layer_norm_launch.py)."""
+    """Warps of a forward program; None: by the tile (the rule in kernels/_layer_norm_rules.py)."""
     fp8_tile_elements: int = 8192
     """Elements an FP8 norm program holds (whole rows: as many as fit, at least one)."""
     fp8_elems_per_thread: int = 64

@@ -38,7 +38,7 @@ from benchmarks import bench_decode, bench_layernorm, bench_norms, harness
 from benchmarks.dev import tuning
 from triton_layers import functional as TF
 from triton_layers import launch_config
-from triton_layers.kernels import _layer_norm_launch
+from triton_layers.kernels import _layer_norm_rules
 
 NORMS = ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm")  # norm_case's names
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 16384), (4096, 32768), (1024, 131072)]
@@ -130,7 +130,7 @@ def main(argv=None) -> None:
                     nbytes = next(d.nbytes for d in case.directions if d.name == name)
                     res = tuning.sweep(case, name, ours, "layer_norm", grid)
                     # (fwd_one_pass None: what it means on this GPU)
-                    default = tuple(_layer_norm_launch.plain_one_pass_forward(limits, launch_config.GPU.of(dev))
+                    default = tuple(_layer_norm_rules.plain_one_pass_forward(limits, launch_config.GPU.of(dev))
                                     if k == "fwd_one_pass"
                                     else getattr(limits, k) for k in grid)
                     print(tuning.report(name, grid, default, res, nbytes, copy), flush=True)

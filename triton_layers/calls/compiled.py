@@ -1,6 +1,6 @@
 """The compiled door of every op: a ``torch.library.triton_op`` pair (forward, backward) tied by
 ``register_autograd``, whose kernels are launched through ``wrap_triton`` so that Inductor can
-trace them (or, where nothing traces, directly: :func:`traced_launch`). Made from the op's
+trace them (or, where nothing traces, directly: :func:`traced_launcher`). Made from the op's
 description (``calls/description.py``) by :func:`compiled_door`, for ``calls/doors.py``'s
 :class:`~.doors.Op`, which also holds the eager door.
 
@@ -20,13 +20,13 @@ from . import eager as _eager
 from .description import _signature, _tensor_tuple
 from .fast_launch import direct
 
-__all__ = ["compiled_door", "traced_launch"]
+__all__ = ["compiled_door", "traced_launcher"]
 
 
 def compiled_door(op) -> tuple:
     """``(forward_op, backward_op)``: the op's ``triton_op`` pair (``triton_layers::<name>_fwd``
     and ``_bwd``) tied by ``register_autograd``, whose bodies run the description's plans and
-    runs with the launch :func:`traced_launch` picks. ``op``: the :class:`~.doors.Op` it is for
+    runs with the launch :func:`traced_launcher` picks. ``op``: the :class:`~.doors.Op` it is for
     (its description and its shared steps: readable inputs, the door's forward and backward,
     what autograd saves)."""
     d = op.desc
@@ -36,7 +36,7 @@ def compiled_door(op) -> tuple:
         # (the tensors as the plans read them: a DTensor's local shard, say, may come in
         # any layout; traced calls from functional are already so, and pass through)
         args = op._readable(args, op._input_strided)
-        return _one_or_tuple(op._door_forward(traced_launch(args), args))
+        return _one_or_tuple(op._door_forward(traced_launcher(args), args))
 
     forward_body.__signature__ = _signature(d.inputs, _tensor_tuple(len(op._result_names)))
     forward_op = triton_op(f"triton_layers::{d.name}_fwd", mutates_args=())(forward_body)
@@ -49,7 +49,7 @@ def compiled_door(op) -> tuple:
         first_value = n_out + op._n_saved_tensors
         saved = (*op._as_saved(args[n_out:first_value]), *args[first_value:-1])
         needs = dict(zip(d.differentiable, args[-1]))
-        out = op._door_backward(traced_launch(args), grads, needs, saved)
+        out = op._door_backward(traced_launcher(args), grads, needs, saved)
         # A custom op returns tensors only: an empty one stands for "no gradient", and
         # for the second of a shared pair (backward() below hands it the first's).
         shared = {a for a, b in d.shared_grads if needs[a] and needs[b] and out[a] is out[b]}
@@ -72,7 +72,7 @@ def compiled_door(op) -> tuple:
     return forward_op, backward_op
 
 
-def traced_launch(args: tuple) -> Callable:
+def traced_launcher(args: tuple) -> Callable:
     """How the compiled door's bodies launch.
 
     - Real plain tensors and nothing tracing (no dispatch mode: a DTensor's local shards, a call

@@ -26,7 +26,7 @@ class OpDescription:
       forward also returns, for the backward only (statistics; no gradient flows to them).
     - The forward in two halves: ``plan_forward(*inputs)`` decides everything a call's
       tensors' metadata fixes (geometry, kernel choices, :class:`KernelCall` objects)
-      without launching, and ``run_forward(launch, plan, *inputs)`` allocates and launches,
+      without launching, and ``run_forward(launcher, plan, *inputs)`` allocates and launches,
       returning a tuple of tensors: ``outputs`` then ``residuals``. Eager calls keep the
       plan per call signature (:meth:`Op.plan`), so that a repeated signature pays only the run.
     - ``saved``: ``(name, type)`` of what the backward needs, tensors (``Tensor``,
@@ -34,7 +34,7 @@ class OpDescription:
       in that order, from the inputs and the forward's results (named tuples:
       ``inputs.x``, ``results.stats``) and ``needs`` (argument name -> whether it needs a
       gradient).
-    - The backward likewise: ``plan_backward(grads, needs, *saved)`` and ``run_backward(launch,
+    - The backward likewise: ``plan_backward(grads, needs, *saved)`` and ``run_backward(launcher,
       plan, grads, needs, *saved)``, which gets the outputs' gradients (a tuple) and returns
       ``{argument name: gradient}`` for the arguments in ``needs`` that are True; gradients
       in fp32 are cast to their argument's dtype by the door. A planned call keeps its

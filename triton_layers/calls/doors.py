@@ -69,32 +69,32 @@ class Op:
         self.forward_op, self.backward_op = compiled_door(self)
 
     # -- the description's forward and backward, planned for this call alone ------------
-    def forward(self, launch: Callable, *args) -> tuple:
+    def forward(self, launcher: Callable, *args) -> tuple:
         """The op's forward on ``args`` (outputs, then residuals)."""
         d = self.desc
-        return d.run_forward(launch, d.plan_forward(*args), *args)
+        return d.run_forward(launcher, d.plan_forward(*args), *args)
 
-    def backward(self, launch: Callable, grads: tuple, needs: dict, *saved) -> dict:
+    def backward(self, launcher: Callable, grads: tuple, needs: dict, *saved) -> dict:
         """The op's backward: ``{argument name: gradient}``."""
         d = self.desc
-        return d.run_backward(launch, d.plan_backward(grads, needs, *saved), grads, needs, *saved)
+        return d.run_backward(launcher, d.plan_backward(grads, needs, *saved), grads, needs, *saved)
 
-    def _door_forward(self, launch: Callable, args: tuple) -> tuple:
+    def _door_forward(self, launcher: Callable, args: tuple) -> tuple:
         """:meth:`forward` for the compiled door's body: where it launches directly (real plain
         tensors, nothing tracing: a DTensor's local shards), by a plan kept per signature of the
         arguments (:func:`_eager.signature` of each tensor; each value and its type)."""
-        if launch is not direct:
-            return self.forward(launch, *args)
+        if launcher is not direct:
+            return self.forward(launcher, *args)
         d = self.desc
         plan = self._door_plans.planned(("forward", *_eager.arguments_key(args)), lambda: d.plan_forward(*args))
         return d.run_forward(direct, plan, *args)
 
-    def _door_backward(self, launch: Callable, grads: tuple, needs: dict, saved: tuple) -> dict:
+    def _door_backward(self, launcher: Callable, grads: tuple, needs: dict, saved: tuple) -> dict:
         """:meth:`backward` for the compiled door's body, planned as :meth:`_door_forward` is,
         by the gradients' and saved tensors' layouts (:func:`_eager.backward_key`), the
         gradients asked for and the saved values."""
-        if launch is not direct:
-            return self.backward(launch, grads, needs, *saved)
+        if launcher is not direct:
+            return self.backward(launcher, grads, needs, *saved)
         d = self.desc
         n = self._n_saved_tensors
         values = saved[n:]

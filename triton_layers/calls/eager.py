@@ -8,7 +8,7 @@ An eager call of a functional op (``functional.layer_norm``, ...) goes through i
 2. A key met before (a hit) skips the op's checks and geometry: its kernel tensors come from
    the op's one argument builder (``kernel_tensors``) and the stored plan launches on them.
 3. A new key (a miss) runs the op's route (its checks and its path choice, written in
-   ``functional``): the reference's result, or a :class:`Launch` of a kernel op. A launch on
+   ``functional``): the reference's result, or a :class:`KernelRoute` of a kernel op. A launch on
    the tensors as given is planned (``Op.plan``), stored and called; one on reshaped or
    copied tensors runs unplanned (its key would not describe them).
 
@@ -36,8 +36,8 @@ from .tracing import tracing
 from .. import launch_config
 from .fast_launch import MAX_KEYS
 
-__all__ = ["EagerOp", "Launch", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans", "plans_checked",
-           "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of",
+__all__ = ["EagerOp", "KernelRoute", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans",
+           "plans_checked", "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of",
            "is_async_collective", "is_dtensor", "ready", "dtensor_signature", "dtensor_call_key", "functorch_active"]
 
 # The tensor classes a kernel may launch on: a plain tensor and a Parameter (its data is one).
@@ -241,7 +241,7 @@ def call_key(tensors: tuple, values: tuple) -> tuple:
     return (*map(signature, tensors), *values, *map(type, values), *call_state(tensors[0]))
 
 
-class Launch(NamedTuple):
+class KernelRoute(NamedTuple):
     """A route's decision to run a kernel op: ``op`` on the kernel tensors built from
     ``tensors`` (the functional op's tensors, reshaped or copied where the kernels need it)
     and ``tail`` (the op's other inputs), its result passed through ``finish`` (None: as it
@@ -258,7 +258,7 @@ class EagerOp:
     plans (see the module's docstring).
 
     - ``route(*tensors, *values)``: the op's checks and path for a call not planned yet: the
-      reference's result, or a :class:`Launch`.
+      reference's result, or a :class:`KernelRoute`.
     - ``kernel_tensors(*tensors)``: the kernel op's tensors from the functional op's (after
       the route's reshapes), for hits and misses alike.
     """
@@ -300,7 +300,7 @@ class EagerOp:
                     return op.through_door(plan, (*self.kernel_tensors(*local), *tail), args)
                 return op.call_planned(plan, *self.kernel_tensors(*tensors), *tail)
         route = self.route(*tensors, *values)
-        if type(route) is not Launch:
+        if type(route) is not KernelRoute:
             return route  # the reference's result
         op, given, tail, finish = route
         args = (*self.kernel_tensors(*given), *tail)
@@ -323,7 +323,7 @@ class EagerOp:
         op, plan, tail = hit
         route = self.route(*tensors, *values)
         fresh = None
-        if type(route) is Launch and all(a is b for a, b in zip(route.tensors, tensors)):
+        if type(route) is KernelRoute and all(a is b for a, b in zip(route.tensors, tensors)):
             args = (*self.kernel_tensors(*route.tensors), *route.tail)
             if local is None:
                 fresh = (route.op, route.op.plan(*args), route.tail)

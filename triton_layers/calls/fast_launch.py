@@ -24,10 +24,10 @@ def direct(kernel):
     return fast
 
 
-def traced(launch: Callable) -> bool:
+def traced(launcher: Callable) -> bool:
     """Whether a launcher is not the eager door's ``direct``: the compiled door's ``wrap_triton``
     (or a recorder of launches)."""
-    return launch is not direct
+    return launcher is not direct
 
 
 class _Quiet:
@@ -162,7 +162,7 @@ def _triton_runtime():
 class KernelCall:
     """One launch of a ``@triton.jit`` kernel, decided by a plan: the kernel, its grid, its
     arguments after the tensors (every kernel of ours takes its tensors first), its
-    constexprs and launch options, the CUDA device. Called with the launch (``direct`` or
+    constexprs and launch options, the CUDA device. Called with the launcher (``direct`` or
     ``wrap_triton``) and the tensors.
 
     Eagerly on a GPU, a call launches through :class:`_FastLaunch` until the call has found
@@ -199,19 +199,19 @@ class KernelCall:
         name = getattr(self.kernel, "__name__", None) or getattr(getattr(self.kernel, "fn", None), "__name__", "?")
         return f"KernelCall({name}, grid={self.grid}, scalars={self.scalars}, constexprs={self.constexprs})"
 
-    def __call__(self, launch: Callable, *tensors) -> None:
+    def __call__(self, launcher: Callable, *tensors) -> None:
         hit = self._hit
-        if hit and launch is direct:
+        if hit and launcher is direct:
             runtime = _RUNTIME[0]
             if not runtime.stepped_aside(self._pre_run_hooks):
                 c_launch, g0, g1, g2, function, prefix, tail = hit
                 c_launch(g0, g1, g2, runtime.stream(self.device), function, *prefix, *tensors, *tail)
                 return
-        launch(self.kernel)[self.grid](*tensors, *self.scalars,
-                                       **(self._traced if launch is _WRAP_TRITON else self.constexprs))
-        if hit is None and launch is direct:
+        launcher(self.kernel)[self.grid](*tensors, *self.scalars,
+                                         **(self._traced if launcher is _WRAP_TRITON else self.constexprs))
+        if hit is None and launcher is direct:
             self._hit = False  # launched once: the next eager launch looks for the compiled kernel
-        elif hit is False and launch is direct and self.device is not None:
+        elif hit is False and launcher is direct and self.device is not None:
             fast = _FAST.get(self.kernel)
             if isinstance(fast, _FastLaunch):
                 entry = fast.compiled.get(_key(self.device, (*tensors, *self.scalars), self.constexprs))

@@ -1,5 +1,5 @@
 """Private: the Triton kernels, one file per op (``<op>.py``: its kernels, plans, runs and the
-op's description), its shape heuristics beside it (``_<op>_launch.py``), and the helpers the
+op's description), its shape heuristics beside it (``_<op>_rules.py``), and the helpers the
 kernels share (``_common``: host arithmetic and layouts; ``_norm_helpers``; ``_pdl``). The call
 engine that runs them, eager and compiled, is :mod:`triton_layers.calls`; importing this package
 gives its fast launch Triton's runtime (``_launcher``), so that only this package imports Triton.

@@ -1,6 +1,6 @@
 """What every op's launches share: host arithmetic (ceiling division, powers of 2), warps for a
 block, and the views of tensors as matrices of rows (their row strides, their device index,
-new outputs). Each op's own heuristics sit beside it (``_<op>_launch.py``); the knobs they
+new outputs). Each op's own heuristics sit beside it (``_<op>_rules.py``); the knobs they
 read are in :mod:`triton_layers.launch_config`.
 
 The shape heuristics are pure functions of hashable arguments (ints, frozen configs, GPU
@@ -96,7 +96,7 @@ def new_output(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Te
     return torch.empty_like(t, dtype=dtype, memory_format=torch.contiguous_format)
 
 
-def mask_bytes(mask: Optional[torch.Tensor], launch) -> Optional[torch.Tensor]:
+def mask_bytes(mask: Optional[torch.Tensor], launcher) -> Optional[torch.Tensor]:
     """A bool mask as uint8 for the kernels, contiguous (the plans take its row stride to be
     its last dim): a free view on the eager door, a (small) copy where ``launch`` is
     :func:`~triton_layers.calls.fast_launch.traced`, whose Inductor cannot lower a bool -> uint8 view."""
@@ -104,4 +104,4 @@ def mask_bytes(mask: Optional[torch.Tensor], launch) -> Optional[torch.Tensor]:
         return None
     if not mask.is_contiguous():
         mask = mask.contiguous()
-    return mask.to(torch.uint8) if traced(launch) else mask.view(torch.uint8)
+    return mask.to(torch.uint8) if traced(launcher) else mask.view(torch.uint8)

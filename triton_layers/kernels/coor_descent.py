@@ -43,7 +43,7 @@ from . import _common
 from ..calls import doors as _doors
 from ..calls.description import OpDescription, recomputed_grads
 from ..calls.fast_launch import KernelCall
-from . import _coor_descent_launch as _rules
+from . import _coor_descent_rules as _rules
 from ._pdl import pdl_start
 
 # log k uses k clamped to at least this (as colt5-attention does).
@@ -323,14 +323,14 @@ def _plan_forward(s: Tensor, mask: Optional[Tensor], k: Optional[Tensor], k_valu
     return _ForwardPlan(kernel, (*s.shape[:-1], 2, n_iters), (n_iters + 1,))
 
 
-def _run_forward(launch, plan: _ForwardPlan, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
+def _run_forward(launcher, plan: _ForwardPlan, s: Tensor, mask: Optional[Tensor], k: Optional[Tensor],
                  *_) -> tuple[Tensor, Tensor, Tensor]:
     """``(y, stats, eps_schedule)``: y of s's shape; stats (rows, 2, n_iters) fp32 holds a_t
     and L_t; eps_schedule (n_iters + 1,) fp32 holds e_0..e_T."""
     y = _common.new_output(s)
     stats = s.new_empty(plan.stats_shape, dtype=torch.float32)
     eps_schedule = s.new_empty(plan.schedule_shape, dtype=torch.float32)
-    plan.kernel(launch, s, _common.mask_bytes(mask, launch), k, y, stats, eps_schedule)
+    plan.kernel(launcher, s, _common.mask_bytes(mask, launcher), k, y, stats, eps_schedule)
     return y, stats, eps_schedule
 
 
@@ -373,18 +373,18 @@ def _plan_backward(grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
     return _BackwardPlan(partials, grads_kernel, copy_dy, (n_rows, n_iters, n_chunks))
 
 
-def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
+def _run_backward(launcher, plan: _BackwardPlan, grads: tuple, needs: dict, s: Tensor, mask: Optional[Tensor],
                   k: Optional[Tensor], stats: Tensor, eps_schedule: Tensor, k_value: Optional[float], *_) -> dict:
     """Gradients of s and (fp32) of the per-row k, those in ``needs``."""
     dy = grads[0].contiguous() if plan.copy_dy else grads[0]
     ds = _common.new_output(s)
     dk = s.new_empty(k.shape, dtype=torch.float32) if needs["k"] else None  # (one a row, as k)
-    mask_u8 = _common.mask_bytes(mask, launch)
+    mask_u8 = _common.mask_bytes(mask, launcher)
     partial = None
     if plan.partials is not None:
         partial = s.new_empty(plan.partial_shape, dtype=torch.float32)
-        plan.partials(launch, s, mask_u8, dy, stats, eps_schedule, partial)
-    plan.grads(launch, s, mask_u8, dy, k, stats, eps_schedule, partial, ds, dk)
+        plan.partials(launcher, s, mask_u8, dy, stats, eps_schedule, partial)
+    plan.grads(launcher, s, mask_u8, dy, k, stats, eps_schedule, partial, ds, dk)
     return {"s": ds, "k": dk}
 
 

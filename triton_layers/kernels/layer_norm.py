@@ -37,7 +37,7 @@ from .. import launch_config
 from . import _common
 from ..calls import doors as _doors
 from ..calls.description import OpDescription, recomputed_grads
-from . import _layer_norm_launch as _rules
+from . import _layer_norm_rules as _rules
 from ..calls.fast_launch import KernelCall, current_device, direct
 from ._norm_helpers import (
     STABLE_MIN_SCALE, affine, div, dz_coefficients, head_rows, load_affine, load_bwd_tile, load_chunk, load_input,
@@ -542,7 +542,7 @@ def _plan_forward(
     return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, None)
 
 
-def _run_forward(launch, plan: _ForwardPlan, x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor],
+def _run_forward(launcher, plan: _ForwardPlan, x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor],
                  bias: Optional[Tensor], *_, h_out: Optional[Tensor] = None) -> tuple[Tensor, ...]:
     """``(y, stats)``, or ``(y, h, stats)`` with a residual; stats = fp32 rows (see the top).
     y and h have x's shape; the kernel sees them as matrices (it reads pointers and row strides).
@@ -552,11 +552,11 @@ def _run_forward(launch, plan: _ForwardPlan, x: Tensor, residual: Optional[Tenso
     h = h_out if h_out is not None or residual is None else _common.new_output(x, plan.residual_dtype)
     stats_arg = y if stats is None else stats  # (a placeholder pointer where none are written)
     if plan.sums_shape is None:
-        plan.kernel(launch, x, residual, h, y, weight, bias, stats_arg)
+        plan.kernel(launcher, x, residual, h, y, weight, bias, stats_arg)
     else:  # one pass: the chunks' row sums, a ticket counter and one arrival counter per row
         sums = x.new_empty(plan.sums_shape, dtype=torch.float32)
         arrivals = x.new_zeros(1 + plan.sums_shape[0], dtype=torch.int32)
-        plan.kernel(launch, x, residual, h, y, weight, bias, stats_arg, sums, arrivals)
+        plan.kernel(launcher, x, residual, h, y, weight, bias, stats_arg, sums, arrivals)
     return (y, stats) if h is None else (y, h, stats)
 
 
@@ -670,7 +670,7 @@ def _partials_sum(n_partials: int, writers: int, z: Tensor, pdl: dict) -> Option
                       _common.device_index(z))
 
 
-def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],
+def _run_backward(launcher, plan: _BackwardPlan, grads: tuple, needs: dict, z: Tensor, weight: Optional[Tensor],
                   stats: Tensor, *_) -> dict:
     """Gradients of x (and residual), weight and bias, those in ``needs``; the parameters'
     in fp32, or the weight's alone in its dtype (``plan.param_grads_dtype``). ``z`` is the
@@ -689,15 +689,15 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Ten
     n_partials = plan.partials_shape[0]
     partials = z.new_empty(plan.partials_shape, dtype=torch.float32)
     if plan.sums_shape is None:
-        plan.kernels[0](launch, dy, dh, z, weight, stats, dx, dr, partials)
+        plan.kernels[0](launcher, dy, dh, z, weight, stats, dx, dr, partials)
     else:
         row_sums, split = plan.kernels
         sums = z.new_empty(plan.sums_shape, dtype=torch.float32)
         # one pass: a ticket counter, then one arrival counter per row (the kernel's top)
         arrivals = z.new_zeros(1 + plan.sums_shape[0], dtype=torch.int32) if plan.one_pass else sums
         if row_sums is not None:
-            row_sums(launch, dy, z, weight, stats, sums)
-        split(launch, dy, dh, z, weight, stats, sums, arrivals, dx, dr, partials)
+            row_sums(launcher, dy, z, weight, stats, sums)
+        split(launcher, dy, dh, z, weight, stats, sums, arrivals, dx, dr, partials)
     # One reduction for both parameters' partials (none when one program wrote them:
     # small shapes, where the host sets the pace), each gradient a row of it taken by
     # select (H100 host, torch.profiler: unbind 8.7 us a call, select 2.3 us a row).
@@ -705,7 +705,7 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, z: Ten
         param_grads = partials
         if plan.reduce is not None:
             param_grads = z.new_empty((n_partials, z.shape[-1]), dtype=plan.param_grads_dtype)
-            plan.reduce(launch, partials, param_grads)
+            plan.reduce(launcher, partials, param_grads)
     grads_out = {}
     need_x, need_r = needs["x"], needs.get("residual", False)
     if need_x:
@@ -793,7 +793,7 @@ def _describe(with_residual: bool) -> OpDescription:
         residuals=("stats",),
         plan_forward=lambda x, *args: _plan_forward(x, None, *args, None),
         plan_forward_no_grad=lambda x, *args: _plan_forward(x, None, *args, None, store_stats=False),
-        run_forward=lambda launch, plan, x, weight, bias, *_: _run_forward(launch, plan, x, None, weight, bias),
+        run_forward=lambda launcher, plan, x, weight, bias, *_: _run_forward(launcher, plan, x, None, weight, bias),
         saved=(("z", Tensor), ("weight", Optional[Tensor]), ("stats", Tensor), *_SAVED_FLAGS),
         save=lambda inputs, results, needs: (
             inputs.x, inputs.weight, results.stats, *_saved_flags(inputs)),

@@ -75,7 +75,7 @@ from . import _common
 from ..calls import doors as _doors, eager as _eager
 from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall, direct
-from . import _layer_norm_launch as _rules
+from . import _layer_norm_rules as _rules
 from . import layer_norm as _norms
 from ._norm_helpers import affine, div, load_chunk, load_input
 from ._pdl import pdl_start
@@ -491,7 +491,7 @@ def _transposed_launch(x, residual, weight, bias, rms, unit_offset, cast_before_
                       switches, device)
 
 
-def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
+def _run_forward(launcher, plan: _Plan, x, residual, weight, bias, static_scale, eps, rms, unit_offset,
                  cast_before_weight, residual_dtype, fp8_dtype, granularity, pow2_scales, scale_ub, column_major,
                  with_stats, transposed) -> tuple:
     """``(data, scale, h, stats, data_t, scale_t)``: h, stats and the transposed copy empty
@@ -512,7 +512,7 @@ def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, e
     h_arg = h if residual is not None else None
     if not transposed:
         for kernel in plan.launches:
-            kernel(launch, x, residual, h_arg, q, weight, bias, stats_arg, scales, amax, static_scale)
+            kernel(launcher, x, residual, h_arg, q, weight, bias, stats_arg, scales, amax, static_scale)
         return data, scales, h, stats, x.new_empty((0,), dtype=fp8_dtype), x.new_empty((0,), dtype=torch.float32)
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
@@ -522,8 +522,8 @@ def _run_forward(launch, plan: _Plan, x, residual, weight, bias, static_scale, e
     if stats_arg is None:  # (the statistics the copy's launch reads: not among the results)
         stats_arg = x.new_empty((1 if rms else 2, n_rows), dtype=torch.float32)
     rows, copy = plan.launches
-    rows(launch, x, residual, h_arg, q, weight, bias, stats_arg, scales, None, None)
-    copy(launch, x if residual is None else h, weight, bias, stats_arg,
+    rows(launcher, x, residual, h_arg, q, weight, bias, stats_arg, scales, None, None)
+    copy(launcher, x if residual is None else h, weight, bias, stats_arg,
          data_t.view(torch.uint8) if x.device.type == "cpu" else data_t, scale_t)
     return data, scales, h, stats, data_t, scale_t
 

@@ -28,7 +28,7 @@ from . import _common
 from ..calls import doors as _doors
 from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall
-from . import _softmax_launch as _rules
+from . import _softmax_rules as _rules
 from ._pdl import pdl_start
 
 
@@ -191,7 +191,7 @@ def _softmax_fwd_kernel(
 ):
     # PREFIX_SPLITS (causal, single pass): 2 or 4 = a tile whose rows all see at most 1/2
     # (1/4) of the columns computes on that part only: the causal tiles' arithmetic bounded by
-    # their visible prefix, not the row length (see prefix_splits in _softmax_launch).
+    # their visible prefix, not the row length (see prefix_splits in _softmax_rules).
     pdl_start(USE_PDL)
     scale_log2 = tl.cast(scale_log2, tl.float32)  # Inductor may pass Python floats as fp64
     pid = _program_tile(CAUSAL)
@@ -358,13 +358,13 @@ def _plan_forward(x: Tensor, key_padding_mask: Optional[Tensor], n_q: int, rows_
                               device),)
 
 
-def _run_forward(launch: Callable, kernels: tuple[KernelCall, ...], x: Tensor,
+def _run_forward(launcher: Callable, kernels: tuple[KernelCall, ...], x: Tensor,
                  key_padding_mask: Optional[Tensor], *_) -> tuple[Tensor]:
     """``(y,)``, y of x's shape."""
     y = _common.new_output(x)
-    mask = _common.mask_bytes(key_padding_mask, launch)
+    mask = _common.mask_bytes(key_padding_mask, launcher)
     for kernel in kernels:
-        kernel(launch, x, y, mask)
+        kernel(launcher, x, y, mask)
     return (y,)
 
 
@@ -382,12 +382,12 @@ def _plan_backward(grads: tuple, needs: dict, y: Tensor, n_q: int, causal: bool,
     return kernel, copy_dy
 
 
-def _run_backward(launch: Callable, plan: tuple, grads: tuple, needs: dict, y: Tensor, *_) -> dict:
+def _run_backward(launcher: Callable, plan: tuple, grads: tuple, needs: dict, y: Tensor, *_) -> dict:
     """``dx`` from the saved output ``y`` (new, contiguous) and ``dy``."""
     kernel, copy_dy = plan
     dy = grads[0].contiguous() if copy_dy else grads[0]
     dx = _common.new_output(y)
-    kernel(launch, dy, y, dx)
+    kernel(launcher, dy, y, dx)
     return {"x": dx}
 
 

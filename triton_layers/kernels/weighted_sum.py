@@ -3,7 +3,7 @@
 Forward:  y[m] = sum_d x[m, d] * w[d] (+ b), accumulated in fp32, written in x's dtype.
 Backward: dx[m, d] = dy[m] * w[d],  dw[d] = sum_m dy[m] * x[m, d],  db = sum_m dy[m].
 
-Both kernels stream x in 2-D tiles of BLOCK_M rows x BLOCK_D columns (``_weighted_sum_launch.tile_2d``)
+Both kernels stream x in 2-D tiles of BLOCK_M rows x BLOCK_D columns (``_weighted_sum_rules.tile_2d``)
 and read (or write) every element of x exactly once:
 - forward: a grid of (row blocks, column ranges). With enough rows each program owns
   whole rows and writes y directly; with few long rows the columns are split into ranges
@@ -32,7 +32,7 @@ from . import _common
 from ..calls import doors as _doors
 from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall
-from . import _weighted_sum_launch as _rules
+from . import _weighted_sum_rules as _rules
 from ._pdl import pdl_start
 
 @triton.jit
@@ -173,13 +173,13 @@ def _plan_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> _Forward
     return _ForwardPlan(tuple(x.shape[:-1]), (splits, n_rows) if splits > 1 else None, kernel, reduce)
 
 
-def _run_forward(launch, plan: _ForwardPlan, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor]:
+def _run_forward(launcher, plan: _ForwardPlan, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor]:
     """``(y,)``, y of shape x.shape[:-1] (contiguous) in x's dtype."""
     y = x.new_empty(plan.y_shape)
     partial = None if plan.partial_shape is None else x.new_empty(plan.partial_shape, dtype=torch.float32)
-    plan.kernel(launch, x, weight, bias, y, partial)
+    plan.kernel(launcher, x, weight, bias, y, partial)
     if plan.reduce is not None:
-        plan.reduce(launch, partial, bias, y)
+        plan.reduce(launcher, partial, bias, y)
     return (y,)
 
 
@@ -228,7 +228,7 @@ def _plan_backward(grads: tuple, needs: dict, x: Optional[Tensor], weight: Tenso
                          programs)
 
 
-def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, x: Optional[Tensor], weight: Tensor,
+def _run_backward(launcher, plan: _BackwardPlan, grads: tuple, needs: dict, x: Optional[Tensor], weight: Tensor,
                   x_dtype: torch.dtype) -> dict:
     """Gradients of x, weight (fp32) and bias (fp32), those in ``needs``; dx comes out contiguous."""
     dy = grads[0]
@@ -241,9 +241,9 @@ def _run_backward(launch, plan: _BackwardPlan, grads: tuple, needs: dict, x: Opt
     dx = dy.new_empty(plan.dx_shape, dtype=x_dtype) if compute_dx else None
     dw_partial = dy.new_empty((programs, n_cols), dtype=torch.float32) if compute_dw else None
     db_partial = dy.new_empty(programs, dtype=torch.float32) if compute_db else None
-    plan.kernel(launch, dy, x, weight, dx, dw_partial, db_partial)
+    plan.kernel(launcher, dy, x, weight, dx, dw_partial, db_partial)
     if plan.dw_kernel is not None:
-        plan.dw_kernel(launch, dy, x, weight, dx, dw_partial, db_partial)
+        plan.dw_kernel(launcher, dy, x, weight, dx, dw_partial, db_partial)
     out = {"x": dx} if compute_dx else {}
     if compute_dw:
         out["weight"] = dw_partial[0] if programs == 1 else dw_partial.sum(0)
