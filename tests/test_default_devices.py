@@ -32,7 +32,7 @@ from triton_layers import CausalSoftmax, CoordinateDescentRouter, TritonRMSNorm
 from triton_layers import functional as F
 from triton_layers._checks import KERNELS
 from triton_layers._families import family_of
-from triton_layers.calls.eager import EAGER_OPS, checking_plans
+from triton_layers.calls.eager import OP_ROUTERS, checking_plans
 
 from .conftest import DEVICE, spy_main_inputs
 from .training_cases import CARDS, causal_softmax as _causal, f64_leaf as _f64, rows
@@ -311,7 +311,7 @@ def test_float64_never_gets_a_kernel_plan(name, monkeypatch):
     make, ours, theirs = OPS[name]
     inputs = [t.detach() for t in make()]
     op = PLANNED_F64[name]
-    eager = EAGER_OPS["norm" if "norm" in op else op]
+    eager = OP_ROUTERS["norm" if "norm" in op else op]
     seen = spy_main_inputs(monkeypatch, getattr(KERNELS, op))
     if DEVICE == "cuda" or F.uses_kernels(inputs[0].float()):
         ours(*[t.float() for t in inputs])

@@ -21,7 +21,7 @@ from ._checks import (
 from .calls.tracing import tracing
 from ._values import check_k_within_row
 from .fp8 import GROUP_SIZE, FP8Recipe, FP8Rows, reference_activation
-from .calls.eager import EagerOp, KernelRoute, subclass_of
+from .calls.eager import OpRouter, KernelRoute, subclass_of
 
 __all__ = ["layer_norm", "rms_norm", "layer_norm_fp8", "rms_norm_fp8", "softmax", "weighted_sum", "coor_descent", "uses_kernels"]
 
@@ -174,7 +174,7 @@ DEFAULT_FP8_RECIPE = FP8Recipe()
 
 def _norm_fp8_route(x, weight, bias, residual, scale, eps, residual_dtype, recipe, use_triton, rms, unit_offset,
                     cast_before_weight):
-    """An FP8 norm call not planned yet: the checks, the path, the reshapes (see :class:`EagerOp`)."""
+    """An FP8 norm call not planned yet: the checks, the path, the reshapes (see :class:`OpRouter`)."""
     check_tensor(x, "x", INPUT_DTYPES)
     if not isinstance(recipe, FP8Recipe):
         raise TypeError(f"recipe must be a triton_layers.FP8Recipe; got {type(recipe).__name__}")
@@ -236,11 +236,11 @@ def _norm_fp8_route(x, weight, bias, residual, scale, eps, residual_dtype, recip
 
 
 def _norm_fp8_kernel_tensors(x, weight, bias, residual, scale) -> tuple:
-    """The FP8 norm door's tensors from the functional's (:class:`EagerOp`'s argument builder)."""
+    """The FP8 norm door's tensors from the functional's (:class:`OpRouter`'s argument builder)."""
     return (x, residual, weight, bias, scale)
 
 
-_NORM_FP8 = EagerOp("norm_fp8", _norm_fp8_route, _norm_fp8_kernel_tensors)
+_NORM_FP8 = OpRouter("norm_fp8", _norm_fp8_route, _norm_fp8_kernel_tensors)
 
 
 def _sharded_along(t: Tensor, dim: int) -> bool:
@@ -290,7 +290,7 @@ def _norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], residual:
 
 def _norm_route(x, weight, bias, residual, eps, out_dtype, residual_dtype, use_triton, normalized_shape, rms, stable,
                 unit_offset, cast_before_weight, autocast, residual_in_place):
-    """A norm call not planned yet: the checks, the path, the reshapes (see :class:`EagerOp`).
+    """A norm call not planned yet: the checks, the path, the reshapes (see :class:`OpRouter`).
     ``eps=None`` (RMSNorm only) is torch's default for the normalized dtype."""
     check_tensor(x, "x", INPUT_DTYPES)
     check_flag(stable, "stable")
@@ -422,11 +422,11 @@ def _check_in_place(x, weight, bias, residual, residual_dtype, stable) -> None:
 
 
 def _norm_kernel_tensors(x, weight, bias, residual) -> tuple:
-    """The norm kernel ops' tensors from the functional's (:class:`EagerOp`'s argument builder)."""
+    """The norm kernel ops' tensors from the functional's (:class:`OpRouter`'s argument builder)."""
     return (x, weight, bias) if residual is None else (x, residual, weight, bias)
 
 
-_NORM = EagerOp("norm", _norm_route, _norm_kernel_tensors)
+_NORM = OpRouter("norm", _norm_route, _norm_kernel_tensors)
 
 
 def _normalized_cols(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
@@ -497,7 +497,7 @@ def _weighted_sum_kernel_tensors(x, weight, bias) -> tuple:
     return x, weight, bias if bias is None or not bias.dim() else bias.reshape(())
 
 
-_WEIGHTED_SUM = EagerOp("weighted_sum", _weighted_sum_route, _weighted_sum_kernel_tensors)
+_WEIGHTED_SUM = OpRouter("weighted_sum", _weighted_sum_route, _weighted_sum_kernel_tensors)
 
 
 def coor_descent(
@@ -595,7 +595,7 @@ def _coor_descent_kernel_tensors(s, mask, k) -> tuple:
     return s, mask, k
 
 
-_COOR_DESCENT = EagerOp("coor_descent", _coor_descent_route, _coor_descent_kernel_tensors)
+_COOR_DESCENT = OpRouter("coor_descent", _coor_descent_route, _coor_descent_kernel_tensors)
 
 
 def softmax(
@@ -699,4 +699,4 @@ def _softmax_route(x, key_padding_mask, causal, scale, use_triton):
                   None if x2 is x else (lambda y: y.reshape(shape)))
 
 
-_SOFTMAX = EagerOp("softmax", _softmax_route, lambda x, key_padding_mask: (x, key_padding_mask))
+_SOFTMAX = OpRouter("softmax", _softmax_route, lambda x, key_padding_mask: (x, key_padding_mask))

@@ -1,7 +1,7 @@
 """Private: the call engine, no Triton kernel in it. How a call of an op reaches its kernels:
 
-- ``eager``: the one owner of the eager path (:class:`~triton_layers.calls.eager.EagerOp`: checks,
-  route, plan cache) for every public op;
+- ``eager``: each public op's router (:class:`~triton_layers.calls.eager.OpRouter`: checks,
+  route, the eager plan cache), which every call of the op goes through, eager or traced;
 - ``description``: an op described once (``OpDescription``);
 - ``doors``: ``Op``, both doors of an op from its description, the eager autograd Functions;
 - ``compiled``: the compiled door (a ``triton_op`` pair Inductor traces);

@@ -8,7 +8,7 @@ Both doors are built from one :class:`OpDescription` per op: its arguments, its
 forward and backward (each a plan and a run), what the backward needs, and each gradient
 by argument name. A new argument is added in one place, and a gradient cannot land on the
 wrong input. Eager calls' plans (:class:`OpPlan`) are kept by their one owner,
-``_eager.EagerOp``; how the eager door launches a kernel is in ``_fast_launch``. Whether
+``_eager.OpRouter``; how the eager door launches a kernel is in ``_fast_launch``. Whether
 we are being traced is decided in one place (``triton_layers.calls.tracing``).
 
 Where the door may not launch: a tensor subclass (DTensor, FakeTensor, ...) never reaches
@@ -39,7 +39,7 @@ class Op:
 
     def __init__(self, desc: OpDescription):
         self.desc = desc
-        self.name = desc.name  # (what EagerOp's messages call it, as every door it plans for)
+        self.name = desc.name  # (what OpRouter's messages call it, as every door it plans for)
         self._names = tuple(n for n, _ in desc.inputs)
         self._result_names = desc.outputs + desc.residuals
         self._n_out = len(desc.outputs)
@@ -310,7 +310,7 @@ class Op:
     def door_for(self, args: tuple, shards: tuple) -> Optional["_dtensor_eager.Door"]:
         """The DTensor door's decisions for DTensor ``args`` whose local tensors (plain ones a
         kernel may read now) are ``shards``, or None where the custom op takes the call
-        (``calls/dtensor.py``); :class:`_eager.EagerOp` keeps them by its key."""
+        (``calls/dtensor.py``); :class:`_eager.OpRouter` keeps them by its key."""
         return _dtensor_eager.door_for(self, args, shards)
 
     def through_door(self, door: "_dtensor_eager.Door", shards: tuple, args: tuple):
@@ -322,7 +322,7 @@ class Op:
         """What an eager call on ``args`` decides before launching, for every later call
         with the same signature: the same shapes, strides, dtypes, devices, 16-byte
         alignments, ``requires_grad`` flags and non-tensor values, under the same grad mode
-        and launch config. (Its one caller keys and keeps it: ``_eager.EagerOp``.)"""
+        and launch config. (Its one caller keys and keeps it: ``_eager.OpRouter``.)"""
         d = self.desc
         kind = _eager.subclass_of(args)
         if kind is not None:  # (the safety net: functional routes subclasses elsewhere)

@@ -11,7 +11,7 @@ slower than torch's.
 Where the inputs already sit as one of the rule's strategies asks, nothing is to be moved,
 and this door runs the same strategy itself, outside tracing, as one autograd node
 (``Op.call_on_shards``), by a :class:`Door` kept per call signature (:func:`door_for` makes it;
-a functional op's :class:`_eager.EagerOp` keeps it among its plans, under the one key that
+a functional op's :class:`_eager.OpRouter` keeps it among its plans, under the one key that
 also keeps its route's decision, :func:`_eager.dtensor_call_key`; a kernel op called directly
 keeps it here, :func:`call`):
 
@@ -102,7 +102,7 @@ def _strategy(op, args: tuple, DTensor) -> Optional[_Strategy]:
 def call(op, args: tuple) -> Any:
     """``op`` on ``args`` through this door, or :data:`NOT_LOCAL` (the custom op's then): a
     kernel op called directly (the functional ops' calls keep their doors in
-    :class:`_eager.EagerOp`'s plans, by :func:`_eager.dtensor_call_key`, and call :func:`run`)."""
+    :class:`_eager.OpRouter`'s plans, by :func:`_eager.dtensor_call_key`, and call :func:`run`)."""
     api = _dtensor_api()
     if not api or op.desc.row_sharded is None:
         return NOT_LOCAL

@@ -1,9 +1,10 @@
-"""The eager door's one owner: each functional op's plans, from the call's key to the launch.
+"""Each functional op's router (:class:`OpRouter`) and the eager door's plans, from the call's
+key to the launch.
 
 An eager call of a functional op (``functional.layer_norm``, ...) goes through its
-:class:`EagerOp`, which alone keys, looks up, makes, stores, checks and calls plans:
+:class:`OpRouter`, which alone keys, looks up, makes, stores, checks and calls plans:
 
-1. :meth:`EagerOp.call` builds the call's key (:func:`signature` of every tensor, each
+1. :meth:`OpRouter.call` builds the call's key (:func:`signature` of every tensor, each
    other value with its type, the grad mode and autocast: :func:`call_key`).
 2. A key met before (a hit) skips the op's checks and geometry: its kernel tensors come from
    the op's one argument builder (``kernel_tensors``) and the stored plan launches on them.
@@ -36,7 +37,7 @@ from .tracing import tracing
 from .. import launch_config
 from .fast_launch import MAX_KEYS
 
-__all__ = ["EagerOp", "KernelRoute", "PlanCache", "PlanMismatch", "EAGER_OPS", "clear_plans", "checking_plans",
+__all__ = ["OpRouter", "KernelRoute", "PlanCache", "PlanMismatch", "OP_ROUTERS", "clear_plans", "checking_plans",
            "plans_checked", "signature", "backward_key", "arguments_key", "call_key", "PLAIN_TENSORS", "subclass_of",
            "is_async_collective", "is_dtensor", "ready", "dtensor_signature", "dtensor_call_key", "functorch_active"]
 
@@ -113,7 +114,7 @@ functorch_active = torch._C._are_functorch_transforms_active
 
 
 # Every functional op's owner by name (for tests and tools that clear or count plans).
-EAGER_OPS: dict = {}
+OP_ROUTERS: dict = {}
 
 
 def clear_plans() -> None:
@@ -253,9 +254,11 @@ class KernelRoute(NamedTuple):
     finish: Optional[Callable[[Any], Any]] = None
 
 
-class EagerOp:
-    """One functional op's eager calls: the only code that keys, makes, stores and calls its
-    plans (see the module's docstring).
+class OpRouter:
+    """Every call of one functional op, eager or traced: it routes each (the reference, the
+    eager door, the DTensor door, or under torch.compile and torch.func the custom op), and is
+    the only code that keys, makes, stores and calls the op's eager plans (see the module's
+    docstring).
 
     - ``route(*tensors, *values)``: the op's checks and path for a call not planned yet: the
       reference's result, or a :class:`KernelRoute`.
@@ -269,7 +272,7 @@ class EagerOp:
         self.kernel_tensors = kernel_tensors
         self.plans = PlanCache()
         """``key -> (kernel op, plan, tail)``."""
-        EAGER_OPS[name] = self
+        OP_ROUTERS[name] = self
 
     def call(self, tensors: tuple, values: tuple):
         """The op on its ``tensors`` (the first is the main input) and other ``values``."""

@@ -828,11 +828,11 @@ class ResidualNormInPlace:
     residual buffer, as vLLM's ``fused_add_rms_norm``). The same arguments and kernels as
     ``residual_norm``, with no statistics and never the one-pass split kernel (whose programs
     read each other's chunks of the residual); ``residual`` contiguous, of ``residual_dtype``.
-    Planned by ``_eager.EagerOp`` as the ops of both doors are (:meth:`plan`,
+    Planned by ``_eager.OpRouter`` as the ops of both doors are (:meth:`plan`,
     :meth:`call_planned`); the functional route sends it only plain tensors, outside tracing,
     where no gradient flows."""
 
-    name = "residual_norm_in_place"  # (what EagerOp's messages call it)
+    name = "residual_norm_in_place"  # (what OpRouter's messages call it)
 
     def plan(self, x, residual, weight, bias, eps, rms, stable, unit_offset, cast_before_weight, out_dtype,
              residual_dtype) -> _InPlacePlan:

@@ -624,11 +624,11 @@ class NormFP8:
     """The functional FP8 norms' kernel door: ``(x, residual, weight, bias, static_scale, eps,
     rms, unit_offset, cast_before_weight, residual_dtype, out_dtype, recipe) ->``
     :class:`~triton_layers.fp8.FP8Rows`, the activation differentiable (straight through)
-    where a gradient will flow. Planned by ``_eager.EagerOp`` as the ops of both doors are
+    where a gradient will flow. Planned by ``_eager.OpRouter`` as the ops of both doors are
     (:meth:`plan`, :meth:`call_planned`); a call it cannot plan (traced: the custom op) goes
     through :meth:`__call__`, with no gradient."""
 
-    name = "norm_fp8"  # (what EagerOp's messages call it)
+    name = "norm_fp8"  # (what OpRouter's messages call it)
 
     def plan(self, x, residual, weight, bias, static_scale, eps, rms, unit_offset, cast_before_weight,
              residual_dtype, out_dtype, recipe) -> _DoorPlan:
