@@ -71,6 +71,7 @@ OP = "fp8"
 # (kernels.ops.__all__, the differentiable ones), so these name the unfused peers' bf16 norms only.
 PART = {
     "order": 25,
+    "plot": "recipes",  # (one fp8.png: every recipe's % of copy at each shape, side by side)
     "ops": {
         "rmsnorm_fp8_per_token": {
             "title": "RMSNorm to FP8 e4m3, a scale per row (dynamic)",

@@ -15,7 +15,11 @@ numbers, tuples, lists, dicts, booleans, None), with:
 - ``kernel_ops`` (parts of whole training steps, which have no ``ops``): the kernel ops the
   model runs;
 - ``cpu_shapes`` (op parts): the tiny shapes the CPU dry run (tests/test_benchmarks_cli.py) takes
-  in place of ``QUICK_SHAPES``.
+  in place of ``QUICK_SHAPES``;
+- ``plot`` (op parts, optional): ``"lines"`` (the default: each op's own figure, as its
+  ``measure`` says) or ``"recipes"`` (one figure for the part, ``<name>.png``: each op's % of
+  copy at each shape side by side, for ops that are variants of one computation, as the FP8
+  recipes are; their own per-op figures are not drawn).
 
 The part's name is the file's, less ``bench_``: ``bench_layernorm.py`` is ``layernorm``, runs as
 ``python -m benchmarks --ops layernorm`` and writes ``layernorm.csv``. So a new
@@ -37,6 +41,7 @@ from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MEASURES = ("bandwidth", "time")
+PLOTS = ("lines", "recipes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Part:
     ops: tuple[Op, ...]
     kernel_ops: tuple[str, ...]
     cpu_shapes: tuple[tuple[int, ...], ...]
+    plot: str = "lines"
 
     @property
     def module(self) -> str:
@@ -84,9 +90,11 @@ def declared(path: str) -> Optional[dict]:
 
 def _part(name: str, spec: dict) -> Part:
     where = f"benchmarks/bench_{name}.py's PART"
-    unknown = set(spec) - {"order", "ops", "kernel_ops", "cpu_shapes"}
+    unknown = set(spec) - {"order", "ops", "kernel_ops", "cpu_shapes", "plot"}
     if unknown or "order" not in spec:
         raise ValueError(f"{where}: needs 'order'; unknown keys {sorted(unknown)}")
+    if spec.get("plot", "lines") not in PLOTS:
+        raise ValueError(f"{where}: plot must be one of {PLOTS}, got {spec['plot']!r}")
     ops = []
     for op, info in spec.get("ops", {}).items():
         if info.get("measure") not in MEASURES:
@@ -96,7 +104,8 @@ def _part(name: str, spec: dict) -> Part:
     if len(ops) == 1 and ops[0].name != name:
         raise ValueError(f"{where}: a part of one op names it as itself ({name!r}), got {ops[0].name!r}")
     kernel_ops = tuple(dict.fromkeys(k for op in ops for k in op.kernel_ops)) or tuple(spec.get("kernel_ops", ()))
-    return Part(name, spec["order"], tuple(ops), kernel_ops, tuple(tuple(s) for s in spec.get("cpu_shapes", ())))
+    return Part(name, spec["order"], tuple(ops), kernel_ops, tuple(tuple(s) for s in spec.get("cpu_shapes", ())),
+                spec.get("plot", "lines"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,6 +9,9 @@ declare, benchmarks/parts.py):
   causal), ours and every peer, with the copy bandwidth of the same run as a dashed ceiling;
 - ``<op>.png`` of each op measured by time (``coor_descent.png``): forward and forward+backward
   time, and peak memory, per shape;
+- ``<part>.png`` of a part whose ops are variants of one computation (``plot: "recipes"`` in its
+  PART: ``fp8.png``): one panel per shape, each op's % of the copy bandwidth (from the GPU time)
+  as grouped bars per implementation, the copy as a dashed ceiling at 100%;
 - ``train_step.png``: tokens/s of each training-step mode and implementation, one panel per config;
 - ``headline.png``: a 2x2 grid of the most telling panels (bf16 LayerNorm and WeightedSum
   forward, causal softmax forward, and the training step or else coor_descent).
@@ -17,6 +20,7 @@ Needs matplotlib (Agg backend), not torch or a GPU.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from typing import Optional
 
@@ -24,12 +28,15 @@ from benchmarks import parts
 from benchmarks.report import copy_gbps, finite, impl_order, is_ours, load, train_rows, variant
 
 # The ops by what their PART says they measure (benchmarks/parts.py): a GB/s figure, or a figure of times.
-BANDWIDTH_OPS = tuple(op.name for op in parts.ops() if op.measure == "bandwidth")
+RECIPE_PARTS = tuple(p for p in parts.parts() if p.plot == "recipes")
+_IN_RECIPES = {op.name for p in RECIPE_PARTS for op in p.ops}
+BANDWIDTH_OPS = tuple(op.name for op in parts.ops() if op.measure == "bandwidth" and op.name not in _IN_RECIPES)
 TIME_OPS = tuple(op.name for op in parts.ops() if op.measure == "time")
 # One colour per implementation family, the same in every panel (ours stands out in red).
 COLORS = {
     "triton_layers": "tab:red", "torch": "tab:blue", "compile": "tab:orange", "liger": "tab:green",
     "matmul": "tab:purple", "mul-sum": "tab:brown", "colt5-torch": "tab:blue", "colt5-compile": "tab:orange",
+    "unfused": "tab:gray", "unfused_compiled_quant": "tab:olive",
     "colt5-triton": "tab:green",
 }
 DPI = 80  # keeps each PNG well under 100 KB
@@ -126,6 +133,30 @@ def bars_panel(ax, rows: list[dict], value: str, title: str, ylabel: str, log: b
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=6)
+    return True
+
+
+def recipes_figure(plt, part: parts.Part, data: dict[str, list[dict]], path: str) -> bool:
+    """A "recipes" part (the top): one panel per shape, a group of bars per op (its % of copy
+    at that shape, one bar per implementation). False where no row has a % of copy."""
+    rows = [dict(r, recipe=op.name) for op in part.ops for r in data.get(op.name, [])
+            if finite(r.get("pct_copy"))]
+    if not rows:
+        return False
+    # (the shapes that move bytes enough for % of copy to mean something: a sixteenth of the
+    # largest's elements or more; the decode shapes' times are in the tables)
+    size = {r["shape"]: math.prod(int(n) for n in r["shape"].split("x")) for r in rows}
+    shapes = [s for s in dict.fromkeys(r["shape"] for r in rows) if 16 * size[s] >= max(size.values())]
+    fig, axes = plt.subplots(len(shapes), 1, figsize=(12, 3.2 * len(shapes)), squeeze=False)
+    for ax, shape in zip(axes[:, 0], shapes):
+        at = [dict(r, shape=r["recipe"].removeprefix(part.name + "_")) for r in rows if r["shape"] == shape]
+        bars_panel(ax, at, "pct_copy", f"{part.name}: {shape} {at[0]['dtype']} {at[0]['direction']}, % of copy "
+                   "(higher is better)", "% of copy", log=False)
+        ax.axhline(100, color="black", linestyle="--", linewidth=0.8)
+        ax.tick_params(axis="x", labelrotation=15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
     return True
 
 
@@ -230,6 +261,9 @@ def plot_all(results_dir: str) -> list[str]:
         if data.get(op):
             time_figure(plt, op, data[op], path(op))
             written.append(path(op))
+    for part in RECIPE_PARTS:
+        if recipes_figure(plt, part, data, path(part.name)):
+            written.append(path(part.name))
     if data.get("train_step") and train_figure(plt, data["train_step"], path("train_step")):
         written.append(path("train_step"))
     if headline_figure(plt, data, path("headline")):

@@ -603,12 +603,20 @@ def render(results_dir: str, out_dir: str) -> str:
         "eager call's time (`do_bench` median of the call as the host issues it). `compile` is "
         "`torch.compile(dynamic=False)` of the torch expression. The last column is the fastest peer's GPU time "
         "over ours (> 1: we are faster).", ""]
+    # (a "recipes" part's one figure comes under its first op's heading; its ops have none of their own)
+    recipe_part = {op.name: p.name for p in parts.parts() if p.plot == "recipes" for op in p.ops}
+    shown = set()
     for op in OPS:
         if op not in data:
             continue
         title, note = parts.op_info(op).title, parts.op_info(op).note
         lines += [f"### {title}", "", f"{note}.", ""]
-        lines += _image(results_dir, op, out_dir, f"{op}: GB/s against row length")
+        part = recipe_part.get(op)
+        if part is None:
+            lines += _image(results_dir, op, out_dir, f"{op}: GB/s against row length")
+        elif part not in shown:
+            shown.add(part)
+            lines += _image(results_dir, part, out_dir, f"{part}: % of copy of each variant at each shape")
         lines += op_tables(op, data[op]) + memory_table(data[op])
     if "train_step" in data:
         lines += ["### Training step (forward + backward + AdamW) of the example model (examples/colt5_lm.py)", ""]
