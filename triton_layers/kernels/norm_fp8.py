@@ -77,7 +77,7 @@ from ..calls.description import OpDescription
 from ..calls.fast_launch import KernelCall, direct
 from . import _layer_norm_launch as _rules
 from . import layer_norm as _norms
-from ._norm_helpers import affine, div, load_chunk, load_input
+from ._norm_helpers import affine, div, load_affine, load_chunk, load_input, scale_shift
 from ._pdl import pdl_start
 
 # (a tl.constexpr: compiled Triton reads constexpr globals only)
@@ -342,6 +342,8 @@ def _norm_fp8_kernel(
         Z = X  # the normalized input, for its dtype
         if HAS_RESIDUAL:
             Z = H
+        # (the weight and bias before x: their reads wait beside x's, as the plain norm's forward)
+        w, b = load_affine(W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
         z = load_input(X, R, H, rows, rows * stride_x_row, cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL,
                        STORE_H)
         mean = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -349,7 +351,7 @@ def _norm_fp8_kernel(
             mean = div(tl.sum(z, axis=1), N)
             z = tl.where(mask, z - mean[:, None], 0.0)
         rstd = 1.0 / tl.sqrt(div(tl.sum(z * z, axis=1), N) + eps)
-        y = affine(z * rstd[:, None], Z, W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET, CAST_BEFORE_WEIGHT)
+        y = scale_shift(z * rstd[:, None], Z, w, b, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
         y = tl.where(mask, y, 0.0)  # (a bias would leave values in the masked columns)
         if STORE_STATS:
             _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS)
