@@ -16,6 +16,7 @@ from triton_layers import functional as F
 from triton_layers import reference
 
 from .conftest import LOW_DTYPES
+from .fake_timer import fake_gpu_timer
 from .oracle import check, compare, max_abs_err, run
 
 ROUTER = dict(eps=0.03, eps_init=4.0, eps_decay=0.7)  # CoLT5's router settings
@@ -418,3 +419,29 @@ def test_k_tensor_above_row_length_is_not_checked(device):
     s = torch.randn(2, 16, device=device)
     y = F.coor_descent(s, n_iters=20, k=torch.tensor([20.0, 4.0], device=device), **ROUTER)
     assert y.min() >= 0 and y.max() <= 1 and (y.sum(-1) <= 16 + 1e-3).all()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_coor_descent with the timer patched out: each combination of both grids runs our
+    forward (or forward + backward) under its knobs (a spy sees the warps each launch got)."""
+    from benchmarks.dev import tune_coor_descent
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _common
+
+    runs = fake_gpu_timer(monkeypatch)
+    warps = []
+    warps_for = _common.warps_for
+
+    def spy(block, elems_per_thread, max_warps=32):
+        warps.append((block, elems_per_thread, max_warps))
+        return warps_for(block, elems_per_thread, max_warps)
+    monkeypatch.setattr(_common, "warps_for", spy)
+    monkeypatch.setattr(tune_coor_descent, "FWD_GRID", {"fwd_elems_per_thread": [1, 8], "fwd_max_warps": [16, 32]})
+    monkeypatch.setattr(tune_coor_descent, "BWD_GRID", {"bwd_elems_per_thread": [2], "split_programs_per_sm": [1, 4]})
+    tune_coor_descent.main(["--shapes", "3x40"])
+    assert len(runs) == 4 + 2
+    assert {(64, 1, 16), (64, 1, 32), (64, 8, 16), (64, 8, 32)} <= set(warps)
+    assert "fwd default 1.0 us" in capsys.readouterr().out
+    assert launch_config.current() is launch_config.DEFAULT

@@ -17,6 +17,7 @@ from triton_layers.kernels import _layer_norm_launch as rules
 from triton_layers.kernels import ops as _kernels
 
 from .conftest import DTYPES, H100, H200, LOOPED, LOW_DTYPES
+from .fake_timer import fake_gpu_timer
 from .oracle import check, compare
 
 SIZES = [1, 7, 127, 1000, 3000, 1024]
@@ -577,3 +578,55 @@ def test_torch_compile_fullgraph(device):
     )
     x, w, b = _inputs(6, 300, torch.float32, device)
     check(fn, _definition(stable=True), dict(x=x, weight=w, bias=b), dy=torch.randn(6, 300, device=device))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
+    """tune_layernorm and tune_norm_backward with the timer patched out: every combination
+    runs the benchmarks' case of each norm, and the backward runs under the case's row limit
+    (a limit one knob short left RMSNorm's rows whole in a "split" case)."""
+    from benchmarks.dev import tune_layernorm, tune_norm_backward
+    from triton_layers import launch_config
+
+    runs = fake_gpu_timer(monkeypatch)
+    monkeypatch.setattr(tune_layernorm, "FWD_GRID", {"tile_elements": [64, 2048]})
+    monkeypatch.setattr(tune_layernorm, "BWD_SHORT_GRID", {"tile_elements": [64, 2048], "bwd_programs_per_sm": [2],
+                                                           "bwd_stages": [3]})
+    tune_layernorm.main(["--shapes", "3x40"])
+    assert len(runs) == 2 * 2 * (2 + 2)  # (LayerNorm, RMSNorm) x dtypes x (fwd, bwd combinations)
+    assert "default 1.0 us" in capsys.readouterr().out
+
+    # --decode --grid: the no-grad forward under each combination of the grid given (here the
+    # long-row loop at a short row), then the peers' line; a knob that is no field is refused
+    from benchmarks import bench_norms, harness
+    monkeypatch.setattr(harness, "compiled", lambda fn: fn)  # (no Inductor build on the CPU)
+    monkeypatch.setattr(bench_norms, "_liger", lambda: None)
+    runs.clear()
+    tune_layernorm.main(["--shapes", "3x40", "--dtypes", "float32", "--norm", "rms", "--dirs", "fwd", "--decode",
+                         "--grid", "fwd_max_fused_cols=32768,16;loop_block=8,16;fwd_warps=None,2"])
+    out = capsys.readouterr().out
+    assert len(runs) == 2 * 2 * 2 + 1 and "peers: compile 1.0 us" in out  # the grid, then compile
+    with pytest.raises(SystemExit, match="not a LayerNormLaunch field"):
+        tune_layernorm.main(["--norm", "rms", "--dirs", "fwd", "--decode", "--grid", "fwd_wraps=4"])
+    with pytest.raises(SystemExit, match="--decode times"):
+        tune_layernorm.main(["--norm", "layer", "--dirs", "fwd", "--decode"])
+
+    from triton_layers.kernels import _layer_norm_launch
+
+    paths = []  # (row limit given, whole rows?) of each launch
+    row_tile = _layer_norm_launch.row_tile
+
+    def recording_row_tile(rows, cols, limit, *rest):
+        tile = row_tile(rows, cols, limit, *rest)
+        paths.append((limit, tile[2]))
+        return tile
+    monkeypatch.setattr(_layer_norm_launch, "row_tile", recording_row_tile)
+    monkeypatch.setattr(tune_norm_backward, "CASES", [(40, 32, 3, 16), (40, 64, 1, 16)])
+    monkeypatch.setattr(tune_norm_backward, "ELEMENTS", 3 * 40)
+    tune_norm_backward.main()
+    out = capsys.readouterr().out
+    assert out.count("GPU 1 us") == 3 * 2 * 2 and "failed" not in out
+    # every backward under its case's limit (the forwards' is fwd_max_fused_cols): split at 32, whole at 64
+    limits = launch_config.DEFAULT.layer_norm
+    fwd_limits = {limits.fwd_max_fused_cols, limits.fwd_residual_max_fused_cols}
+    assert {p for p in paths if p[0] not in fwd_limits} == {(32, False), (64, True)}

@@ -19,6 +19,7 @@ from triton_layers.kernels import _softmax_launch as rules
 from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import DTYPES, spy_main_inputs
+from .fake_timer import fake_gpu_timer
 from .oracle import agree, check, run
 
 # (shape of the scores, whether it is batch-first (B, [H,] Nq, Nk) so a padding mask applies)
@@ -495,3 +496,32 @@ def test_large_scores_do_not_overflow(device, dtype, big):
     x = (big * torch.rand(2, 5, 9, device=device)).to(dtype)
     y, dx = check_against_torch(x, True, None, None, name=f"large {dtype}")
     assert torch.isfinite(y).all() and torch.isfinite(dx).all()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_softmax_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_softmax with the timer patched out: plain and causal, forward and backward, under
+    each combination (a spy sees the warps each launch got from elems_per_thread)."""
+    from benchmarks.dev import tune_softmax
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _softmax_launch
+
+    runs = fake_gpu_timer(monkeypatch)
+    warps = []
+    softmax_tile = _softmax_launch.tile
+
+    def spy(rows, cols, cfg, causal=False):
+        tile = softmax_tile(rows, cols, cfg, causal)
+        warps.append((cfg.elems_per_thread, tile[3]))
+        return tile
+    monkeypatch.setattr(_softmax_launch, "tile", spy)
+    monkeypatch.setattr(tune_softmax, "GRIDS", {"triton_layers": {"tile_elements": [4096], "elems_per_thread": [1, 16]},
+                                                "triton_layers-causal": {"causal_tile_elements": [4096],
+                                                                         "elems_per_thread": [1, 16]}})
+    tune_softmax.main(["--shapes", "2x64", "--dtypes", "float32"])
+    assert len(runs) == 2 * 2 * 2  # directions x (plain, causal) x combinations
+    assert {(1, 32), (16, 8)} == set(warps)  # tiles of 64 rows x 64: 4096 elements, 32 warps at most
+    out = capsys.readouterr().out
+    assert out.count("causal/plain at each one's best: 1.00") == 2
+    assert launch_config.current() is launch_config.DEFAULT

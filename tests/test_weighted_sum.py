@@ -27,6 +27,7 @@ from triton_layers.calls.doors import direct
 
 from . import test_nonfinite as nonfinite
 from .conftest import DEVICE, DTYPES, LOW_DTYPES, spy_main_inputs
+from .fake_timer import fake_gpu_timer
 from .oracle import check, compare
 from .test_properties import bounded, common, drawn, layouts, param, rows_of, view
 
@@ -489,3 +490,33 @@ def test_properties(long_rows, bias_shape, c, data):
     for name, t in (("weight", w), ("bias", b)):
         if t is not None:
             assert res.grads[name].dtype == param_dtype and res.grads[name].shape == t.shape
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_weighted_sum with the timer patched out: each combination of the grids runs our
+    forward or backward under its knobs (a spy on the launcher's tile), the default is found in
+    the results, and the launch settings are the default again after."""
+    from benchmarks.dev import tune_weighted_sum
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _weighted_sum_launch
+
+    runs = fake_gpu_timer(monkeypatch)
+    seen = []
+    tile_2d = _weighted_sum_launch.tile_2d
+
+    def spy(rows, cols, elem_size, cfg, aligned=True, tile_bytes=None):
+        seen.append((tile_bytes or cfg.tile_bytes, cfg.bwd_stages))
+        return tile_2d(rows, cols, elem_size, cfg, aligned, tile_bytes)
+    monkeypatch.setattr(_weighted_sum_launch, "tile_2d", spy)
+    monkeypatch.setattr(tune_weighted_sum, "FWD_GRIDS", {4: {"fwd_tile_bytes_4byte": [512, 16384],
+                                                             "fwd_stages_4byte": [None]}})
+    monkeypatch.setattr(tune_weighted_sum, "BWD_GRID", {"tile_bytes": [512, 8192], "bwd_stages": [None, 2]})
+    tune_weighted_sum.main(["--shapes", "5x70", "--dtypes", "float32"])
+    assert len(runs) == 2 + 4
+    # the fp32 forward's own tile (512, 16384), the backward's tile_bytes with its stages
+    assert {(512, 2), (16384, 2), (512, None), (8192, 2)} <= set(seen)
+    out = capsys.readouterr().out
+    assert "fwd default 1.0 us" in out and "bwd default 1.0 us" in out
+    assert launch_config.current() is launch_config.DEFAULT
