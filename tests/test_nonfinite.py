@@ -6,7 +6,8 @@ for inf (``oracle.agree(..., equal_nan=True)``), on the in-register path and on 
 chunked long-row path (limits shrunk so that rows of 100 take it). The deliberate
 differences (softmax rows with nothing to attend to, hidden causal keys in the backward)
 have tests of their own. A newer op's test is in its own test file (``tests/test_<op>.py``,
-``-k nonfinite``), using the helpers here, so that adding an op edits no file here.
+``-k nonfinite``), using the same helpers (``tests/nonfinite.py``), so that adding an op edits no
+file here.
 """
 from __future__ import annotations
 
@@ -18,14 +19,12 @@ from triton_layers import functional as F
 from triton_layers import reference
 
 from .conftest import looped_config
-from .oracle import agree, run
+from .nonfinite import INF, NAN, VALUES, close, grads, poisoned
 
 # No warning either: the interpreter computes in numpy, whose floating-point warnings the
 # launch turns off (calls/fast_launch._Quiet), as a GPU computes NaN and inf silently.
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
-NAN, INF = float("nan"), float("inf")
-VALUES = [NAN, INF, -INF]
 FUSED_N, LOOPED_N = 37, 100
 
 
@@ -35,26 +34,6 @@ def n_cols(request) -> int:
     looped = request.param == "looped"
     with looped_config("small" if looped else "fused"):
         yield LOOPED_N if looped else FUSED_N
-
-
-def close(ours, expected, name, rtol=None, atol=None):
-    """Same NaN positions, same infs, finite values close (by default, the oracle's agree bound)."""
-    agree(ours, expected, rtol=rtol, atol=atol, equal_nan=True, name=name)
-
-
-def grads(fn, *inputs, dy=None):
-    """fn(*inputs) and the gradients of every input (each a fresh leaf), for a random dy."""
-    y, g, dy = run(fn, {i: t.detach().clone().requires_grad_() for i, t in enumerate(inputs)}, dy)
-    return (y, *g.values()), dy
-
-
-def poisoned(rows: int, n: int, value: float, device) -> torch.Tensor:
-    """Random (rows, n) with ``value`` in row 1 at column 0 (the looped LayerNorm's shift)
-    and in the last row at its last column (the last chunk); other rows stay finite."""
-    x = torch.randn(rows, n, device=device)
-    x[1, 0] = value
-    x[-1, -1] = value
-    return x
 
 
 @pytest.mark.parametrize("value", VALUES)

@@ -25,11 +25,11 @@ from triton_layers.kernels import _weighted_sum_launch
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.calls.doors import direct
 
-from . import test_nonfinite as nonfinite
+from . import nonfinite
 from .conftest import DEVICE, DTYPES, LOW_DTYPES, spy_main_inputs
 from .fake_timer import fake_gpu_timer
 from .oracle import check, compare
-from .test_properties import bounded, common, drawn, layouts, param, rows_of, view
+from .strategies import bounded, common, drawn, layouts, param, rows_of, view
 
 # (x dtype, parameter dtype): every dtype, and fp32 parameters with fp16/bf16 inputs.
 PRECISIONS = [
@@ -440,7 +440,7 @@ def test_torch_compile_fullgraph(device):
     check(fn, _definition, dict(x=x, weight=w, bias=b), dy=torch.randn(6, 7, device=device))
 
 
-# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: test_nonfinite.py)
+# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # (as tests/test_nonfinite.py: none from numpy either)
@@ -460,7 +460,7 @@ def test_nonfinite_as_torch_matmul(device, shape):
     assert torch.isnan(y[[0, 1]]).all() and torch.isinf(y[-1])
 
 
-# ------------------------------------------------ properties (hypothesis; strategies: test_properties.py)
+# ------------------------------------------------ properties (hypothesis; strategies: strategies.py)
 
 
 @pytest.mark.parametrize("long_rows", [False, True], ids=["short", "split-columns"])
