@@ -15,7 +15,8 @@ import torch
 from triton_layers import functional as F
 from triton_layers import reference
 
-from .conftest import LOW_DTYPES
+from .conftest import DEVICE, LOW_DTYPES
+from .big_tensors import cols, randn, rows_past, sample_rows
 from .fake_timer import fake_gpu_timer
 from .oracle import check, compare, max_abs_err, run
 
@@ -445,3 +446,28 @@ def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     assert {(64, 1, 16), (64, 1, 32), (64, 8, 16), (64, 8, 32)} <= set(warps)
     assert "fwd default 1.0 us" in capsys.readouterr().out
     assert launch_config.current() is launch_config.DEFAULT
+
+
+# ------------------------------------------------ past 2**31 elements (tests/big_tensors.py; GPU: run alone)
+
+
+@pytest.mark.parametrize("n_cols", [cols(8192), cols(32768)], ids=["in-registers", "chunked"])
+def test_coor_descent_past_2_31(gpu_memory, n_cols):
+    gpu_memory(24)  # s, y, dy, ds (bf16) and the mask: about 19 GiB
+    n_rows = rows_past(n_cols)
+    s = randn((n_rows, n_cols)).requires_grad_()
+    mask = randn((n_rows, n_cols), seed=6) > -1.5  # ~93% valid (drawn in bf16: half the memory of fp32)
+    k = (torch.rand(n_rows, device=DEVICE) * n_cols / 8 + 1).requires_grad_()
+    kw = dict(n_iters=3, eps=0.03, eps_init=4.0, eps_decay=0.7)
+    y = F.coor_descent(s, k=k, mask=mask, **kw)
+    dy = randn((n_rows, n_cols), seed=7)
+    y.backward(dy)
+    rows = sample_rows(n_rows, n_cols)
+    ss = s.detach()[rows].float().requires_grad_()
+    ks = k.detach()[rows].requires_grad_()
+    y32 = reference.coor_descent(ss, k=ks, mask=mask[rows], **kw)
+    ds32, dk32 = torch.autograd.grad(y32, [ss, ks], dy[rows].float())
+    # fp32 reference of the same rows: the kernels compute in fp32 too (bf16 only at the ends).
+    torch.testing.assert_close(y.detach()[rows].float(), y32, rtol=0, atol=1e-2)
+    torch.testing.assert_close(s.grad[rows].float(), ds32, rtol=2e-2, atol=2e-2 * ds32.abs().max().item())
+    torch.testing.assert_close(k.grad[rows], dk32, rtol=1e-3, atol=1e-3 * dk32.abs().max().item())

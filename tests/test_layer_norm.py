@@ -16,7 +16,8 @@ from triton_layers import launch_config
 from triton_layers.kernels import _layer_norm_launch as rules
 from triton_layers.kernels import ops as _kernels
 
-from .conftest import DTYPES, H100, H200, LOOPED, LOW_DTYPES
+from .conftest import DEVICE, DTYPES, H100, H200, LOOPED, LOW_DTYPES
+from .big_tensors import CHUNK, cols, randn, rows_past, sample_rows
 from .fake_timer import fake_gpu_timer
 from .oracle import check, compare
 
@@ -630,3 +631,38 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
     limits = launch_config.DEFAULT.layer_norm
     fwd_limits = {limits.fwd_max_fused_cols, limits.fwd_residual_max_fused_cols}
     assert {p for p in paths if p[0] not in fwd_limits} == {(32, False), (64, True)}
+
+
+# ------------------------------------------------ past 2**31 elements (tests/big_tensors.py; GPU: run alone)
+
+
+@pytest.mark.parametrize("n_cols", [cols(4096), cols(65536)], ids=["in-registers", "chunked"])
+def test_layer_norm_past_2_31(gpu_memory, n_cols):
+    gpu_memory(28)  # x, y, dy, dx: 4 x 4 GiB in bf16, plus the float64 checks
+    n_rows = rows_past(n_cols)
+    x = randn((n_rows, n_cols)).requires_grad_()
+    w = (1 + 0.5 * randn(n_cols, torch.float32, 1)).requires_grad_()
+    b = (0.5 * randn(n_cols, torch.float32, 2)).requires_grad_()
+    y = F.layer_norm(x, w, b)
+    dy = randn((n_rows, n_cols), seed=3)
+    y.backward(dy)
+    rows = sample_rows(n_rows, n_cols)
+    xs = x.detach()[rows].double().requires_grad_()
+    ws, bs = w.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    y64 = reference.layer_norm(xs, ws, bs, 1e-5, False)
+    (dx64,) = torch.autograd.grad(y64, xs, dy[rows].double())
+    compare(y.detach()[rows], y64, name="y")
+    compare(x.grad[rows], dx64, name="dx")
+    del y, x.grad
+    # Weight and bias gradients: sums over all rows, in float64, a chunk of rows at a time.
+    dw64 = torch.zeros(n_cols, dtype=torch.float64, device=DEVICE)
+    db64 = torch.zeros_like(dw64)
+    step = CHUNK // n_cols
+    for start in range(0, n_rows, step):
+        xc = x.detach()[start:start + step].double()
+        xhat = (xc - xc.mean(-1, keepdim=True)) * torch.rsqrt(xc.var(-1, unbiased=False, keepdim=True) + 1e-5)
+        dyc = dy[start:start + step].double()
+        dw64 += (dyc * xhat).sum(0)
+        db64 += dyc.sum(0)
+    compare(w.grad, dw64, rows=n_rows, name="dweight")
+    compare(b.grad, db64, rows=n_rows, name="dbias")

@@ -19,8 +19,9 @@ from triton_layers.kernels import _softmax_launch as rules
 from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import DTYPES, spy_main_inputs
+from .big_tensors import cols, randn, rows_past, sample_rows
 from .fake_timer import fake_gpu_timer
-from .oracle import agree, check, run
+from .oracle import agree, check, compare, run
 
 # (shape of the scores, whether it is batch-first (B, [H,] Nq, Nk) so a padding mask applies)
 SHAPES = [
@@ -525,3 +526,49 @@ def test_softmax_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.count("causal/plain at each one's best: 1.00") == 2
     assert launch_config.current() is launch_config.DEFAULT
+
+
+# ------------------------------------------------ past 2**31 elements (tests/big_tensors.py; GPU: run alone)
+
+
+def _softmax_rows_reference(x_rows, dy_rows, row_ids, n_q, causal, scale, pad_rows):
+    """Float64 softmax and dx of selected rows: each row as a (1, 1, Nk) problem whose
+    padding mask is the row's hidden keys (causal) and padded keys."""
+    n_k = x_rows.shape[-1]
+    keys = torch.arange(n_k, device=x_rows.device)
+    hidden = torch.zeros(x_rows.shape, dtype=torch.bool, device=x_rows.device)
+    if causal:
+        hidden = keys[None, :] > (row_ids % n_q)[:, None] + (n_k - n_q)
+    if pad_rows is not None:
+        hidden = hidden | pad_rows
+    xs = x_rows.double().requires_grad_()
+    y = torch.stack([reference.softmax(xs[i][None, None], False, scale, hidden[i][None])[0, 0]
+                     for i in range(len(row_ids))])
+    (dx,) = torch.autograd.grad(y, xs, dy_rows.double())
+    return y, dx
+
+
+@pytest.mark.parametrize("shape,causal,padded", [
+    ((rows_past(cols(32768)), cols(32768)), False, False),  # rows in registers
+    ((2, rows_past(cols(32768)) // 2, cols(32768)), True, True),  # causal + padding; Nq > Nk: top rows see no key
+    ((rows_past(cols(131072), 4), cols(131072)), False, False),  # chunked rows
+], ids=["plain", "causal-padding", "chunked"])
+def test_softmax_past_2_31(gpu_memory, shape, causal, padded):
+    gpu_memory(24)
+    n_k = shape[-1]
+    x = (3 * randn(shape)).requires_grad_()
+    pad = None
+    if padded:
+        pad = randn((shape[0], n_k), torch.float32, 4) > 1.0  # ~16% padding
+        pad[:, 0] = False
+    y = F.softmax(x, causal=causal, scale=0.5, key_padding_mask=pad)
+    dy = randn(shape, seed=5)
+    y.backward(dy)
+    n_rows = math.prod(shape[:-1])
+    rows = sample_rows(n_rows, n_k)
+    flat = lambda t: t.reshape(n_rows, n_k)  # noqa: E731
+    n_q = shape[-2] if len(shape) == 3 else 1
+    pad_rows = None if pad is None else pad[rows // n_q]
+    y64, dx64 = _softmax_rows_reference(flat(x.detach())[rows], flat(dy)[rows], rows, n_q, causal, 0.5, pad_rows)
+    compare(flat(y.detach())[rows], y64, name="y")
+    compare(flat(x.grad)[rows], dx64, name="dx")

@@ -27,6 +27,7 @@ from triton_layers.calls.doors import direct
 
 from . import nonfinite
 from .conftest import DEVICE, DTYPES, LOW_DTYPES, spy_main_inputs
+from .big_tensors import BIG, CHUNK, COL_CHUNK, cols, randn, rows_past, sample_rows
 from .fake_timer import fake_gpu_timer
 from .oracle import check, compare
 from .strategies import bounded, common, drawn, layouts, param, rows_of, view
@@ -520,3 +521,38 @@ def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "fwd default 1.0 us" in out and "bwd default 1.0 us" in out
     assert launch_config.current() is launch_config.DEFAULT
+
+
+# ------------------------------------------------ past 2**31 elements (tests/big_tensors.py; GPU: run alone)
+
+
+@pytest.mark.parametrize("shape", [(rows_past(cols(32768)), cols(32768)), (2, BIG // 2 + 3)],
+                         ids=["many-rows", "two-long-rows"])
+def test_weighted_sum_past_2_31(gpu_memory, shape):
+    gpu_memory(16)  # x, dx: 2 x 4 GiB in bf16, plus the checks
+    n_rows, n_cols = shape
+    x = randn(shape).requires_grad_()
+    w = randn(n_cols, torch.float32, 1).requires_grad_()
+    b = torch.tensor(0.25, device=DEVICE, requires_grad=True)
+    y = F.weighted_sum(x, w, b)
+    dy = randn(n_rows, seed=2)
+    y.backward(dy)
+    rows = sample_rows(n_rows, n_cols, count=4 if n_rows > 2 else 0)
+    # Float64 references, a chunk at a time (a chunk of rows, or of columns of long rows).
+    y64 = torch.zeros(len(rows), dtype=torch.float64, device=DEVICE)
+    dw64 = torch.zeros(n_cols, dtype=torch.float64, device=DEVICE)
+    step = max(1, CHUNK // n_cols)
+    for start in range(0, n_rows, step):
+        dw_rows = dy[start:start + step].double()
+        for c in range(0, n_cols, COL_CHUNK):
+            xc = x.detach()[start:start + step, c:c + COL_CHUNK].double()
+            dw64[c:c + COL_CHUNK] += dw_rows @ xc
+    for c in range(0, n_cols, COL_CHUNK):
+        y64 += x.detach()[rows, c:c + COL_CHUNK].double() @ w.detach()[c:c + COL_CHUNK].double()
+    y64 += 0.25
+    compare(y.detach()[rows], y64, name="y")
+    for c in range(0, n_cols, COL_CHUNK):  # a chunk at a time: all of dx in float64 would need 16 GiB
+        dx64 = dy[rows].double()[:, None] * w.detach()[c:c + COL_CHUNK].double()[None, :]
+        compare(x.grad[rows, c:c + COL_CHUNK], dx64, name=f"dx[:, {c}:]")
+    compare(w.grad, dw64, rows=n_rows, name="dweight")
+    torch.testing.assert_close(b.grad.double(), dy.double().sum(), rtol=1e-5, atol=1e-3)
