@@ -75,6 +75,18 @@ def looped(request):
         yield config
 
 
+# The NaN/Inf tests' rows (tests/nonfinite.py): in registers, or chunked under the "small" limits.
+FUSED_N, LOOPED_N = 37, 100
+
+
+@pytest.fixture(params=["fused", "looped"])
+def n_cols(request) -> int:
+    """Row length for the in-register path, or for the chunked path with shrunk limits."""
+    looped = request.param == "looped"
+    with looped_config("small" if looped else "fused"):
+        yield LOOPED_N if looped else FUSED_N
+
+
 def spy_main_inputs(monkeypatch, op) -> list:
     """The main (first) tensor each call of the kernel op ``op`` receives, planned or not, in
     call order: ``seen = spy_main_inputs(monkeypatch, kernel_ops.softmax)``."""

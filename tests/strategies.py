@@ -1,5 +1,17 @@
-"""The property tests' draws (hypothesis): settings, shapes, dtypes, layouts and parameters, shared
-by tests/test_properties.py and each op's own ``-k properties`` test (``tests/test_<op>.py``)."""
+"""Property-based tests (hypothesis): the draws of each op's ``-k properties`` test (``tests/test_<op>.py``).
+
+Each example draws a shape (sizes 1 and odd sizes included), a dtype, a memory layout
+for the input (contiguous, transposed, a slice with a row stride wider than the row,
+every other row, a stride-0 broadcast), the op's parameters and masks, and whether the
+kernels' long-row (chunked) path is forced by shrinking its limits (that, and the
+masks and modes, are pytest parameters, so that every kernel path is covered). The kernels' output
+and the gradients of every input are compared with ``triton_layers.reference`` run in
+float64 on the same (rounded) inputs, by tests/oracle.py.
+
+Bounded for CI: small sizes, a fixed number of examples, ``derandomize=True`` and no
+example database, so every run draws the same examples (about a minute on 2 CPU cores
+through the Triton interpreter, all ops).
+"""
 from __future__ import annotations
 
 import math

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .conftest import DEVICE, H100, looped_config
 from .big_tensors import CHUNK, cols, randn, rows_past, sample_rows
+from .nonfinite import SILENT, VALUES, close, poisoned
 from .oracle import compare
 
 BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
@@ -382,3 +383,33 @@ def test_rms_norm_residual_past_2_31(gpu_memory, n_cols):
         hc = h.detach()[start:start + step].double()
         dw64 += (dy[start:start + step].double() * hc * torch.rsqrt(hc.square().mean(-1, keepdim=True) + 1e-6)).sum(0)
     compare(w.grad, dw64, rows=n_rows, name="dweight")
+
+
+# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+
+def _rms_norm_definition(h, w, eps):
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+@SILENT
+@pytest.mark.parametrize("value", VALUES)
+def test_nonfinite_rms_norm_with_residual(device, n_cols, value):
+    """RMSNorm (as F.rms_norm) of h = x + residual: NaN/inf in x propagates to y, h and every
+    gradient as through torch's ops (a NaN makes its row of y NaN; an inf makes its
+    mean square inf: NaN at the inf, 0 elsewhere in the row); the other rows are untouched."""
+    x = poisoned(5, n_cols, value, device)
+    r, w = torch.randn(5, n_cols, device=device), torch.randn(n_cols, device=device)
+    dy, dh = torch.randn(5, n_cols, device=device), torch.randn(5, n_cols, device=device)
+
+    def run(fn):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, r, w)]
+        y, h = fn(*leaves)
+        return (y.detach(), h.detach(), *torch.autograd.grad((y, h), leaves, (dy, dh)))
+
+    ours = run(lambda x, r, w: F.rms_norm(x, w, 1e-6, residual=r))
+    # The definition in torch ops, not torch's rms_norm kernel: on CUDA that one makes the
+    # whole row of an inf NaN (on the CPU, as here, only the inf's element).
+    theirs = run(lambda x, r, w: (_rms_norm_definition(x + r, w, 1e-6), x + r))
+    for name, a, b in zip(["y", "h", "dx", "dresidual", "dw"], ours, theirs):
+        close(a, b, name, rtol=1e-4, atol=1e-4)
+    assert not torch.isfinite(ours[0][[1, -1]]).all(dim=-1).any() and torch.isfinite(ours[0][[0, 2, 3]]).all()

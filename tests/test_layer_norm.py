@@ -5,6 +5,8 @@ import io
 import pytest
 import torch
 import torch.nn.functional as TF
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 import triton_layers
@@ -19,7 +21,9 @@ from triton_layers.kernels import ops as _kernels
 from .conftest import DEVICE, DTYPES, H100, H200, LOOPED, LOW_DTYPES
 from .big_tensors import CHUNK, cols, randn, rows_past, sample_rows
 from .fake_timer import fake_gpu_timer
+from .nonfinite import INF, NAN, SILENT, VALUES, close, grads, poisoned
 from .oracle import check, compare
+from .strategies import bounded, common, drawn, layouts, param, rows_of, view
 
 SIZES = [1, 7, 127, 1000, 3000, 1024]
 
@@ -666,3 +670,61 @@ def test_layer_norm_past_2_31(gpu_memory, n_cols):
         db64 += dyc.sum(0)
     compare(w.grad, dw64, rows=n_rows, name="dweight")
     compare(b.grad, db64, rows=n_rows, name="dbias")
+
+
+# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+
+@SILENT
+@pytest.mark.parametrize("value", VALUES)
+@pytest.mark.parametrize("stable", [False, True])
+def test_nonfinite_as_torch(device, n_cols, value, stable):
+    x = poisoned(5, n_cols, value, device)
+    w, b = torch.randn(n_cols, device=device), torch.randn(n_cols, device=device)
+    (y, dx, dw, db), dy = grads(lambda *a: F.layer_norm(*a, stable=stable), x, w, b)
+    # torch's op (stable: the float64 torch definition, as torch has none).
+    torch_fn = (lambda x, w, b: TF.layer_norm(x, (n_cols,), w, b)) if not stable else (
+        lambda x, w, b: reference.layer_norm(x.double(), w.double(), b.double(), 1e-5, True).float())
+    (y_t, dx_t, dw_t, db_t), _ = grads(torch_fn, x, w, b, dy=dy)
+    for name, ours, theirs in [("y", y, y_t), ("dx", dx, dx_t), ("dw", dw, dw_t), ("db", db, db_t)]:
+        close(ours, theirs, name, rtol=1e-4, atol=1e-4)
+    assert torch.isnan(y[[1, -1]]).all() and torch.isfinite(y[[0, 2, 3]]).all()
+
+
+@SILENT
+def test_nonfinite_parameters(device, n_cols):
+    x = torch.randn(4, n_cols, device=device)
+    w, b = torch.randn(n_cols, device=device), torch.randn(n_cols, device=device)
+    w[3], b[5] = NAN, INF
+    (y, dx, dw, db), dy = grads(F.layer_norm, x, w, b)
+    (y_t, dx_t, dw_t, db_t), _ = grads(lambda x, w, b: TF.layer_norm(x, (n_cols,), w, b), x, w, b, dy=dy)
+    for name, ours, theirs in [("y", y, y_t), ("dx", dx, dx_t), ("dw", dw, dw_t), ("db", db, db_t)]:
+        close(ours, theirs, name, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------ properties (hypothesis; strategies: strategies.py)
+
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@bounded(10)
+@given(c=common(), data=st.data())
+def test_properties(looped, stable, c, data):
+    shape, dtype = c["shape"], c["dtype"]
+    n = shape[-1]
+    layout = data.draw(layouts(len(shape)), "layout")
+    has_w, has_b = (data.draw(st.booleans(), name) for name in ("weight", "bias"))
+    param_dtype = data.draw(st.sampled_from([dtype, torch.float32]), "param_dtype")
+    strided_params = data.draw(st.booleans(), "strided_params")
+    eps = data.draw(st.sampled_from([1e-5, 1e-3, 0.1]), "eps")
+    x = drawn(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
+    w = param(n, param_dtype, c["gen"], strided_params, 1.0) if has_w else None
+    b = param(n, param_dtype, c["gen"], strided_params) if has_b else None
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
+
+    def v(p):
+        return view(p, strided_params)
+
+    res = check(lambda x, w, b: F.layer_norm(x, v(w), v(b), eps=eps, stable=stable, use_triton=True),
+                lambda x, w, b: reference.layer_norm(x.reshape(-1, n), v(w), v(b), eps, stable).reshape(shape),
+                dict(x=x, weight=w, bias=b), dy=dy, summed=dict(weight=rows_of(shape), bias=rows_of(shape)))
+    assert res.y.dtype == dtype and res.y.shape == shape
+    assert all(g.dtype == param_dtype for name, g in res.grads.items() if name != "x")

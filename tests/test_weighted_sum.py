@@ -444,7 +444,7 @@ def test_torch_compile_fullgraph(device):
 # ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
 
 
-@pytest.mark.filterwarnings("error::RuntimeWarning")  # (as tests/test_nonfinite.py: none from numpy either)
+@nonfinite.SILENT
 @pytest.mark.parametrize("shape", [(37, 20), (3, 3000)], ids=["many-rows", "split-columns"])
 def test_nonfinite_as_torch_matmul(device, shape):
     x = torch.randn(shape, device=device)
