@@ -17,7 +17,9 @@ import sys
 import torch
 
 from benchmarks import harness
+from benchmarks.sanitizing import DEVICE, around, fwd_bwd, rand
 from triton_layers import functional as TF
+from triton_layers import reference
 
 OP = "coor_descent"
 # What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py):
@@ -76,6 +78,27 @@ def host_cases(r, dev) -> dict:
         from triton_layers import reference
         peer = lambda s: reference.coor_descent(s, 20, 64.0, 0.03, 4.0, 0.7, None)  # noqa: E731
     return {"coor_descent 4x1024, 20 iters": ([r(4, 1024)], lambda s: TF.coor_descent(s, k=64.0, **SETTINGS), peer)}
+
+
+def sanitize_cases(C) -> dict:
+    """``scripts/sanitize.py``'s cases of this op (``benchmarks/sanitizing.py``) under the launch config ``C``:
+    rows in registers up to max_fused_cols, chunked beyond; the backward splits rows into
+    split_min_block..loop_block chunks; masks, k per row with a gradient."""
+    out = {}
+    for n in [1, 7, *around(C.coor_descent.max_fused_cols), 3 * C.coor_descent.loop_block + 5]:
+        for rows, n_iters, masked, dtype in [(3, 3, True, torch.float32), (2, 1, False, torch.bfloat16)]:
+            def cd(n=n, rows=rows, n_iters=n_iters, masked=masked, dtype=dtype):
+                s, k = rand(rows, n, dtype=dtype, scale=1.5), torch.rand(rows, device=DEVICE) * n / 4 + 0.5
+                mask = None
+                if masked:
+                    mask = torch.rand(rows, n, device=DEVICE) > 0.3
+                    mask[0] = False  # a fully masked row
+                kw = dict(n_iters=n_iters, eps=0.1, eps_init=1.0, eps_decay=0.7, mask=mask)
+                return fwd_bwd(lambda s, k: TF.coor_descent(s, k=k, use_triton=True, **kw),
+                               lambda s, k: reference.coor_descent(s, n_iters, k, 0.1, 1.0, 0.7, mask),
+                               [s, k], [True, True])
+            out[f"coor_descent n={n} rows={rows} iters={n_iters} {str(dtype)[6:]}{' mask' if masked else ''}"] = cd
+    return {"coor_descent": out}
 
 
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import csv
-import importlib
 import io
 import os
 import pstats
@@ -63,10 +62,8 @@ def _cases(dev) -> dict[str, tuple[list, Callable, Callable]]:
     ``host_cases(r, dev)`` of each op part's bench file (benchmarks/parts.py), in the parts' order."""
     r = lambda *s: torch.randn(*s, device=dev, requires_grad=True)  # noqa: E731
     cases = {}
-    for part in parts.parts():
-        own = getattr(importlib.import_module(part.module), "host_cases", None) if part.ops else None
-        if own is not None:
-            cases.update(own(r, dev))
+    for own in parts.provided("host_cases"):
+        cases.update(own(r, dev))
     return cases
 
 

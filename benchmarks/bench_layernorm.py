@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import harness
+from benchmarks.sanitizing import DEVICE, around, fwd_bwd, rand
 from triton_layers import functional as TF
+from triton_layers import reference
 
 OP = "layernorm"
 # What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py).
@@ -42,6 +44,36 @@ def host_cases(r, dev) -> dict:
     ours, torch's), each a function of the leaves."""
     return {"layer_norm 8x256": ([r(8, 256), r(256), r(256)], lambda x, w, b: TF.layer_norm(x, w, b),
                                  lambda x, w, b: F.layer_norm(x, (256,), w, b))}
+
+
+def sanitize_cases(C) -> dict:
+    """``scripts/sanitize.py``'s cases of this op (``benchmarks/sanitizing.py``) under the launch config ``C``:
+    backward rows in registers up to bwd_max_fused_cols, chunked beyond (two kernels, several row groups);
+    forward rows in registers up to fwd_max_fused_cols, chunked beyond; several rows a tile and tiles a
+    program; partial gradients."""
+    out = {}
+    bf = torch.bfloat16
+    for n in [1, 7, 33, *around(C.layer_norm.bwd_max_fused_cols), *around(C.layer_norm.fwd_max_fused_cols),
+              2 * C.layer_norm.loop_block + 5]:
+        # (67 rows: several row groups and tiles per program; 23 still are with the tiny limits,
+        # at a third of the interpreter's time)
+        many = 67 if DEVICE == "cuda" else 23
+        for rows, dtype, stable, sliced in [(3, torch.float32, False, False), (many, bf, True, True)]:
+            def ln(n=n, rows=rows, dtype=dtype, stable=stable, sliced=sliced):
+                x = rand(rows, n, dtype=dtype, sliced=sliced, scale=2.0)
+                w, b = 1 + 0.5 * rand(n), 0.5 * rand(n)
+                return fwd_bwd(lambda x, w, b: TF.layer_norm(x, w, b, stable=stable, use_triton=True),
+                               lambda x, w, b: reference.layer_norm(x, w, b, 1e-5, stable),
+                               [x, w, b], [True, True, True])
+            flags = (" stable" if stable else "") + (" sliced" if sliced else "")
+            out[f"layer_norm n={n} rows={rows} {str(dtype)[6:]}{flags}"] = ln
+        for needs in ([True, False, False], [False, True, True]):
+            def ln_partial(n=n, needs=needs):
+                x, w, b = rand(5, n), rand(n), rand(n)
+                return fwd_bwd(lambda x, w, b: TF.layer_norm(x, w, b, use_triton=True),
+                               lambda x, w, b: reference.layer_norm(x, w, b, 1e-5, False), [x, w, b], needs)
+            out[f"layer_norm n={n} grads={''.join('xwb'[i] for i in range(3) if needs[i])}"] = ln_partial
+    return {"norm": out}
 
 
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:

@@ -36,8 +36,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import harness
+from benchmarks.sanitizing import around, fwd_bwd, rand
 from triton_layers import functional as TF
-from triton_layers import launch_config
+from triton_layers import launch_config, reference
 
 OP = "norms"
 # What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py):
@@ -104,6 +105,39 @@ def _liger() -> Optional[dict]:
         "rmsnorm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False),
         "add_rmsnorm": lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS, 0.0, "llama", False),
     }
+
+
+def sanitize_cases(C) -> dict:
+    """``scripts/sanitize.py``'s cases of the fused residual add (``benchmarks/sanitizing.py``) under the
+    launch config ``C``, both norms: its own row limits, RMSNorm's backward rows kept whole to
+    bwd_rms_max_fused_cols; x and residual of two dtypes (dx and dresidual stored apart) or one (one
+    tensor), strided rows."""
+    out = {}
+    ln = C.layer_norm
+    for n in sorted({1, 7, *around(ln.bwd_residual_max_fused_cols), *around(ln.fwd_residual_max_fused_cols),
+                     *around(ln.bwd_rms_max_fused_cols), 2 * ln.loop_block + 5}):
+        for rows, dtype, r_dtype, kind, sliced in [(3, torch.float32, torch.float32, "rms", False),
+                                                   (5, torch.bfloat16, torch.float32, "layer", True)]:
+            def res(n=n, rows=rows, dtype=dtype, r_dtype=r_dtype, kind=kind, sliced=sliced):
+                x, r = rand(rows, n, dtype=dtype, sliced=sliced, scale=2.0), rand(rows, n, dtype=r_dtype)
+                w, b = 1 + 0.5 * rand(n), 0.5 * rand(n)
+
+                def ours(x, r, w, b):  # y and h in one output: gradients reach both
+                    if kind == "rms":
+                        y, h = TF.rms_norm(x, w, 1e-6, residual=r, use_triton=True)
+                    else:
+                        y, h = TF.layer_norm(x, w, b, residual=r, use_triton=True)
+                    # in x's dtype: the loose bound follows the output's dtype
+                    return (y.float() + h.float()).to(x.dtype)
+
+                def exact(x, r, w, b):
+                    y, h = reference.norm(x, w, None if kind == "rms" else b, 1e-6 if kind == "rms" else 1e-5,
+                                          rms=kind == "rms", residual=r)
+                    return y + h
+                return fwd_bwd(ours, exact, [x, r, w, b], [True, True, True, kind != "rms"])
+            out[f"{kind}_norm residual n={n} rows={rows} {str(dtype)[6:]}+{str(r_dtype)[6:]}"
+                f"{' sliced' if sliced else ''}"] = res
+    return {"residual_norm": out}
 
 
 def cases(opts: argparse.Namespace) -> list[tuple[str, torch.dtype, tuple[int, int]]]:

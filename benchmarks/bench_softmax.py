@@ -10,12 +10,15 @@ Run: python -m benchmarks.bench_softmax [--quick] [--out DIR]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import torch
 
 from benchmarks import harness, report
+from benchmarks.sanitizing import DEVICE, around, fwd_bwd, rand
 from triton_layers import functional as TF
+from triton_layers import launch_config, reference
 
 OP = "softmax"
 # What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py).
@@ -80,6 +83,53 @@ def host_cases(r, dev) -> dict:
         "causal softmax 2x4x64x64, scale": (sm, lambda x: TF.softmax(x, causal=True, scale=0.125),
                                             lambda x: _torch_causal(x * 0.125, hidden)),
     }
+
+
+def sanitize_cases(C) -> dict:
+    """``scripts/sanitize.py``'s cases of this op (``benchmarks/sanitizing.py``) under the launch config ``C``:
+    rows in registers (several a tile) up to max_fused_cols, one program walking loop_block chunks
+    beyond; causal (Nq <, =, > Nk) and padding masks; the forms only long rows take, at short ones."""
+    out = {}
+    bf = torch.bfloat16
+    for n_k in [1, 17, *around(C.softmax.max_fused_cols), C.softmax.max_fused_cols + C.softmax.loop_block + 3]:
+        for n_q, causal, masked, dtype in [(3, False, False, torch.float32), (5, True, True, torch.float16),
+                                           (n_k + 2, True, False, bf)]:
+            def sm(n_k=n_k, n_q=min(n_q, 40), causal=causal, masked=masked, dtype=dtype):
+                x = rand(2, n_q, n_k, dtype=dtype, scale=3.0)
+                mask = None
+                if masked:
+                    mask = torch.rand(2, n_k, device=DEVICE) < 0.3
+                    mask[1] = True  # a batch entry that is all padding
+                return fwd_bwd(lambda x: TF.softmax(x, causal, 0.7, mask, use_triton=True),
+                               lambda x: reference.softmax(x, causal, 0.7, mask), [x], [True])
+            out[f"softmax nk={n_k} nq={min(n_q, 40)} {str(dtype)[6:]}{' causal' if causal else ''}"
+                f"{' padding' if masked else ''}"] = sm
+
+    # Softmax forms that only long rows take, reached at small ones: C with these softmax
+    # knobs and rows of up to 128 columns held whole.
+    def softmax_under(knobs: dict, n_q: int, n_k: int, causal: bool, masked: bool, dtype: torch.dtype):
+        config = dataclasses.replace(C, softmax=dataclasses.replace(
+            C.softmax, max_fused_cols=max(C.softmax.max_fused_cols, 128), **knobs))
+
+        def case():
+            x = rand(2, n_q, n_k, dtype=dtype, scale=3.0)
+            mask = torch.rand(2, n_k, device=DEVICE) < 0.3 if masked else None
+            with launch_config.use_config(config):
+                return fwd_bwd(lambda x: TF.softmax(x, causal, 0.7, mask, use_triton=True),
+                               lambda x: reference.softmax(x, causal, 0.7, mask), [x], [True])
+        return case
+
+    # The causal forward by classes of rows (softmax_causal_classes) from 64 columns: the short
+    # class alone (Nq > Nk), both, the long class alone (Nq < Nk/2).
+    for n_k, n_q in [(40, 48), (64, 40), (100, 12)]:
+        out[f"softmax causal by classes nk={n_k} nq={n_q} bfloat16 padding"] = softmax_under(
+            dict(causal_class_min_cols=64), n_q, n_k, True, True, bf)
+    # The backward reading y and dy twice (softmax_bwd_reload) from 64 columns: plain, causal
+    # with padding.
+    for n_k, causal in [(50, False), (100, True)]:
+        out[f"softmax backward reloaded nk={n_k}{' causal padding' if causal else ''} float32"] = softmax_under(
+            dict(bwd_reload_min_cols=64), 40, n_k, causal, causal, torch.float32)
+    return {"softmax": out}
 
 
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:

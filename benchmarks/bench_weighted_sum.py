@@ -14,7 +14,9 @@ import sys
 import torch
 
 from benchmarks import harness
+from benchmarks.sanitizing import around, fwd_bwd, rand
 from triton_layers import functional as TF
+from triton_layers import reference
 
 OP = "weighted_sum"
 # What python -m benchmarks, its report, plots and benchmarks.dev.registers make of this part (benchmarks/parts.py).
@@ -47,6 +49,26 @@ def host_cases(r, dev) -> dict:
     """``benchmarks.bench_host``'s cases of this op: label -> (leaf inputs drawn by ``r(*shape)`` on ``dev``,
     ours, torch's), each a function of the leaves."""
     return {"weighted_sum 8x256": ([r(8, 256), r(256)], lambda x, w: TF.weighted_sum(x, w), lambda x, w: x @ w)}
+
+
+def sanitize_cases(C) -> dict:
+    """``scripts/sanitize.py``'s cases of this op (``benchmarks/sanitizing.py``) under the launch config ``C``:
+    tiles of several rows, column ranges split over programs when rows are few (tile_max_cols),
+    aligned (16-element) and unaligned rows, partial gradients."""
+    out = {}
+    tile = C.weighted_sum.tile_max_cols
+    for rows, n in [(1, 1), (7, 17), (1000, 7), (3, tile + 1), (2, 16 * tile + 5), (5, 2 * tile)]:
+        for dtype, sliced, needs in [(torch.float32, False, [True, True, True]),
+                                     (torch.bfloat16, True, [True, True, True]),
+                                     (torch.float32, False, [False, True, False]),
+                                     (torch.float32, False, [True, False, False])]:
+            def ws(rows=rows, n=n, dtype=dtype, sliced=sliced, needs=needs):
+                x, w, b = rand(rows, n, dtype=dtype, sliced=sliced), rand(n), rand()
+                return fwd_bwd(lambda x, w, b: TF.weighted_sum(x, w, b, use_triton=True), reference.weighted_sum,
+                               [x, w, b], needs)
+            out[f"weighted_sum {rows}x{n} {str(dtype)[6:]}{' sliced' if sliced else ''} "
+                f"grads={''.join('xwb'[i] for i in range(3) if needs[i])}"] = ws
+    return {"weighted_sum": out}
 
 
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:

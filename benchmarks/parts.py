@@ -25,19 +25,21 @@ The part's name is the file's, less ``bench_``: ``bench_layernorm.py`` is ``laye
 ``python -m benchmarks --ops layernorm`` and writes ``layernorm.csv``. So a new
 ``bench_<op>.py`` with a ``PART`` joins ``run_all`` (``--ops``), ``report`` (its table),
 ``plots`` (its figure), ``benchmarks.dev.registers`` (its names) and the tests without an edit
-elsewhere; its ``host_cases(r, dev)``, where it has them, join ``bench_host``.
+elsewhere; its ``host_cases(r, dev)`` join ``bench_host`` and its ``sanitize_cases(C)``
+``scripts/sanitize.py`` (:func:`provided`).
 
 ``PART`` is read from the file's text (``ast.literal_eval``), not by importing the file: the
 report and the plots need neither torch nor a GPU, and every bench file imports torch.
-Needs no torch.
+Needs no torch (but :func:`provided`, which imports the bench files).
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import functools
+import importlib
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MEASURES = ("bandwidth", "time")
@@ -167,3 +169,14 @@ def step_parts() -> tuple[str, ...]:
 def kernel_ops(name: str) -> tuple[str, ...]:
     """The kernel ops that a part or an op called ``name`` runs (KeyError if neither)."""
     return _named(parts() + ops(), name).kernel_ops
+
+
+def provided(name: str) -> list[Callable]:
+    """The function ``name`` (``host_cases``, ``sanitize_cases``) of each op part's bench file that
+    defines one, in the parts' order; imports those files (and torch)."""
+    found = []
+    for p in parts():
+        fn = getattr(importlib.import_module(p.module), name, None) if p.ops else None
+        if fn is not None:
+            found.append(fn)
+    return found

@@ -6,8 +6,12 @@ imported, so it is set here, at collection time, when no CUDA device is present.
 Conventions of every test file: ``F`` is ours (``from triton_layers import functional as
 F``), ``TF`` is torch's (``import torch.nn.functional as TF``); dtypes come from
 ``DTYPES`` / ``LOW_DTYPES`` here; results are checked by ``tests/oracle.py``; the
-``looped`` fixture (or ``looped_config``) sends short rows down the long-row paths.
+``looped`` fixture (or ``looped_config``) sends short rows down the long-row paths. A test
+that asks for tens of GiB of GPU memory (the ``gpu_memory`` fixture) is marked ``alone``:
+``.ci/gpu`` runs those after the parallel suite, one at a time.
 """
+import contextlib
+import dataclasses
 import os
 
 import torch
@@ -71,6 +75,18 @@ def looped(request):
         yield config
 
 
+# The NaN/Inf tests' rows (tests/nonfinite.py): in registers, or chunked under the "small" limits.
+FUSED_N, LOOPED_N = 37, 100
+
+
+@pytest.fixture(params=["fused", "looped"])
+def n_cols(request) -> int:
+    """Row length for the in-register path, or for the chunked path with shrunk limits."""
+    looped = request.param == "looped"
+    with looped_config("small" if looped else "fused"):
+        yield LOOPED_N if looped else FUSED_N
+
+
 def spy_main_inputs(monkeypatch, op) -> list:
     """The main (first) tensor each call of the kernel op ``op`` receives, planned or not, in
     call order: ``seen = spy_main_inputs(monkeypatch, kernel_ops.softmax)``."""
@@ -83,3 +99,36 @@ def spy_main_inputs(monkeypatch, op) -> list:
     monkeypatch.setattr(_doors.Op, "__call__", lambda self, x, *args: (
         self is op and seen.append(x), plain(self, x, *args))[1])
     return seen
+
+
+# The row limits of the past-2**31 tests' CPU miniature (tests/big_tensors.py): the same kernel
+# paths at rows 512x shorter.
+MINI_LIMITS = dataclasses.replace(launch_config.shrunk(16, 16), softmax=launch_config.shrunk(64, 16, 128).softmax)
+
+
+@pytest.fixture
+def gpu_memory():
+    """``need(gib)`` skips unless the GPU has that much free (a no-op for the CPU
+    miniature, which also shrinks the row limits); frees everything afterwards."""
+    def need(gib: float) -> None:
+        if DEVICE != "cuda":
+            return
+        torch.cuda.empty_cache()
+        free = torch.cuda.mem_get_info()[0] / 2**30
+        if free < gib:
+            pytest.skip(f"needs {gib:.0f} GiB of free GPU memory, {free:.0f} GiB free")
+
+    with contextlib.nullcontext() if DEVICE == "cuda" else launch_config.use_config(MINI_LIMITS):
+        yield need
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+@pytest.hookimpl(tryfirst=True)  # (before -m selects by the marks)
+def pytest_collection_modifyitems(items):
+    """Every test that takes ``gpu_memory`` is marked ``alone`` (beside other workers it would
+    skip itself, or run out of memory)."""
+    for item in items:
+        if "gpu_memory" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.alone)

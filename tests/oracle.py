@@ -34,9 +34,6 @@ max|exact|, S = max(s, 1)):
   rounded to the dtype (the best any computation can store).
 - A ``low`` of the same dtype passed for an fp32 result adds its ``2 * |low - exact|`` too
   (coor_descent, whose exp(s / eps) amplifies fp32 rounding).
-- ``loose=True`` (``scripts/sanitize.py``, a memory checker's driver): ``<= loose * s``
-  (s at least 1e-6), with the looser of the inputs' and the result's dtype: catches
-  garbage, not ulps.
 
 ``rtol=`` (fp32 results only) / ``atol=`` (absolute) override the table for one call;
 say why where you do.
@@ -53,16 +50,15 @@ class Tolerance(NamedTuple):
     # compare(): against float64
     rtol: float  # x max|exact| (x growth for sums over rows); 0 for fp16/bf16, whose bar is torch's own error
     atol: float  # x max(1, max|exact|)
-    loose: float  # x max|exact|, for loose=True
     # agree(): against another computation in the same dtype, elementwise
     agree_rtol: float  # x |other|
     agree_atol: float
 
 
 TOLERANCES = {
-    torch.float32: Tolerance(rtol=1e-5, atol=1e-5, loose=1e-3, agree_rtol=1e-5, agree_atol=1e-6),
-    torch.float16: Tolerance(rtol=0.0, atol=1e-3, loose=2e-2, agree_rtol=2e-3, agree_atol=1e-5),
-    torch.bfloat16: Tolerance(rtol=0.0, atol=1e-2, loose=5e-2, agree_rtol=1.6e-2, agree_atol=1e-5),
+    torch.float32: Tolerance(rtol=1e-5, atol=1e-5, agree_rtol=1e-5, agree_atol=1e-6),
+    torch.float16: Tolerance(rtol=0.0, atol=1e-3, agree_rtol=2e-3, agree_atol=1e-5),
+    torch.bfloat16: Tolerance(rtol=0.0, atol=1e-2, agree_rtol=1.6e-2, agree_atol=1e-5),
 }
 ROWS_PER_GROWTH = 64  # sums over up to this many rows keep the base fp32 rtol
 
@@ -85,10 +81,6 @@ def max_abs_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
 
 
-def _looser(a: torch.dtype, b: torch.dtype) -> torch.dtype:
-    return max(a, b, key=lambda d: TOLERANCES[d].loose)
-
-
 def compare(
     ours: torch.Tensor,
     exact: torch.Tensor,
@@ -98,16 +90,13 @@ def compare(
     rtol: Optional[float] = None,
     atol: Optional[float] = None,
     slack: float = 0.0,
-    loose: bool = False,
-    input_dtype: Optional[torch.dtype] = None,
     name: str = "",
 ) -> float:
     """Assert ``ours`` is within the bound of the module docstring of the float64 ``exact``.
 
     ``low``: torch's own result in ours' dtype (default for fp16/bf16: ``exact`` rounded).
     ``rows``: rows summed into each value. ``slack``: an absolute allowance added to the
-    bound, derived by the test (say how). ``input_dtype``: for ``loose``, the inputs'
-    dtype when it differs from ours'. Returns the error as a fraction of the bound.
+    bound, derived by the test (say how). Returns the error as a fraction of the bound.
     """
     assert ours.shape == exact.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(exact.shape)}"
     assert not torch.isnan(ours).any() or torch.isnan(exact).any(), f"{name}: NaN in result"
@@ -116,18 +105,14 @@ def compare(
     dtype = ours.dtype
     scale = exact.double().abs().max().item()
     err = max_abs_err(ours, exact)
-    if loose:
-        dtype = _looser(dtype, input_dtype or dtype)
-        bound = TOLERANCES[dtype].loose * max(scale, 1e-6)
-    else:
-        tol = TOLERANCES[dtype]
-        if low is None and dtype != torch.float32:
-            low = exact.to(dtype)
-        bound = (tol.rtol if rtol is None or dtype != torch.float32 else rtol) * scale * growth(rows)
-        bound += tol.atol * max(scale, 1.0) if atol is None else atol
-        if low is not None and low.dtype == dtype:
-            bound += 2 * max_abs_err(low, exact)
-        bound += slack
+    tol = TOLERANCES[dtype]
+    if low is None and dtype != torch.float32:
+        low = exact.to(dtype)
+    bound = (tol.rtol if rtol is None or dtype != torch.float32 else rtol) * scale * growth(rows)
+    bound += tol.atol * max(scale, 1.0) if atol is None else atol
+    if low is not None and low.dtype == dtype:
+        bound += 2 * max_abs_err(low, exact)
+    bound += slack
     assert err <= bound, f"{name}: max abs error {err:.3e} > {bound:.3e} (dtype {dtype}, scale {scale:.3e})"
     return err / bound if bound else 0.0
 
@@ -192,7 +177,6 @@ def check(
     rtol: Union[None, float, Mapping[str, float]] = None,
     atol: Union[None, float, Mapping[str, float]] = None,
     slack: Union[float, Mapping[str, float]] = 0.0,
-    loose: bool = False,
     name: str = "",
 ) -> Result:
     """Ours and ``reference`` (float64) on ``inputs``: the output and every gradient compared.
@@ -205,14 +189,13 @@ def check(
     op where the reference is not) on copies in ours' dtype: torch's error there is the bar.
     ``summed``: name (``"y"`` for the output) -> rows summed into each value of its gradient.
     ``rtol``, ``atol``, ``slack``: as ``compare``, for all, or by name (``"y"``, input names).
-    ``loose``: as ``compare``.
     """
     summed = summed or {}
     y, grads, dy = run(ours, inputs, dy)
     dtype = y.dtype
     y64, grads64, _ = run(reference, {k: _copy(t, torch.float64) for k, t in inputs.items()}, dy.double())
     y_lp, grads_lp = None, {}
-    if lowp and dtype != torch.float32 and not loose:
+    if lowp and dtype != torch.float32:
         lp_fn = reference if lowp is True else lowp
         y_lp, grads_lp, _ = run(lp_fn, {k: _copy(t, dtype) for k, t in inputs.items()}, dy)
     prefix = f"{name} " if name else ""
@@ -221,7 +204,7 @@ def check(
     for k, got, exact, low in results:
         worst = max(worst, compare(
             got, exact, low=low, rows=summed.get(k, 1), rtol=_by_name(rtol, k), atol=_by_name(atol, k),
-            slack=_by_name(slack, k) or 0.0, loose=loose, input_dtype=dtype,
+            slack=_by_name(slack, k) or 0.0,
             name=prefix + ("y" if k == "y" else f"d{k}"),
         ))
     return Result(y, grads, y64, grads64, worst)

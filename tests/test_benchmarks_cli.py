@@ -17,8 +17,9 @@ import torch
 from benchmarks import harness, parts, report, run_all
 from benchmarks.train_loop import StepResult
 
+from .fake_timer import COPY
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-COPY = 1000.0  # GB/s of the fake runs
 
 
 def test_help_needs_no_gpu():
@@ -56,9 +57,7 @@ def test_parts_come_from_the_bench_files():
     assert set(names) == declaring and len(names) == len(declaring) and names
     assert run_all.PARTS == names
     assert report.OPS == tuple(op.name for op in parts.ops()) and set(names) & set(report.OPS)
-    in_recipes = {op.name for p in plots.RECIPE_PARTS for op in p.ops}
-    assert set(plots.BANDWIDTH_OPS) | set(plots.TIME_OPS) | in_recipes == set(report.OPS)
-    assert not in_recipes & set(plots.BANDWIDTH_OPS)  # (a recipes part's ops have its figure, not their own)
+    assert set(plots.BANDWIDTH_OPS) | set(plots.TIME_OPS) == set(report.OPS)
     assert report.TARGETS == {(op.name, d): pct for op in parts.ops() for d, pct in op.targets}
     assert all(op in report.OPS and d in ("fwd", "bwd") and 0 < pct <= 100 for (op, d), pct in report.TARGETS.items())
     for part in parts.parts():
@@ -90,10 +89,6 @@ def test_a_new_bench_file_joins_by_its_part(tmp_path):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "bench_bad.py").write_text("SHAPES = [(1, 2)]\nPART = {'order': 1, 'cpu_shapes': SHAPES}\n")
     with pytest.raises(ValueError, match="PART must be a literal"):
-        parts.parts(str(tmp_path / "bad"))
-    (tmp_path / "bad" / "bench_bad.py").write_text("PART = {'order': 1, 'plot': 'pie', 'ops': {}}\n")
-    parts.parts.cache_clear()
-    with pytest.raises(ValueError, match="plot must be one of"):
         parts.parts(str(tmp_path / "bad"))
 
 
@@ -392,30 +387,16 @@ def test_update_keeps_one_section_per_gpu_and_the_hand_written_text(tmp_path):
     assert doc.read_text() == first  # regenerating rewrites the blocks only, and is idempotent
 
 
-def test_plots_from_csvs(tmp_path, monkeypatch):
+def test_plots_from_csvs(tmp_path):
     pytest.importorskip("matplotlib")
     from benchmarks import plots
 
     _fake_results(tmp_path)
     _fake_norms(tmp_path)
-    # a recipes part (fp8): one figure of its ops, of the shapes that move bytes (the tiny one left out)
-    (tmp_path / "fp8.csv").write_text(
-        "op,shape,dtype,direction,impl,us,gpu_us,gpu_method,gbps,pct_copy,peak_mib\n"
-        "rmsnorm_fp8_per_token,1024x4096,bfloat16,fwd,triton_layers,60,20,graph,600,60,nan\n"
-        "rmsnorm_fp8_per_token,1024x4096,bfloat16,fwd,compile,70,30,graph,400,40,nan\n"
-        "layernorm_fp8_per_token,1024x4096,bfloat16,fwd,triton_layers,60,25,graph,500,50,nan\n"
-        "rmsnorm_fp8_per_token,1x4096,bfloat16,fwd,triton_layers,50,5,graph,2,0.2,nan\n")
-    drawn = []
-    real = plots.bars_panel
-    monkeypatch.setattr(plots, "bars_panel", lambda ax, rows, *a, **k: (drawn.append(rows), real(ax, rows, *a, **k))[1])
     written = plots.plot_all(str(tmp_path))
     names = sorted(os.path.basename(p) for p in written)
-    assert names == ["add_layernorm.png", "add_rmsnorm.png", "coor_descent.png", "fp8.png", "headline.png",
-                     "layernorm.png", "rmsnorm.png", "softmax.png", "train_step.png"]
-    fp8_bars = [rows for rows in drawn if rows and "recipe" in rows[0]]
-    assert len(fp8_bars) == 1 and {(r["shape"], r["impl"]) for r in fp8_bars[0]} == \
-        {("rmsnorm_fp8_per_token", "triton_layers"), ("rmsnorm_fp8_per_token", "compile"),
-         ("layernorm_fp8_per_token", "triton_layers")}
+    assert names == ["add_layernorm.png", "add_rmsnorm.png", "coor_descent.png", "headline.png", "layernorm.png",
+                     "rmsnorm.png", "softmax.png", "train_step.png"]
     for path in written:
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -764,173 +745,42 @@ def test_cast_kernels_counts_only_pure_casts():
     assert not any(cast_kernels.CAST.fullmatch(name) for name in fused)
 
 
-def _fake_gpu_timer(monkeypatch) -> list:
-    """harness's timers patched out (each call runs once); returns the list each GPU timing appends to."""
-    monkeypatch.setattr(harness, "require_cuda", lambda: torch.device("cpu"))
-    monkeypatch.setattr(harness, "copy_bandwidth_gbps", lambda device: COPY)
-    runs = []
-
-    def fake_gpu_us(make, grad_to_none=None, quick=False):
-        make()()
-        runs.append(1)
-        return 1.0, "graph"
-    monkeypatch.setattr(harness, "gpu_time_us", fake_gpu_us)
-    monkeypatch.setattr(harness, "time_us", lambda fn, grad_to_none=None, quick=False: (fn(), 2.0)[1])
-    return runs
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
-def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
-    """tune_weighted_sum with the timer patched out: each combination of the grids runs our
-    forward or backward under its knobs (a spy on the launcher's tile), the default is found in
-    the results, and the launch settings are the default again after."""
-    from benchmarks.dev import tune_weighted_sum
-    from triton_layers import launch_config
-
-    from triton_layers.kernels import _weighted_sum_rules
-
-    runs = _fake_gpu_timer(monkeypatch)
-    seen = []
-    tile_2d = _weighted_sum_rules.tile_2d
-
-    def spy(rows, cols, elem_size, cfg, aligned=True, tile_bytes=None):
-        seen.append((tile_bytes or cfg.tile_bytes, cfg.bwd_stages))
-        return tile_2d(rows, cols, elem_size, cfg, aligned, tile_bytes)
-    monkeypatch.setattr(_weighted_sum_rules, "tile_2d", spy)
-    monkeypatch.setattr(tune_weighted_sum, "FWD_GRIDS", {4: {"fwd_tile_bytes_4byte": [512, 16384],
-                                                             "fwd_stages_4byte": [None]}})
-    monkeypatch.setattr(tune_weighted_sum, "BWD_GRID", {"tile_bytes": [512, 8192], "bwd_stages": [None, 2]})
-    tune_weighted_sum.main(["--shapes", "5x70", "--dtypes", "float32"])
-    assert len(runs) == 2 + 4
-    # the fp32 forward's own tile (512, 16384), the backward's tile_bytes with its stages
-    assert {(512, 2), (16384, 2), (512, None), (8192, 2)} <= set(seen)
-    out = capsys.readouterr().out
-    assert "fwd default 1.0 us" in out and "bwd default 1.0 us" in out
-    assert launch_config.current() is launch_config.DEFAULT
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
-def test_softmax_tuning_times_each_config_on_cpu(monkeypatch, capsys):
-    """tune_softmax with the timer patched out: plain and causal, forward and backward, under
-    each combination (a spy sees the warps each launch got from elems_per_thread)."""
-    from benchmarks.dev import tune_softmax
-    from triton_layers import launch_config
-
-    from triton_layers.kernels import _softmax_rules
-
-    runs = _fake_gpu_timer(monkeypatch)
-    warps = []
-    softmax_tile = _softmax_rules.tile
-
-    def spy(rows, cols, cfg, causal=False):
-        tile = softmax_tile(rows, cols, cfg, causal)
-        warps.append((cfg.elems_per_thread, tile[3]))
-        return tile
-    monkeypatch.setattr(_softmax_rules, "tile", spy)
-    monkeypatch.setattr(tune_softmax, "GRIDS", {"triton_layers": {"tile_elements": [4096], "elems_per_thread": [1, 16]},
-                                                "triton_layers-causal": {"causal_tile_elements": [4096],
-                                                                         "elems_per_thread": [1, 16]}})
-    tune_softmax.main(["--shapes", "2x64", "--dtypes", "float32"])
-    assert len(runs) == 2 * 2 * 2  # directions x (plain, causal) x combinations
-    assert {(1, 32), (16, 8)} == set(warps)  # tiles of 64 rows x 64: 4096 elements, 32 warps at most
-    out = capsys.readouterr().out
-    assert out.count("causal/plain at each one's best: 1.00") == 2
-    assert launch_config.current() is launch_config.DEFAULT
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
-def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
-    """tune_layernorm and tune_norm_backward with the timer patched out: every combination
-    runs the benchmarks' case of each norm, and the backward runs under the case's row limit
-    (a limit one knob short left RMSNorm's rows whole in a "split" case)."""
-    from benchmarks.dev import tune_layernorm, tune_norm_backward
-    from triton_layers import launch_config
-
-    runs = _fake_gpu_timer(monkeypatch)
-    monkeypatch.setattr(tune_layernorm, "FWD_GRID", {"tile_elements": [64, 2048]})
-    monkeypatch.setattr(tune_layernorm, "BWD_SHORT_GRID", {"tile_elements": [64, 2048], "bwd_programs_per_sm": [2],
-                                                           "bwd_stages": [3]})
-    tune_layernorm.main(["--shapes", "3x40"])
-    assert len(runs) == 2 * 2 * (2 + 2)  # (LayerNorm, RMSNorm) x dtypes x (fwd, bwd combinations)
-    assert "default 1.0 us" in capsys.readouterr().out
-
-    # --decode --grid: the no-grad forward under each combination of the grid given (here the
-    # long-row loop at a short row), then the peers' line; a knob that is no field is refused
-    from benchmarks import bench_norms
-    monkeypatch.setattr(harness, "compiled", lambda fn: fn)  # (no Inductor build on the CPU)
-    monkeypatch.setattr(bench_norms, "_liger", lambda: None)
-    runs.clear()
-    tune_layernorm.main(["--shapes", "3x40", "--dtypes", "float32", "--norm", "rms", "--dirs", "fwd", "--decode",
-                         "--grid", "fwd_max_fused_cols=32768,16;loop_block=8,16;fwd_warps=None,2"])
-    out = capsys.readouterr().out
-    assert len(runs) == 2 * 2 * 2 + 1 and "peers: compile 1.0 us" in out  # the grid, then compile
-    with pytest.raises(SystemExit, match="not a LayerNormLaunch field"):
-        tune_layernorm.main(["--norm", "rms", "--dirs", "fwd", "--decode", "--grid", "fwd_wraps=4"])
-    with pytest.raises(SystemExit, match="--decode times"):
-        tune_layernorm.main(["--norm", "layer", "--dirs", "fwd", "--decode"])
-
-    from triton_layers.kernels import _layer_norm_rules
-
-    paths = []  # (row limit given, whole rows?) of each launch
-    row_tile = _layer_norm_rules.row_tile
-
-    def recording_row_tile(rows, cols, limit, *rest):
-        tile = row_tile(rows, cols, limit, *rest)
-        paths.append((limit, tile[2]))
-        return tile
-    monkeypatch.setattr(_layer_norm_rules, "row_tile", recording_row_tile)
-    monkeypatch.setattr(tune_norm_backward, "CASES", [(40, 32, 3, 16), (40, 64, 1, 16)])
-    monkeypatch.setattr(tune_norm_backward, "ELEMENTS", 3 * 40)
-    tune_norm_backward.main()
-    out = capsys.readouterr().out
-    assert out.count("GPU 1 us") == 3 * 2 * 2 and "failed" not in out
-    # every backward under its case's limit (the forwards' is fwd_max_fused_cols): split at 32, whole at 64
-    limits = launch_config.DEFAULT.layer_norm
-    fwd_limits = {limits.fwd_max_fused_cols, limits.fwd_residual_max_fused_cols}
-    assert {p for p in paths if p[0] not in fwd_limits} == {(32, False), (64, True)}
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
-def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
-    """tune_coor_descent with the timer patched out: each combination of both grids runs our
-    forward (or forward + backward) under its knobs (a spy sees the warps each launch got)."""
-    from benchmarks.dev import tune_coor_descent
-    from triton_layers import launch_config
-
-    from triton_layers.kernels import _common
-
-    runs = _fake_gpu_timer(monkeypatch)
-    warps = []
-    warps_for = _common.warps_for
-
-    def spy(block, elems_per_thread, max_warps=32):
-        warps.append((block, elems_per_thread, max_warps))
-        return warps_for(block, elems_per_thread, max_warps)
-    monkeypatch.setattr(_common, "warps_for", spy)
-    monkeypatch.setattr(tune_coor_descent, "FWD_GRID", {"fwd_elems_per_thread": [1, 8], "fwd_max_warps": [16, 32]})
-    monkeypatch.setattr(tune_coor_descent, "BWD_GRID", {"bwd_elems_per_thread": [2], "split_programs_per_sm": [1, 4]})
-    tune_coor_descent.main(["--shapes", "3x40"])
-    assert len(runs) == 4 + 2
-    assert {(64, 1, 16), (64, 1, 32), (64, 8, 16), (64, 8, 32)} <= set(warps)
-    assert "fwd default 1.0 us" in capsys.readouterr().out
-    assert launch_config.current() is launch_config.DEFAULT
-
-
 def test_registers_tool_builds_the_benchmark_forms_offline():
-    """benchmarks.dev.registers on one small weighted-sum case, in a process without the
-    interpreter: each kernel form planned for the forward and backward gets a row with its
+    """benchmarks.dev.registers on one small case of every kernel op, in a process without the
+    interpreter: each kernel form planned for the forward and the backward gets a row with its
     registers and spills (built for sm_90 on this machine, GPU or not)."""
-    import subprocess
-    import sys
+    from triton_layers.kernels import ops as kernel_ops
 
     code = ("import torch; from benchmarks.dev import registers as r; "
-            "r.OPS = {'weighted_sum': ([(64, 256)], (torch.float32,), r._weighted_sum)}; r.main(['--ops', 'weighted_sum'])")
+            "r.OPS = {op: ([(64, 256)], (torch.float32,), cases) for op, (_, _, cases) in r.OPS.items()}\n"
+            "for op in r.OPS: print('## ' + op, flush=True); r.main(['--ops', op])")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("| weighted_sum |")]
-    assert {row.split(" | ")[2] for row in rows} == {"_weighted_sum_fwd_kernel", "_weighted_sum_bwd_kernel"}
-    assert all("failed" not in row and int(row.split(" | ")[3]) > 0 for row in rows)
+    kernels = {}  # kernel op -> the kernels of its rows
+    for line in proc.stdout.splitlines():
+        if line.startswith("## "):
+            op = line[3:]
+            kernels[op] = set()
+        elif line.startswith("| ") and not line.startswith(("| case", "|---")):
+            row = line.split(" | ")
+            assert "failed" not in line and int(row[3]) > 0, line
+            kernels[op].add(row[2])
+    assert set(kernels) == set(kernel_ops.__all__)
+    for op, names in kernels.items():  # its forward and its backward planned and built
+        assert any("_fwd" in k for k in names) and any("_bwd" in k for k in names), (op, names)
+
+
+def test_every_tuning_script_has_a_cpu_dry_run():
+    """Each ``benchmarks/dev/tune_<op>.py`` is run with the timers patched out (tests/fake_timer.py)
+    by a test of its op's own file, which checks that each combination of its grids runs under
+    its knobs: a tuning script no test runs fails here."""
+    folder = os.path.join(ROOT, "benchmarks", "dev")
+    scripts = [f[:-len(".py")] for f in os.listdir(folder) if f.startswith("tune_") and f.endswith(".py")]
+    tests = "".join(open(os.path.join(ROOT, "tests", f)).read() for f in os.listdir(os.path.join(ROOT, "tests"))
+                    if f.startswith("test_") and f.endswith(".py"))
+    missing = [s for s in scripts if f"{s}.main(" not in tests]
+    assert scripts and not missing, f"tuning scripts no test runs: {missing}"
 
 
 def test_host_ab_compares_ours_over_torch_in_abba_pairs(monkeypatch, tmp_path):
@@ -1055,28 +905,3 @@ def test_host_ab_compare_gives_both_changes(monkeypatch, tmp_path):
     assert order == ["old", "new", "new", "old"]  # ABBA
     assert row["change"] == row["change_min"] == row["change_max"] == 1.0
     assert row["ours_change"] == row["ours_change_min"] == row["ours_change_max"] == 0.5
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
-def test_fp8_tuning_times_each_config_on_cpu(monkeypatch, capsys):
-    """tune_fp8 with the timer patched out: each combination of its grid runs our FP8 norm
-    under those knobs (a spy sees the tile each plan got), and the default config is back after."""
-    from benchmarks.dev import tune_fp8
-    from triton_layers import launch_config
-
-    from triton_layers.kernels import _layer_norm_rules
-
-    runs = _fake_gpu_timer(monkeypatch)
-    tiles = []
-    row_tile = _layer_norm_rules.row_tile
-
-    def spy(rows, cols, limit, loop_block, tile_elements, *rest):
-        tiles.append(tile_elements)
-        return row_tile(rows, cols, limit, loop_block, tile_elements, *rest)
-    monkeypatch.setattr(_layer_norm_rules, "row_tile", spy)
-    monkeypatch.setattr(tune_fp8, "GRID", {"fp8_tile_elements": [256, 1024], "fp8_elems_per_thread": [16]})
-    tune_fp8.main(["--shapes", "3x256", "--ops", "rmsnorm_fp8_per_token,add_rmsnorm_fp8_per_token"])
-    assert len(runs) == 2 * 2
-    assert {256, 1024} <= set(tiles)
-    assert "fwd default" in capsys.readouterr().out
-    assert launch_config.current() is launch_config.DEFAULT

@@ -11,12 +11,18 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from triton_layers import functional as F
 from triton_layers import reference
 
-from .conftest import LOW_DTYPES
+from .conftest import DEVICE, FUSED_N, LOW_DTYPES
+from .big_tensors import cols, randn, rows_past, sample_rows
+from .fake_timer import fake_gpu_timer
+from .nonfinite import INF, NAN, SILENT, VALUES, close, grads, poisoned
 from .oracle import check, compare, max_abs_err, run
+from .strategies import bounded, common, drawn, layouts, rows_of
 
 ROUTER = dict(eps=0.03, eps_init=4.0, eps_decay=0.7)  # CoLT5's router settings
 
@@ -418,3 +424,136 @@ def test_k_tensor_above_row_length_is_not_checked(device):
     s = torch.randn(2, 16, device=device)
     y = F.coor_descent(s, n_iters=20, k=torch.tensor([20.0, 4.0], device=device), **ROUTER)
     assert y.min() >= 0 and y.max() <= 1 and (y.sum(-1) <= 16 + 1e-3).all()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_coor_descent_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_coor_descent with the timer patched out: each combination of both grids runs our
+    forward (or forward + backward) under its knobs (a spy sees the warps each launch got)."""
+    from benchmarks.dev import tune_coor_descent
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _common
+
+    runs = fake_gpu_timer(monkeypatch)
+    warps = []
+    warps_for = _common.warps_for
+
+    def spy(block, elems_per_thread, max_warps=32):
+        warps.append((block, elems_per_thread, max_warps))
+        return warps_for(block, elems_per_thread, max_warps)
+    monkeypatch.setattr(_common, "warps_for", spy)
+    monkeypatch.setattr(tune_coor_descent, "FWD_GRID", {"fwd_elems_per_thread": [1, 8], "fwd_max_warps": [16, 32]})
+    monkeypatch.setattr(tune_coor_descent, "BWD_GRID", {"bwd_elems_per_thread": [2], "split_programs_per_sm": [1, 4]})
+    tune_coor_descent.main(["--shapes", "3x40"])
+    assert len(runs) == 4 + 2
+    assert {(64, 1, 16), (64, 1, 32), (64, 8, 16), (64, 8, 32)} <= set(warps)
+    assert "fwd default 1.0 us" in capsys.readouterr().out
+    assert launch_config.current() is launch_config.DEFAULT
+
+
+# ------------------------------------------------ past 2**31 elements (tests/big_tensors.py; GPU: run alone)
+
+
+@pytest.mark.parametrize("n_cols", [cols(8192), cols(32768)], ids=["in-registers", "chunked"])
+def test_coor_descent_past_2_31(gpu_memory, n_cols):
+    gpu_memory(24)  # s, y, dy, ds (bf16) and the mask: about 19 GiB
+    n_rows = rows_past(n_cols)
+    s = randn((n_rows, n_cols)).requires_grad_()
+    mask = randn((n_rows, n_cols), seed=6) > -1.5  # ~93% valid (drawn in bf16: half the memory of fp32)
+    k = (torch.rand(n_rows, device=DEVICE) * n_cols / 8 + 1).requires_grad_()
+    kw = dict(n_iters=3, eps=0.03, eps_init=4.0, eps_decay=0.7)
+    y = F.coor_descent(s, k=k, mask=mask, **kw)
+    dy = randn((n_rows, n_cols), seed=7)
+    y.backward(dy)
+    rows = sample_rows(n_rows, n_cols)
+    ss = s.detach()[rows].float().requires_grad_()
+    ks = k.detach()[rows].requires_grad_()
+    y32 = reference.coor_descent(ss, k=ks, mask=mask[rows], **kw)
+    ds32, dk32 = torch.autograd.grad(y32, [ss, ks], dy[rows].float())
+    # fp32 reference of the same rows: the kernels compute in fp32 too (bf16 only at the ends).
+    torch.testing.assert_close(y.detach()[rows].float(), y32, rtol=0, atol=1e-2)
+    torch.testing.assert_close(s.grad[rows].float(), ds32, rtol=2e-2, atol=2e-2 * ds32.abs().max().item())
+    torch.testing.assert_close(k.grad[rows], dk32, rtol=1e-3, atol=1e-3 * dk32.abs().max().item())
+
+
+# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+
+def cd(s, k, mask, use_triton):
+    return F.coor_descent(s, n_iters=6, k=k, mask=mask, use_triton=use_triton)
+
+
+@SILENT
+@pytest.mark.parametrize("value", VALUES)
+@pytest.mark.parametrize("masked", [False, True])
+def test_nonfinite_as_the_definition(device, n_cols, value, masked):
+    s = poisoned(5, n_cols, value, device)
+    k = torch.rand(5, device=device) * 5 + 1
+    mask = None
+    if masked:
+        mask = torch.rand(5, n_cols, device=device) > 0.3
+        mask[1, 0] = True
+        mask[-1, -1] = True
+        mask[2, 4] = False
+        s[2, 4] = value  # masked: never used
+    (y, ds, dk), dy = grads(lambda s, k: cd(s, k, mask, True), s, k)
+    (y_t, ds_t, dk_t), _ = grads(lambda s, k: cd(s, k, mask, False), s, k, dy=dy)  # the torch definition
+    close(y, y_t, "y", atol=1e-4)
+    close(ds, ds_t, "ds", rtol=1e-3, atol=1e-4)
+    close(dk, dk_t, "dk", rtol=1e-3, atol=1e-4)
+    assert torch.isnan(y[1]).all() == (mask is None) and torch.isfinite(y[[0, 2, 3]]).all()
+    assert torch.isnan(y[1][mask[1]]).all() if mask is not None else True
+
+
+@SILENT
+@pytest.mark.parametrize("value", [NAN, INF])
+def test_nonfinite_k(device, value):
+    s = torch.randn(3, FUSED_N, device=device)
+    k = torch.tensor([2.0, value, 4.0], device=device)
+    (y, ds, dk), dy = grads(lambda s, k: cd(s, k, None, True), s, k)
+    (y_t, ds_t, dk_t), _ = grads(lambda s, k: cd(s, k, None, False), s, k, dy=dy)
+    close(y, y_t, "y", atol=1e-4)
+    close(ds, ds_t, "ds", rtol=1e-3, atol=1e-4)
+    close(dk, dk_t, "dk", rtol=1e-3, atol=1e-4)
+    assert torch.isnan(y[1]).all() and torch.isfinite(y[[0, 2]]).all()
+
+
+# ------------------------------------------------ properties (hypothesis; strategies: strategies.py)
+
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
+@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
+@bounded(7)
+@given(c=common(max_dims=3, max_n=60), data=st.data())
+def test_properties(looped, masked, c, data):
+    shape, dtype = c["shape"], c["dtype"]
+    lead, n = shape[:-1], shape[-1]
+    layout = data.draw(layouts(len(shape)), "layout")
+    n_iters = data.draw(st.integers(1, 6), "n_iters")
+    eps = data.draw(st.sampled_from([0.05, 0.1, 0.3]), "eps")
+    eps_init = data.draw(st.sampled_from([None, 1.0, 4.0]), "eps_init")
+    eps_decay = data.draw(st.sampled_from([0.7, 1.0]), "eps_decay")
+    k_kind = data.draw(st.sampled_from(["number", "per-row", "broadcast"]), "k")
+    x = drawn(shape, dtype, layout, min(c["scale"], 2.0), c["shift"], c["gen"])
+    if k_kind == "number":
+        k = data.draw(st.floats(0.5, float(n)), "k value")
+    else:
+        k_shape = lead if k_kind == "per-row" else (1,) * len(lead)
+        k = (torch.rand(k_shape, generator=c["gen"]) * n + 0.5).to(DEVICE).requires_grad_()
+    mask = None
+    if masked:
+        mask = torch.rand(shape, generator=c["gen"]) > data.draw(st.sampled_from([0.2, 0.7]), "p")
+        if data.draw(st.booleans(), "a fully masked row"):
+            mask.reshape(-1, n)[0] = False
+        mask = mask.to(DEVICE)
+    kw = dict(n_iters=n_iters, eps=eps, eps_init=eps_init, eps_decay=eps_decay, mask=mask)
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
+
+    # exp(s / eps) amplifies fp32 rounding by |s| / eps (test_coor_descent.py): looser bounds.
+    res = check(lambda s, k: F.coor_descent(s, k=k, use_triton=True, **kw),
+                lambda s, k: F.coor_descent(s, k=k, use_triton=False, **kw),  # float64: the reference
+                dict(s=x, k=k), dy=dy, rtol=dict(y=1e-4, s=1e-3, k=1e-3), summed=dict(k=rows_of(shape)))
+    assert res.y.dtype == dtype and res.y.shape == shape
+    if mask is not None:
+        assert (res.y[~mask] == 0).all()
+    if "k" in res.grads:
+        assert res.grads["k"].dtype == k.dtype

@@ -180,7 +180,8 @@ def test_every_op_has_a_card():
     assert {card.kernel_op for card in CARDS.values() if card.float64} == ops, \
         "tests/training_cases.py: a kernel op without float64 cases"
     for attr, what in (("planned_calls", "planned calls (bitwise again)"), ("pdl_launches", "PDL launches"),
-                       ("decisions", "launch decisions (record them: tests/test_launch_decisions.py)")):
+                       ("decisions", "launch decisions (record them: tests/test_launch_decisions.py)"),
+                       ("determinism", "determinism cases (tests/test_gpu_reliability.py)")):
         assert {card.kernel_op for card in CARDS.values() if getattr(card, attr)} - {None} == ops, \
             f"tests/training_cases.py: a kernel op without {what}"
     public = {name for name in F.__all__ if name != "uses_kernels"}

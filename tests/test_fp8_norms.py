@@ -16,6 +16,7 @@ from triton_layers import FP8Activation, FP8Recipe, FP8Rows, functional as F, re
 from triton_layers.fp8 import dequantize
 from triton_layers.kernels.norm_fp8 import _quantize
 from tests.conftest import DEVICE
+from tests.fake_timer import fake_gpu_timer
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 RMS_EPS = torch.finfo(torch.float32).eps
@@ -427,3 +428,28 @@ def test_nan_and_inf_rows(device, granularity, fields):
     assert torch.equal(got.data.view(torch.uint8), data.view(torch.uint8))
     torch.testing.assert_close(got.scale, scale, rtol=4 * 2.0 ** -23, atol=0, equal_nan=True)
     assert got.scale.isnan().any()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_fp8_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_fp8 with the timer patched out: each combination of its grid runs our FP8 norm
+    under those knobs (a spy sees the tile each plan got), and the default config is back after."""
+    from benchmarks.dev import tune_fp8
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _layer_norm_rules
+
+    runs = fake_gpu_timer(monkeypatch)
+    tiles = []
+    row_tile = _layer_norm_rules.row_tile
+
+    def spy(rows, cols, limit, loop_block, tile_elements, *rest):
+        tiles.append(tile_elements)
+        return row_tile(rows, cols, limit, loop_block, tile_elements, *rest)
+    monkeypatch.setattr(_layer_norm_rules, "row_tile", spy)
+    monkeypatch.setattr(tune_fp8, "GRID", {"fp8_tile_elements": [256, 1024], "fp8_elems_per_thread": [16]})
+    tune_fp8.main(["--shapes", "3x256", "--ops", "rmsnorm_fp8_per_token,add_rmsnorm_fp8_per_token"])
+    assert len(runs) == 2 * 2
+    assert {256, 1024} <= set(tiles)
+    assert "fwd default" in capsys.readouterr().out
+    assert launch_config.current() is launch_config.DEFAULT

@@ -8,12 +8,15 @@ import torch.nn.functional as TF
 
 from triton_layers import TritonLayerNorm, TritonRMSNorm
 from triton_layers import functional as F
+from triton_layers import reference
 from triton_layers import launch_config
 from triton_layers.kernels import _layer_norm_rules
 from triton_layers.kernels import layer_norm as norm_kernels
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .conftest import DEVICE, H100, looped_config
+from .big_tensors import CHUNK, cols, randn, rows_past, sample_rows
+from .nonfinite import SILENT, VALUES, close, poisoned
 from .oracle import compare
 
 BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
@@ -346,3 +349,67 @@ def test_residual_in_place_over_several_normalized_dims():
         buffer = residual.clone()
         y, h = F.layer_norm(x, w, b, residual=buffer, residual_in_place=True)
     assert h.data_ptr() == buffer.data_ptr() and torch.equal(buffer, want_h) and torch.equal(y, want_y)
+
+
+# ------------------------------------------------ past 2**31 elements (tests/big_tensors.py; GPU: run alone)
+
+
+@pytest.mark.parametrize("n_cols", [cols(4096), cols(65536)], ids=["in-registers", "chunked"])
+def test_rms_norm_residual_past_2_31(gpu_memory, n_cols):
+    """The fused residual: x (bf16) and an fp32 residual stream past 2**31 elements, y and h,
+    and the gradients of both (h's own included: dx and dresidual are written apart)."""
+    gpu_memory(64)  # x, y, dy, dx: 4 x 4 GiB in bf16; residual, h, dh, dresidual: 4 x 8 GiB
+    n_rows = rows_past(n_cols)
+    x = randn((n_rows, n_cols)).requires_grad_()
+    r = randn((n_rows, n_cols), torch.float32, 1).requires_grad_()
+    w = (1 + 0.5 * randn(n_cols, torch.float32, 2)).requires_grad_()
+    y, h = F.rms_norm(x, w, 1e-6, residual=r)
+    dy, dh = randn((n_rows, n_cols), seed=3), randn((n_rows, n_cols), torch.float32, 4)
+    torch.autograd.backward((y, h), (dy, dh))
+    rows = sample_rows(n_rows, n_cols)
+    hs = (x.detach()[rows].float() + r.detach()[rows]).double().requires_grad_()
+    assert torch.equal(h.detach()[rows], hs.detach().float())
+    ws = w.detach().double()
+    y64 = reference.rms_norm(hs, ws, 1e-6)
+    (dh64,) = torch.autograd.grad((y64, hs), hs, (dy[rows].double(), dh[rows].double()))
+    compare(y.detach()[rows], y64, name="y")  # bf16: against the exact value rounded (the oracle's default)
+    compare(x.grad[rows], dh64, name="dx")
+    compare(r.grad[rows], dh64, name="dresidual")
+    del y, x.grad, r.grad, dh
+    # The weight gradient: a sum over all rows, in float64, a chunk of rows at a time.
+    dw64 = torch.zeros(n_cols, dtype=torch.float64, device=DEVICE)
+    step = CHUNK // n_cols
+    for start in range(0, n_rows, step):
+        hc = h.detach()[start:start + step].double()
+        dw64 += (dy[start:start + step].double() * hc * torch.rsqrt(hc.square().mean(-1, keepdim=True) + 1e-6)).sum(0)
+    compare(w.grad, dw64, rows=n_rows, name="dweight")
+
+
+# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+
+def _rms_norm_definition(h, w, eps):
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+@SILENT
+@pytest.mark.parametrize("value", VALUES)
+def test_nonfinite_rms_norm_with_residual(device, n_cols, value):
+    """RMSNorm (as F.rms_norm) of h = x + residual: NaN/inf in x propagates to y, h and every
+    gradient as through torch's ops (a NaN makes its row of y NaN; an inf makes its
+    mean square inf: NaN at the inf, 0 elsewhere in the row); the other rows are untouched."""
+    x = poisoned(5, n_cols, value, device)
+    r, w = torch.randn(5, n_cols, device=device), torch.randn(n_cols, device=device)
+    dy, dh = torch.randn(5, n_cols, device=device), torch.randn(5, n_cols, device=device)
+
+    def run(fn):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, r, w)]
+        y, h = fn(*leaves)
+        return (y.detach(), h.detach(), *torch.autograd.grad((y, h), leaves, (dy, dh)))
+
+    ours = run(lambda x, r, w: F.rms_norm(x, w, 1e-6, residual=r))
+    # The definition in torch ops, not torch's rms_norm kernel: on CUDA that one makes the
+    # whole row of an inf NaN (on the CPU, as here, only the inf's element).
+    theirs = run(lambda x, r, w: (_rms_norm_definition(x + r, w, 1e-6), x + r))
+    for name, a, b in zip(["y", "h", "dx", "dresidual", "dw"], ours, theirs):
+        close(a, b, name, rtol=1e-4, atol=1e-4)
+    assert not torch.isfinite(ours[0][[1, -1]]).all(dim=-1).any() and torch.isfinite(ours[0][[0, 2, 3]]).all()

@@ -5,6 +5,8 @@ import io
 import pytest
 import torch
 import torch.nn.functional as TF
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 import triton_layers
@@ -16,8 +18,12 @@ from triton_layers import launch_config
 from triton_layers.kernels import _layer_norm_rules as rules
 from triton_layers.kernels import ops as _kernels
 
-from .conftest import DTYPES, H100, H200, LOOPED, LOW_DTYPES
+from .conftest import DEVICE, DTYPES, H100, H200, LOOPED, LOW_DTYPES
+from .big_tensors import CHUNK, cols, randn, rows_past, sample_rows
+from .fake_timer import fake_gpu_timer
+from .nonfinite import INF, NAN, SILENT, VALUES, close, grads, poisoned
 from .oracle import check, compare
+from .strategies import bounded, common, drawn, layouts, param, rows_of, view
 
 SIZES = [1, 7, 127, 1000, 3000, 1024]
 
@@ -577,3 +583,148 @@ def test_torch_compile_fullgraph(device):
     )
     x, w, b = _inputs(6, 300, torch.float32, device)
     check(fn, _definition(stable=True), dict(x=x, weight=w, bias=b), dy=torch.randn(6, 300, device=device))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
+    """tune_layernorm and tune_norm_backward with the timer patched out: every combination
+    runs the benchmarks' case of each norm, and the backward runs under the case's row limit
+    (a limit one knob short left RMSNorm's rows whole in a "split" case)."""
+    from benchmarks.dev import tune_layernorm, tune_norm_backward
+    from triton_layers import launch_config
+
+    runs = fake_gpu_timer(monkeypatch)
+    monkeypatch.setattr(tune_layernorm, "FWD_GRID", {"tile_elements": [64, 2048]})
+    monkeypatch.setattr(tune_layernorm, "BWD_SHORT_GRID", {"tile_elements": [64, 2048], "bwd_programs_per_sm": [2],
+                                                           "bwd_stages": [3]})
+    tune_layernorm.main(["--shapes", "3x40"])
+    assert len(runs) == 2 * 2 * (2 + 2)  # (LayerNorm, RMSNorm) x dtypes x (fwd, bwd combinations)
+    assert "default 1.0 us" in capsys.readouterr().out
+
+    # --decode --grid: the no-grad forward under each combination of the grid given (here the
+    # long-row loop at a short row), then the peers' line; a knob that is no field is refused
+    from benchmarks import bench_norms, harness
+    monkeypatch.setattr(harness, "compiled", lambda fn: fn)  # (no Inductor build on the CPU)
+    monkeypatch.setattr(bench_norms, "_liger", lambda: None)
+    runs.clear()
+    tune_layernorm.main(["--shapes", "3x40", "--dtypes", "float32", "--norm", "rms", "--dirs", "fwd", "--decode",
+                         "--grid", "fwd_max_fused_cols=32768,16;loop_block=8,16;fwd_warps=None,2"])
+    out = capsys.readouterr().out
+    assert len(runs) == 2 * 2 * 2 + 1 and "peers: compile 1.0 us" in out  # the grid, then compile
+    with pytest.raises(SystemExit, match="not a LayerNormLaunch field"):
+        tune_layernorm.main(["--norm", "rms", "--dirs", "fwd", "--decode", "--grid", "fwd_wraps=4"])
+    with pytest.raises(SystemExit, match="--decode times"):
+        tune_layernorm.main(["--norm", "layer", "--dirs", "fwd", "--decode"])
+
+    from triton_layers.kernels import _layer_norm_rules
+
+    paths = []  # (row limit given, whole rows?) of each launch
+    row_tile = _layer_norm_rules.row_tile
+
+    def recording_row_tile(rows, cols, limit, *rest):
+        tile = row_tile(rows, cols, limit, *rest)
+        paths.append((limit, tile[2]))
+        return tile
+    monkeypatch.setattr(_layer_norm_rules, "row_tile", recording_row_tile)
+    monkeypatch.setattr(tune_norm_backward, "CASES", [(40, 32, 3, 16), (40, 64, 1, 16)])
+    monkeypatch.setattr(tune_norm_backward, "ELEMENTS", 3 * 40)
+    tune_norm_backward.main()
+    out = capsys.readouterr().out
+    assert out.count("GPU 1 us") == 3 * 2 * 2 and "failed" not in out
+    # every backward under its case's limit (the forwards' is fwd_max_fused_cols): split at 32, whole at 64
+    limits = launch_config.DEFAULT.layer_norm
+    fwd_limits = {limits.fwd_max_fused_cols, limits.fwd_residual_max_fused_cols}
+    assert {p for p in paths if p[0] not in fwd_limits} == {(32, False), (64, True)}
+
+
+# ------------------------------------------------ past 2**31 elements (tests/big_tensors.py; GPU: run alone)
+
+
+@pytest.mark.parametrize("n_cols", [cols(4096), cols(65536)], ids=["in-registers", "chunked"])
+def test_layer_norm_past_2_31(gpu_memory, n_cols):
+    gpu_memory(28)  # x, y, dy, dx: 4 x 4 GiB in bf16, plus the float64 checks
+    n_rows = rows_past(n_cols)
+    x = randn((n_rows, n_cols)).requires_grad_()
+    w = (1 + 0.5 * randn(n_cols, torch.float32, 1)).requires_grad_()
+    b = (0.5 * randn(n_cols, torch.float32, 2)).requires_grad_()
+    y = F.layer_norm(x, w, b)
+    dy = randn((n_rows, n_cols), seed=3)
+    y.backward(dy)
+    rows = sample_rows(n_rows, n_cols)
+    xs = x.detach()[rows].double().requires_grad_()
+    ws, bs = w.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    y64 = reference.layer_norm(xs, ws, bs, 1e-5, False)
+    (dx64,) = torch.autograd.grad(y64, xs, dy[rows].double())
+    compare(y.detach()[rows], y64, name="y")
+    compare(x.grad[rows], dx64, name="dx")
+    del y, x.grad
+    # Weight and bias gradients: sums over all rows, in float64, a chunk of rows at a time.
+    dw64 = torch.zeros(n_cols, dtype=torch.float64, device=DEVICE)
+    db64 = torch.zeros_like(dw64)
+    step = CHUNK // n_cols
+    for start in range(0, n_rows, step):
+        xc = x.detach()[start:start + step].double()
+        xhat = (xc - xc.mean(-1, keepdim=True)) * torch.rsqrt(xc.var(-1, unbiased=False, keepdim=True) + 1e-5)
+        dyc = dy[start:start + step].double()
+        dw64 += (dyc * xhat).sum(0)
+        db64 += dyc.sum(0)
+    compare(w.grad, dw64, rows=n_rows, name="dweight")
+    compare(b.grad, db64, rows=n_rows, name="dbias")
+
+
+# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+
+@SILENT
+@pytest.mark.parametrize("value", VALUES)
+@pytest.mark.parametrize("stable", [False, True])
+def test_nonfinite_as_torch(device, n_cols, value, stable):
+    x = poisoned(5, n_cols, value, device)
+    w, b = torch.randn(n_cols, device=device), torch.randn(n_cols, device=device)
+    (y, dx, dw, db), dy = grads(lambda *a: F.layer_norm(*a, stable=stable), x, w, b)
+    # torch's op (stable: the float64 torch definition, as torch has none).
+    torch_fn = (lambda x, w, b: TF.layer_norm(x, (n_cols,), w, b)) if not stable else (
+        lambda x, w, b: reference.layer_norm(x.double(), w.double(), b.double(), 1e-5, True).float())
+    (y_t, dx_t, dw_t, db_t), _ = grads(torch_fn, x, w, b, dy=dy)
+    for name, ours, theirs in [("y", y, y_t), ("dx", dx, dx_t), ("dw", dw, dw_t), ("db", db, db_t)]:
+        close(ours, theirs, name, rtol=1e-4, atol=1e-4)
+    assert torch.isnan(y[[1, -1]]).all() and torch.isfinite(y[[0, 2, 3]]).all()
+
+
+@SILENT
+def test_nonfinite_parameters(device, n_cols):
+    x = torch.randn(4, n_cols, device=device)
+    w, b = torch.randn(n_cols, device=device), torch.randn(n_cols, device=device)
+    w[3], b[5] = NAN, INF
+    (y, dx, dw, db), dy = grads(F.layer_norm, x, w, b)
+    (y_t, dx_t, dw_t, db_t), _ = grads(lambda x, w, b: TF.layer_norm(x, (n_cols,), w, b), x, w, b, dy=dy)
+    for name, ours, theirs in [("y", y, y_t), ("dx", dx, dx_t), ("dw", dw, dw_t), ("db", db, db_t)]:
+        close(ours, theirs, name, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------ properties (hypothesis; strategies: strategies.py)
+
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@bounded(10)
+@given(c=common(), data=st.data())
+def test_properties(looped, stable, c, data):
+    shape, dtype = c["shape"], c["dtype"]
+    n = shape[-1]
+    layout = data.draw(layouts(len(shape)), "layout")
+    has_w, has_b = (data.draw(st.booleans(), name) for name in ("weight", "bias"))
+    param_dtype = data.draw(st.sampled_from([dtype, torch.float32]), "param_dtype")
+    strided_params = data.draw(st.booleans(), "strided_params")
+    eps = data.draw(st.sampled_from([1e-5, 1e-3, 0.1]), "eps")
+    x = drawn(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
+    w = param(n, param_dtype, c["gen"], strided_params, 1.0) if has_w else None
+    b = param(n, param_dtype, c["gen"], strided_params) if has_b else None
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
+
+    def v(p):
+        return view(p, strided_params)
+
+    res = check(lambda x, w, b: F.layer_norm(x, v(w), v(b), eps=eps, stable=stable, use_triton=True),
+                lambda x, w, b: reference.layer_norm(x.reshape(-1, n), v(w), v(b), eps, stable).reshape(shape),
+                dict(x=x, weight=w, bias=b), dy=dy, summed=dict(weight=rows_of(shape), bias=rows_of(shape)))
+    assert res.y.dtype == dtype and res.y.shape == shape
+    assert all(g.dtype == param_dtype for name, g in res.grads.items() if name != "x")

@@ -8,6 +8,8 @@ import re
 import pytest
 import torch
 import torch.nn.functional as TF
+from hypothesis import given
+from hypothesis import strategies as st
 
 import triton_layers
 from triton_layers import CausalSoftmax, _checks, reference
@@ -18,8 +20,12 @@ from triton_layers.kernels import _common
 from triton_layers.kernels import _softmax_rules as rules
 from triton_layers.kernels import ops as kernel_ops
 
-from .conftest import DTYPES, spy_main_inputs
-from .oracle import agree, check, run
+from .conftest import DEVICE, DTYPES, spy_main_inputs
+from .big_tensors import cols, randn, rows_past, sample_rows
+from .fake_timer import fake_gpu_timer
+from .nonfinite import INF, NAN, SILENT, VALUES, close, grads
+from .oracle import agree, check, compare, run
+from .strategies import TRUNCATING_BF16, bounded, common, drawn, layouts
 
 # (shape of the scores, whether it is batch-first (B, [H,] Nq, Nk) so a padding mask applies)
 SHAPES = [
@@ -495,3 +501,189 @@ def test_large_scores_do_not_overflow(device, dtype, big):
     x = (big * torch.rand(2, 5, 9, device=device)).to(dtype)
     y, dx = check_against_torch(x, True, None, None, name=f"large {dtype}")
     assert torch.isfinite(y).all() and torch.isfinite(dx).all()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_softmax_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_softmax with the timer patched out: plain and causal, forward and backward, under
+    each combination (a spy sees the warps each launch got from elems_per_thread)."""
+    from benchmarks.dev import tune_softmax
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _softmax_rules
+
+    runs = fake_gpu_timer(monkeypatch)
+    warps = []
+    softmax_tile = _softmax_rules.tile
+
+    def spy(rows, cols, cfg, causal=False):
+        tile = softmax_tile(rows, cols, cfg, causal)
+        warps.append((cfg.elems_per_thread, tile[3]))
+        return tile
+    monkeypatch.setattr(_softmax_rules, "tile", spy)
+    monkeypatch.setattr(tune_softmax, "GRIDS", {"triton_layers": {"tile_elements": [4096], "elems_per_thread": [1, 16]},
+                                                "triton_layers-causal": {"causal_tile_elements": [4096],
+                                                                         "elems_per_thread": [1, 16]}})
+    tune_softmax.main(["--shapes", "2x64", "--dtypes", "float32"])
+    assert len(runs) == 2 * 2 * 2  # directions x (plain, causal) x combinations
+    assert {(1, 32), (16, 8)} == set(warps)  # tiles of 64 rows x 64: 4096 elements, 32 warps at most
+    out = capsys.readouterr().out
+    assert out.count("causal/plain at each one's best: 1.00") == 2
+    assert launch_config.current() is launch_config.DEFAULT
+
+
+# ------------------------------------------------ past 2**31 elements (tests/big_tensors.py; GPU: run alone)
+
+
+def _softmax_rows_reference(x_rows, dy_rows, row_ids, n_q, causal, scale, pad_rows):
+    """Float64 softmax and dx of selected rows: each row as a (1, 1, Nk) problem whose
+    padding mask is the row's hidden keys (causal) and padded keys."""
+    n_k = x_rows.shape[-1]
+    keys = torch.arange(n_k, device=x_rows.device)
+    hidden = torch.zeros(x_rows.shape, dtype=torch.bool, device=x_rows.device)
+    if causal:
+        hidden = keys[None, :] > (row_ids % n_q)[:, None] + (n_k - n_q)
+    if pad_rows is not None:
+        hidden = hidden | pad_rows
+    xs = x_rows.double().requires_grad_()
+    y = torch.stack([reference.softmax(xs[i][None, None], False, scale, hidden[i][None])[0, 0]
+                     for i in range(len(row_ids))])
+    (dx,) = torch.autograd.grad(y, xs, dy_rows.double())
+    return y, dx
+
+
+@pytest.mark.parametrize("shape,causal,padded", [
+    ((rows_past(cols(32768)), cols(32768)), False, False),  # rows in registers
+    ((2, rows_past(cols(32768)) // 2, cols(32768)), True, True),  # causal + padding; Nq > Nk: top rows see no key
+    ((rows_past(cols(131072), 4), cols(131072)), False, False),  # chunked rows
+], ids=["plain", "causal-padding", "chunked"])
+def test_softmax_past_2_31(gpu_memory, shape, causal, padded):
+    gpu_memory(24)
+    n_k = shape[-1]
+    x = (3 * randn(shape)).requires_grad_()
+    pad = None
+    if padded:
+        pad = randn((shape[0], n_k), torch.float32, 4) > 1.0  # ~16% padding
+        pad[:, 0] = False
+    y = F.softmax(x, causal=causal, scale=0.5, key_padding_mask=pad)
+    dy = randn(shape, seed=5)
+    y.backward(dy)
+    n_rows = math.prod(shape[:-1])
+    rows = sample_rows(n_rows, n_k)
+    flat = lambda t: t.reshape(n_rows, n_k)  # noqa: E731
+    n_q = shape[-2] if len(shape) == 3 else 1
+    pad_rows = None if pad is None else pad[rows // n_q]
+    y64, dx64 = _softmax_rows_reference(flat(x.detach())[rows], flat(dy)[rows], rows, n_q, causal, 0.5, pad_rows)
+    compare(flat(y.detach())[rows], y64, name="y")
+    compare(flat(x.grad)[rows], dx64, name="dx")
+
+
+# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+
+def torch_masked_softmax(x, causal, mask):
+    """torch's masked softmax: masked_fill(-inf) then softmax (no fix-up of empty rows)."""
+    keep = torch.ones(x.shape, dtype=torch.bool, device=x.device)
+    if causal:
+        n_q, n_k = x.shape[-2:]
+        keep = keep & torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).tril(n_k - n_q)
+    if mask is not None:
+        keep = keep & ~mask[:, None, :]
+    return torch.softmax((0.7 * x).masked_fill(~keep, -INF), dim=-1), keep
+
+
+@SILENT
+@pytest.mark.parametrize("value", VALUES)
+@pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (False, True), (True, True)])
+def test_nonfinite_as_torch(device, n_cols, value, causal, masked):
+    n_q = 6
+    x = torch.randn(2, n_q, n_cols, device=device)
+    x[0, 4, 1] = value  # a visible key
+    x[1, 2, -1] = value  # hidden by the causal mask (when causal)
+    mask = None
+    if masked:
+        mask = torch.rand(2, n_cols, device=device) < 0.3
+        mask[:, 1] = False
+        mask[1, 5] = True
+        x[1, 5, 5] = value  # a padded key: never used
+    (y, dx), dy = grads(lambda x: F.softmax(x, causal=causal, scale=0.7, key_padding_mask=mask), x)
+    (y_t, dx_t), _ = grads(lambda x: torch_masked_softmax(x, causal, mask)[0], x, dy=dy)
+    keep = torch_masked_softmax(x, causal, mask)[1]
+    # At visible keys: torch's result, NaN for NaN. (Masked keys of a row torch makes NaN may
+    # hold NaN or 0 here; torch's forward has NaN there and its backward 0.)
+    close(torch.where(keep, y, 0), torch.where(keep, y_t, 0), "y")
+    close(torch.where(keep, dx, 0), torch.where(keep, dx_t, 0), "dx")
+    finite_rows = torch.isfinite(y_t).all(-1, keepdim=True).expand_as(y)
+    assert (y[finite_rows & ~keep] == 0).all() and (dx[finite_rows & ~keep] == 0).all()
+    # The rows with a NaN or +inf visible score are NaN; -inf is probability 0.
+    assert torch.isnan(y[0, 4, 1]) == (value != -INF)
+
+
+@SILENT
+def test_nonfinite_rows_with_nothing_to_attend_to_are_zero(device, n_cols):
+    """Differs from torch on purpose: all keys masked, or all scores -inf -> 0, not NaN."""
+    x = torch.randn(3, 4, n_cols, device=device)
+    x[0, 2] = -INF  # an additive mask hiding every key of a row
+    mask = torch.zeros(3, n_cols, dtype=torch.bool, device=device)
+    mask[1] = True  # a batch entry that is all padding
+    for use_triton in (None, False):  # kernels and reference agree
+        (y, dx), _ = grads(lambda x: F.softmax(x, key_padding_mask=mask, use_triton=use_triton), x)
+        assert torch.isnan(torch_masked_softmax(x, False, mask)[0][[0, 1], [2, 0]]).all()  # torch: NaN
+        assert (y[0, 2] == 0).all() and (y[1] == 0).all() and (dx[0, 2] == 0).all() and (dx[1] == 0).all()
+        torch.testing.assert_close(y[2].sum(-1), torch.ones(4, device=device))
+
+
+@SILENT
+@pytest.mark.parametrize("value", [NAN, INF])
+def test_nonfinite_backward_ignores_hidden_causal_keys(device, n_cols, value):
+    """Differs from torch on purpose: dy at causally hidden keys is never read."""
+    x = torch.randn(2, 5, n_cols, device=device)
+    dy = torch.randn_like(x)
+    dy_bad = dy.clone()
+    dy_bad[0, 1, -1] = value  # hidden: query 1 of 5 sees keys <= 1 + n_cols - 5
+    (_, dx), _ = grads(lambda x: F.softmax(x, causal=True), x, dy=dy)
+    (_, dx_bad), _ = grads(lambda x: F.softmax(x, causal=True), x, dy=dy_bad)
+    assert torch.equal(dx, dx_bad)
+    # At padded keys it propagates as in torch: the row's visible entries are NaN.
+    mask = torch.zeros(2, n_cols, dtype=torch.bool, device=device)
+    mask[0, 3] = True
+    dy_bad = dy.clone()
+    dy_bad[0, 4, 3] = value
+    (_, dx_pad), _ = grads(lambda x: F.softmax(x, key_padding_mask=mask), x, dy=dy_bad)
+    (_, dx_t), _ = grads(lambda x: torch_masked_softmax(x / 0.7, False, mask)[0], x, dy=dy_bad)
+    visible = ~mask[0]
+    close(dx_pad[0, 4, visible], dx_t[0, 4, visible], "dx")
+    assert torch.isnan(dx_pad[0, 4, visible]).all()
+
+
+# ------------------------------------------------ properties (hypothesis; strategies: strategies.py)
+
+@pytest.mark.parametrize("looped", ["fused", "tiny"], ids=["fused", "looped"], indirect=True)
+@pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
+@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "padding"])
+@bounded(6)
+@given(c=common(min_dims=3, max_dims=4, max_n=40), data=st.data())
+def test_properties(looped, causal, masked, c, data):
+    shape, dtype = c["shape"], c["dtype"]
+    scale = data.draw(st.one_of(st.none(), st.floats(0.05, 3.0)), "scale")
+    layout = data.draw(layouts(len(shape), broadcast_last=True), "layout")
+    x = drawn(shape, dtype, layout, c["scale"], c["shift"], c["gen"])
+    mask = None
+    if masked:
+        p_pad = data.draw(st.sampled_from([0.1, 0.5, 0.9]), "padding")
+        mask = torch.rand(shape[0], shape[-1], generator=c["gen"]) < p_pad
+        if data.draw(st.booleans(), "an all-padding entry"):
+            mask[0] = True
+        mask = mask.to(DEVICE)
+    dy = torch.randn(shape, generator=c["gen"]).to(dtype).to(DEVICE)
+    s = 1.0 if scale is None else scale
+    # A truncated y (interpreter, bf16) is off by up to one ulp (eps * y) per entry; through
+    # dx = s * y * (dy - sum(y * dy)) that is at most 2 * s * eps * max|dy| more.
+    slack = 0.0
+    if dtype == torch.bfloat16 and TRUNCATING_BF16:
+        slack = 2 * s * torch.finfo(dtype).eps * dy.abs().max().item()
+    # fp16/bf16: the backward starts from the saved, rounded y, as torch's own softmax in
+    # that dtype does: its error is the bar (test_softmax.independent: masked_fill + softmax).
+    res = check(lambda x: F.softmax(x, causal=causal, scale=scale, key_padding_mask=mask, use_triton=True),
+                lambda x: reference.softmax(x, causal, scale, mask), dict(x=x), dy=dy,
+                lowp=lambda x: independent(x, causal, s, mask), slack=dict(x=slack))
+    assert res.y.dtype == dtype and res.y.shape == shape

@@ -25,10 +25,12 @@ from triton_layers.kernels import _weighted_sum_rules
 from triton_layers.kernels import ops as kernel_ops
 from triton_layers.calls.doors import direct
 
-from . import test_nonfinite as nonfinite
+from . import nonfinite
 from .conftest import DEVICE, DTYPES, LOW_DTYPES, spy_main_inputs
+from .big_tensors import BIG, CHUNK, COL_CHUNK, cols, randn, rows_past, sample_rows
+from .fake_timer import fake_gpu_timer
 from .oracle import check, compare
-from .test_properties import bounded, common, drawn, layouts, param, rows_of, view
+from .strategies import bounded, common, drawn, layouts, param, rows_of, view
 
 # (x dtype, parameter dtype): every dtype, and fp32 parameters with fp16/bf16 inputs.
 PRECISIONS = [
@@ -439,10 +441,10 @@ def test_torch_compile_fullgraph(device):
     check(fn, _definition, dict(x=x, weight=w, bias=b), dy=torch.randn(6, 7, device=device))
 
 
-# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: test_nonfinite.py)
+# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
 
 
-@pytest.mark.filterwarnings("error::RuntimeWarning")  # (as tests/test_nonfinite.py: none from numpy either)
+@nonfinite.SILENT
 @pytest.mark.parametrize("shape", [(37, 20), (3, 3000)], ids=["many-rows", "split-columns"])
 def test_nonfinite_as_torch_matmul(device, shape):
     x = torch.randn(shape, device=device)
@@ -459,7 +461,7 @@ def test_nonfinite_as_torch_matmul(device, shape):
     assert torch.isnan(y[[0, 1]]).all() and torch.isinf(y[-1])
 
 
-# ------------------------------------------------ properties (hypothesis; strategies: test_properties.py)
+# ------------------------------------------------ properties (hypothesis; strategies: strategies.py)
 
 
 @pytest.mark.parametrize("long_rows", [False, True], ids=["short", "split-columns"])
@@ -489,3 +491,68 @@ def test_properties(long_rows, bias_shape, c, data):
     for name, t in (("weight", w), ("bias", b)):
         if t is not None:
             assert res.grads[name].dtype == param_dtype and res.grads[name].shape == t.shape
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_weighted_sum_tuning_times_each_config_on_cpu(monkeypatch, capsys):
+    """tune_weighted_sum with the timer patched out: each combination of the grids runs our
+    forward or backward under its knobs (a spy on the launcher's tile), the default is found in
+    the results, and the launch settings are the default again after."""
+    from benchmarks.dev import tune_weighted_sum
+    from triton_layers import launch_config
+
+    from triton_layers.kernels import _weighted_sum_rules
+
+    runs = fake_gpu_timer(monkeypatch)
+    seen = []
+    tile_2d = _weighted_sum_rules.tile_2d
+
+    def spy(rows, cols, elem_size, cfg, aligned=True, tile_bytes=None):
+        seen.append((tile_bytes or cfg.tile_bytes, cfg.bwd_stages))
+        return tile_2d(rows, cols, elem_size, cfg, aligned, tile_bytes)
+    monkeypatch.setattr(_weighted_sum_rules, "tile_2d", spy)
+    monkeypatch.setattr(tune_weighted_sum, "FWD_GRIDS", {4: {"fwd_tile_bytes_4byte": [512, 16384],
+                                                             "fwd_stages_4byte": [None]}})
+    monkeypatch.setattr(tune_weighted_sum, "BWD_GRID", {"tile_bytes": [512, 8192], "bwd_stages": [None, 2]})
+    tune_weighted_sum.main(["--shapes", "5x70", "--dtypes", "float32"])
+    assert len(runs) == 2 + 4
+    # the fp32 forward's own tile (512, 16384), the backward's tile_bytes with its stages
+    assert {(512, 2), (16384, 2), (512, None), (8192, 2)} <= set(seen)
+    out = capsys.readouterr().out
+    assert "fwd default 1.0 us" in out and "bwd default 1.0 us" in out
+    assert launch_config.current() is launch_config.DEFAULT
+
+
+# ------------------------------------------------ past 2**31 elements (tests/big_tensors.py; GPU: run alone)
+
+
+@pytest.mark.parametrize("shape", [(rows_past(cols(32768)), cols(32768)), (2, BIG // 2 + 3)],
+                         ids=["many-rows", "two-long-rows"])
+def test_weighted_sum_past_2_31(gpu_memory, shape):
+    gpu_memory(16)  # x, dx: 2 x 4 GiB in bf16, plus the checks
+    n_rows, n_cols = shape
+    x = randn(shape).requires_grad_()
+    w = randn(n_cols, torch.float32, 1).requires_grad_()
+    b = torch.tensor(0.25, device=DEVICE, requires_grad=True)
+    y = F.weighted_sum(x, w, b)
+    dy = randn(n_rows, seed=2)
+    y.backward(dy)
+    rows = sample_rows(n_rows, n_cols, count=4 if n_rows > 2 else 0)
+    # Float64 references, a chunk at a time (a chunk of rows, or of columns of long rows).
+    y64 = torch.zeros(len(rows), dtype=torch.float64, device=DEVICE)
+    dw64 = torch.zeros(n_cols, dtype=torch.float64, device=DEVICE)
+    step = max(1, CHUNK // n_cols)
+    for start in range(0, n_rows, step):
+        dw_rows = dy[start:start + step].double()
+        for c in range(0, n_cols, COL_CHUNK):
+            xc = x.detach()[start:start + step, c:c + COL_CHUNK].double()
+            dw64[c:c + COL_CHUNK] += dw_rows @ xc
+    for c in range(0, n_cols, COL_CHUNK):
+        y64 += x.detach()[rows, c:c + COL_CHUNK].double() @ w.detach()[c:c + COL_CHUNK].double()
+    y64 += 0.25
+    compare(y.detach()[rows], y64, name="y")
+    for c in range(0, n_cols, COL_CHUNK):  # a chunk at a time: all of dx in float64 would need 16 GiB
+        dx64 = dy[rows].double()[:, None] * w.detach()[c:c + COL_CHUNK].double()[None, :]
+        compare(x.grad[rows, c:c + COL_CHUNK], dx64, name=f"dx[:, {c}:]")
+    compare(w.grad, dw64, rows=n_rows, name="dweight")
+    torch.testing.assert_close(b.grad.double(), dy.double().sum(), rtol=1e-5, atol=1e-3)

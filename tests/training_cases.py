@@ -326,6 +326,68 @@ def _router_on_meta(module, x, scores):
     return out.routed_tokens
 
 
+# tests/test_gpu_reliability.py's determinism cases: big (on the GPU: shapes that use many programs and
+# the partial-sum reductions) -> (fn, its inputs, whether to run under the "small" limits, which
+# send the CPU's small rows down the chunked paths of the "-long" cases).
+def _pick(big, gpu, cpu):
+    return gpu if big else cpu
+
+
+def _layer_norm_determinism(long: bool) -> Callable:
+    def case(big):
+        rows, n = _pick(big, (257, 20000), (9, 100)) if long else _pick(big, (4099, 1000), (37, 50))
+        inputs = [_r(rows, n, device=DEVICE, dtype=FP32 if long else BF16), _r(n, device=DEVICE), _r(n, device=DEVICE)]
+        return (lambda x, w, b: F.layer_norm(x, w, b, stable=long)), inputs, long and not big
+    return case
+
+
+def _residual_determinism(long: bool) -> Callable:
+    # bf16 x on an fp32 residual stream: dx and dresidual written apart; y and h summed into one
+    # output so that gradients flow back through both.
+    def case(big):
+        rows, n = _pick(big, (257, 20000), (9, 100)) if long else _pick(big, (4099, 1000), (37, 50))
+
+        def fn(x, r, w):
+            y, h = F.rms_norm(x, w, residual=r)
+            return y.float() + h
+        return fn, [_r(rows, n, device=DEVICE, dtype=BF16), _r(rows, n, device=DEVICE), _r(n, device=DEVICE)], \
+            long and not big
+    return case
+
+
+def _softmax_causal_padding_determinism(big):
+    shape = _pick(big, (8, 4, 257, 1000), (2, 3, 9, 40))
+    pad = torch.rand(shape[0], shape[-1], device=DEVICE) < 0.3
+    fn = lambda x: F.softmax(x, causal=True, scale=0.3, key_padding_mask=pad)  # noqa: E731
+    return fn, [_r(*shape, device=DEVICE, dtype=FP16)], False
+
+
+def _softmax_long_determinism(big):
+    x = _r(*_pick(big, (3, 5, 40000), (2, 3, 100)), device=DEVICE, dtype=BF16)
+    return (lambda x: F.softmax(x, causal=True)), [x], not big
+
+
+def _weighted_sum_determinism(split: bool) -> Callable:
+    def case(big):
+        rows, n = _pick(big, (7, 100000), (3, 5000)) if split else _pick(big, (100003, 64), (203, 16))
+        inputs = [_r(rows, n, device=DEVICE, dtype=BF16), _r(n, device=DEVICE), _r(device=DEVICE)]
+        return (lambda x, w, b: F.weighted_sum(x, w, b)), inputs, False
+    return case
+
+
+def _coor_descent_determinism(big):
+    shape = _pick(big, (64, 5000), (6, 40))
+    mask = torch.rand(shape, device=DEVICE) > 0.3
+    k = (torch.rand(shape[0], device=DEVICE) * 50 + 1).requires_grad_()
+    fn = lambda s, k: F.coor_descent(s, n_iters=20, k=k, eps=0.03, eps_init=4.0, eps_decay=0.7, mask=mask)  # noqa
+    return fn, [_r(*shape, device=DEVICE), k], False
+
+
+def _coor_descent_long_determinism(big):
+    s = _r(*_pick(big, (4, 20000), (3, 100)), device=DEVICE, dtype=BF16)
+    return (lambda s: F.coor_descent(s, n_iters=10, k=100.0)), [s], not big
+
+
 # ------------------------------------------------------------------------------ the cards
 
 @dataclass(frozen=True)
@@ -404,6 +466,9 @@ class Card:
     # tests/test_tensor_parallel.py: an op on row-sharded inputs (data-sharded DTensors),
     # (device, shard) -> (fn, its values, each value's placement), shard(t) a DTensor of t's rows
     tp_rows: Callable | None = None
+    # tests/test_gpu_reliability.py: bitwise the same twice, case -> big -> (fn, its inputs, under
+    # the "small" limits?); every kernel op has some
+    determinism: dict = field(default_factory=dict)
 
 
 # (value_doors' inputs and the values they pass)
@@ -412,7 +477,8 @@ _S = lambda: randn_leaf(2, 6, device=DEVICE, grad=False)  # noqa: E731
 CD = {"n_iters": 3, "k": 2.0, "eps": 0.1}
 # norm's flags after the parameters: eps, rms, stable, unit_offset, cast_before_weight, out_dtype.
 CARDS = {card.name: card for card in (
-    Card("layer_norm", "norm", _norm_case, on_device=_layer_norm_on_device,
+    Card("layer_norm", "norm", _norm_case, on_device=_layer_norm_on_device, determinism={
+        "layer_norm": _layer_norm_determinism(False), "layer_norm-long-stable": _layer_norm_determinism(True)},
          two_devices=(F.layer_norm, r"x on cuda:0.*weight on cuda:1"), decisions=_norm_decisions(
         "layernorm", lambda x, w, dtype: (x(), w(), w(), 1e-5, False, False, False, False, dtype)), doors={
         "norm-layer": lambda dev: (_r(6, 300, device=dev), _r(300, device=dev), _r(300, device=dev),
@@ -497,7 +563,8 @@ CARDS = {card.name: card for card in (
     # + residual and residual_dtype: bf16 x, fp32 residual stream (dx and dresidual differ)
     Card("add_rms_norm", "residual_norm", _norm_case, decisions=_norm_decisions(
         "add_rmsnorm", lambda x, w, dtype: (x(), x(), w(), None, 1e-6, True, False, False, False, dtype, dtype)),
-        doors={
+        determinism={"rms_norm-residual": _residual_determinism(False),
+                     "rms_norm-residual-long": _residual_determinism(True)}, doors={
         "residual_norm-rms": lambda dev: (_r(5, 70, device=dev, dtype=BF16), _r(5, 70, device=dev),
                                           _r(70, device=dev), None, 1e-6, True, False, False, False, BF16, FP32),
     }, public_call=lambda x: F.rms_norm(x, residual=torch.randn_like(x))[0],
@@ -529,6 +596,8 @@ CARDS = {card.name: card for card in (
                                 lambda x, r, w, b: (TF.layer_norm(x + r, (8,), w, b), x + r)),
     }),
     Card("softmax", "softmax", _softmax_case, on_device=_softmax_on_device, decisions=_softmax_decisions,
+         determinism={"softmax-causal-padding": _softmax_causal_padding_determinism,
+                      "softmax-long": _softmax_long_determinism},
          pdl_launches=lambda meta: [("softmax", (meta(8 * 64, 64), None, 64, 64, True, 1.0))],
          pdl_kernels=("_softmax_fwd_kernel", "_softmax_bwd_kernel"), doors={
         "softmax": lambda dev: (_r(30, 70, device=dev, dtype=torch.bfloat16), torch.rand(2, 70, device=dev) > 0.7,
@@ -565,7 +634,8 @@ CARDS = {card.name: card for card in (
                            lambda x, **kw: F.softmax(x, causal=True, scale=0.5, **kw),
                            lambda x: causal_softmax(x, 0.5)),
     }),
-    Card("weighted_sum", "weighted_sum", _weighted_sum_case, on_device=_weighted_sum_on_device,
+    Card("weighted_sum", "weighted_sum", _weighted_sum_case, on_device=_weighted_sum_on_device, determinism={
+        "weighted_sum": _weighted_sum_determinism(False), "weighted_sum-split": _weighted_sum_determinism(True)},
          two_devices=(F.weighted_sum, r"cuda:0.*cuda:1"),
          decisions=_weighted_sum_decisions,
          pdl_launches=lambda meta: [("weighted_sum", (meta(64, 1024), meta(1024), meta()))],
@@ -596,7 +666,8 @@ CARDS = {card.name: card for card in (
                          lambda x, w, b, **kw: F.weighted_sum(x, w, b, **kw),
                          lambda x, w, b: TF.linear(x, w[None], b)[..., 0]),
     }),
-    Card("coor_descent", "coor_descent", _coor_descent_case, on_device=_coor_descent_on_device,
+    Card("coor_descent", "coor_descent", _coor_descent_case, on_device=_coor_descent_on_device, determinism={
+        "coor_descent": _coor_descent_determinism, "coor_descent-long": _coor_descent_long_determinism},
          decisions=_coor_descent_decisions, pdl_launches=lambda meta: [
              ("coor_descent", (meta(4, 1000, dtype=FP32), None, None, 100.0, 5, 0.03, 4.0, 0.7))],
          pdl_kernels=("_coor_descent_fwd_kernel", "_coor_descent_bwd_kernel"), tp_rows=_coor_descent_tp_rows, doors={
