@@ -57,7 +57,9 @@ def test_parts_come_from_the_bench_files():
     assert set(names) == declaring and len(names) == len(declaring) and names
     assert run_all.PARTS == names
     assert report.OPS == tuple(op.name for op in parts.ops()) and set(names) & set(report.OPS)
-    assert set(plots.BANDWIDTH_OPS) | set(plots.TIME_OPS) == set(report.OPS)
+    in_recipes = {op.name for p in plots.RECIPE_PARTS for op in p.ops}
+    assert set(plots.BANDWIDTH_OPS) | set(plots.TIME_OPS) | in_recipes == set(report.OPS)
+    assert not in_recipes & set(plots.BANDWIDTH_OPS)  # (a recipes part's ops have its figure, not their own)
     assert report.TARGETS == {(op.name, d): pct for op in parts.ops() for d, pct in op.targets}
     assert all(op in report.OPS and d in ("fwd", "bwd") and 0 < pct <= 100 for (op, d), pct in report.TARGETS.items())
     for part in parts.parts():
@@ -89,6 +91,10 @@ def test_a_new_bench_file_joins_by_its_part(tmp_path):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "bench_bad.py").write_text("SHAPES = [(1, 2)]\nPART = {'order': 1, 'cpu_shapes': SHAPES}\n")
     with pytest.raises(ValueError, match="PART must be a literal"):
+        parts.parts(str(tmp_path / "bad"))
+    (tmp_path / "bad" / "bench_bad.py").write_text("PART = {'order': 1, 'plot': 'pie', 'ops': {}}\n")
+    parts.parts.cache_clear()
+    with pytest.raises(ValueError, match="plot must be one of"):
         parts.parts(str(tmp_path / "bad"))
 
 
@@ -387,16 +393,30 @@ def test_update_keeps_one_section_per_gpu_and_the_hand_written_text(tmp_path):
     assert doc.read_text() == first  # regenerating rewrites the blocks only, and is idempotent
 
 
-def test_plots_from_csvs(tmp_path):
+def test_plots_from_csvs(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from benchmarks import plots
 
     _fake_results(tmp_path)
     _fake_norms(tmp_path)
+    # a recipes part (fp8): one figure of its ops, of the shapes that move bytes (the tiny one left out)
+    (tmp_path / "fp8.csv").write_text(
+        "op,shape,dtype,direction,impl,us,gpu_us,gpu_method,gbps,pct_copy,peak_mib\n"
+        "rmsnorm_fp8_per_token,1024x4096,bfloat16,fwd,triton_layers,60,20,graph,600,60,nan\n"
+        "rmsnorm_fp8_per_token,1024x4096,bfloat16,fwd,compile,70,30,graph,400,40,nan\n"
+        "layernorm_fp8_per_token,1024x4096,bfloat16,fwd,triton_layers,60,25,graph,500,50,nan\n"
+        "rmsnorm_fp8_per_token,1x4096,bfloat16,fwd,triton_layers,50,5,graph,2,0.2,nan\n")
+    drawn = []
+    real = plots.bars_panel
+    monkeypatch.setattr(plots, "bars_panel", lambda ax, rows, *a, **k: (drawn.append(rows), real(ax, rows, *a, **k))[1])
     written = plots.plot_all(str(tmp_path))
     names = sorted(os.path.basename(p) for p in written)
-    assert names == ["add_layernorm.png", "add_rmsnorm.png", "coor_descent.png", "headline.png", "layernorm.png",
-                     "rmsnorm.png", "softmax.png", "train_step.png"]
+    assert names == ["add_layernorm.png", "add_rmsnorm.png", "coor_descent.png", "fp8.png", "headline.png",
+                     "layernorm.png", "rmsnorm.png", "softmax.png", "train_step.png"]
+    fp8_bars = [rows for rows in drawn if rows and "recipe" in rows[0]]
+    assert len(fp8_bars) == 1 and {(r["shape"], r["impl"]) for r in fp8_bars[0]} == \
+        {("rmsnorm_fp8_per_token", "triton_layers"), ("rmsnorm_fp8_per_token", "compile"),
+         ("layernorm_fp8_per_token", "triton_layers")}
     for path in written:
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
