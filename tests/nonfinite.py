@@ -1,5 +1,5 @@
-"""NaN and +-inf in the inputs: the helpers of each op's ``-k nonfinite`` tests (``tests/test_<op>.py``,
-docs/NAN_INF.md).
+"""NaN and +-inf in the inputs: the helpers of each op's ``-k nonfinite`` tests (``tests/test_<op>.py``;
+each op's section of docs/API.md says what they check).
 
 Every such test puts NaN / inf / -inf into a few entries of random inputs and compares the
 kernels' forward and backward with torch's op on the same inputs, NaN for NaN and inf

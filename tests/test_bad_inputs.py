@@ -1,8 +1,9 @@
-"""The "Bad inputs" table (docs/BAD_INPUTS.md), one test per row (the row's id is the test id).
+"""The "Bad inputs" tables (docs/API.md: one for every op, one in each op's section), one test per
+row (the row's id is the test id).
 
 Each case calls an op or module with one bad (or edge-case) input and states what it
 gets: an exception type and a pattern of its message, or a check of the result. A last
-test keeps the table and these cases in step: every id of the table has a case and back.
+test keeps the tables and these cases in step: every id of the tables has a case and back.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from .training_cases import rows
 
 # A second device for mixed-device calls: "meta" where the kernels run on the CPU.
 OTHER = "meta" if DEVICE == "cpu" else "cpu"
-TABLE = Path(__file__).resolve().parents[1] / "docs" / "BAD_INPUTS.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "API.md"
+TABLE_HEAD = "| id | input | gets |"
 
 
 def x_(*shape, dtype=torch.float32, device=DEVICE, grad=False):
@@ -482,8 +484,25 @@ def test_a_bad_value_gets_one_error_through_every_door(arg, value, exc):
     assert raised == dict.fromkeys(raised, exc)
 
 
-def test_the_table_lists_exactly_these_cases():
-    ids = re.findall(r"^\| `([a-z0-9-]+)` \|", TABLE.read_text(encoding="utf-8"), flags=re.M)
-    assert len(ids) == len(set(ids)), "duplicate ids in docs/BAD_INPUTS.md"
+def documented_ids() -> list[str]:
+    """The ids of every table of docs/API.md headed ``| id | input | gets |``, in order: each row
+    of such a table opens with a backquoted id (a row that does not is an error, not skipped)."""
+    ids, in_table = [], False
+    for n, line in enumerate(DOC.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip() == TABLE_HEAD:
+            in_table = True
+        elif in_table and line.startswith("|"):
+            if not line.startswith("|---"):
+                row = re.match(r"\| `([a-z0-9-]+)` \|", line)
+                assert row, f"docs/API.md:{n}: a bad-inputs row without an id: {line!r}"
+                ids.append(row.group(1))
+        else:
+            in_table = False
+    return ids
+
+
+def test_the_tables_list_exactly_these_cases():
+    ids = documented_ids()
+    assert len(ids) == len(set(ids)), "ids documented twice in docs/API.md's bad-inputs tables"
     assert set(ids) == {c.id for c in CASES}
     assert len(CASES) == len({c.id for c in CASES})

@@ -477,7 +477,7 @@ def test_coor_descent_past_2_31(gpu_memory, n_cols):
     torch.testing.assert_close(k.grad[rows], dk32, rtol=1e-3, atol=1e-3 * dk32.abs().max().item())
 
 
-# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+# ------------------------------------------------ NaN and inf (its section of docs/API.md; helpers: nonfinite.py)
 
 def cd(s, k, mask, use_triton):
     return F.coor_descent(s, n_iters=6, k=k, mask=mask, use_triton=use_triton)

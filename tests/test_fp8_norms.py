@@ -2,7 +2,7 @@
 reference (the norm in fp32, the scale, torch's saturating cast), counting the FP8 values an
 fp32 rounding of the statistics moved (each at most one FP8 step); the reference against an
 independent definition; the straight-through gradients; the modules; and the FP8 cast itself
-(Triton's interpreter's is not torch's, ours is). Bad inputs: docs/BAD_INPUTS.md's fp8-* rows."""
+(Triton's interpreter's is not torch's, ours is). Bad inputs: docs/API.md's fp8-* rows."""
 import math
 
 import pytest
@@ -319,7 +319,7 @@ def test_float64_and_the_reference_path(device):
     assert got.data.dtype == torch.float8_e4m3fn
 
 
-# (bad inputs: docs/BAD_INPUTS.md's fp8-* rows, tests/test_bad_inputs.py)
+# (bad inputs: docs/API.md's fp8-* rows, tests/test_bad_inputs.py)
 
 
 def test_compile_fullgraph(device):

@@ -385,7 +385,7 @@ def test_rms_norm_residual_past_2_31(gpu_memory, n_cols):
     compare(w.grad, dw64, rows=n_rows, name="dweight")
 
 
-# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+# ------------------------------------------------ NaN and inf (its section of docs/API.md; helpers: nonfinite.py)
 
 def _rms_norm_definition(h, w, eps):
     return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w

@@ -672,7 +672,7 @@ def test_layer_norm_past_2_31(gpu_memory, n_cols):
     compare(b.grad, db64, rows=n_rows, name="dbias")
 
 
-# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+# ------------------------------------------------ NaN and inf (its section of docs/API.md; helpers: nonfinite.py)
 
 @SILENT
 @pytest.mark.parametrize("value", VALUES)

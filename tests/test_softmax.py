@@ -578,7 +578,7 @@ def test_softmax_past_2_31(gpu_memory, shape, causal, padded):
     compare(flat(x.grad)[rows], dx64, name="dx")
 
 
-# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+# ------------------------------------------------ NaN and inf (its section of docs/API.md; helpers: nonfinite.py)
 
 def torch_masked_softmax(x, causal, mask):
     """torch's masked softmax: masked_fill(-inf) then softmax (no fix-up of empty rows)."""

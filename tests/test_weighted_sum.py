@@ -441,7 +441,7 @@ def test_torch_compile_fullgraph(device):
     check(fn, _definition, dict(x=x, weight=w, bias=b), dy=torch.randn(6, 7, device=device))
 
 
-# ------------------------------------------------ NaN and inf (docs/NAN_INF.md; helpers: nonfinite.py)
+# ------------------------------------------------ NaN and inf (its section of docs/API.md; helpers: nonfinite.py)
 
 
 @nonfinite.SILENT
