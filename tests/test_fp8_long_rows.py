@@ -119,19 +119,22 @@ def test_nan_and_inf_long_rows(device, granularity, fields):
     assert got.scale.isnan().any()
 
 
-@pytest.mark.parametrize("rms", [True, False], ids=["rms", "layer"])
-@pytest.mark.parametrize("with_residual", [False, True], ids=["plain", "residual"])
-@pytest.mark.parametrize("fp8", FP8, ids=["e4m3", "e5m2"])
+# (both norms with and without the residual in e4m3, e5m2 once: the copy's cast is the whole
+# row kernel's, tested in both dtypes there; each case is ~10 s in the interpreter)
+@pytest.mark.parametrize("rms,with_residual,fp8", [
+    (True, False, FP8[0]), (False, False, FP8[0]), (True, True, FP8[0]), (False, True, FP8[0]),
+    (False, False, FP8[1])], ids=["rms-plain-e4m3", "layer-plain-e4m3", "rms-residual-e4m3",
+                                  "layer-residual-e4m3", "layer-plain-e5m2"])
 def test_transposed_copy_on_long_rows(device, rms, with_residual, fp8):
     """The 1x128 recipe's transposed copy after the chunked launch: its tile launch reads the
-    statistics the chunked kernel stored (130 rows: a ragged 128-row block)."""
-    m, n = 130, 384
+    statistics the chunked kernel stored (130 rows: a ragged 128-row block; rows of two chunks)."""
+    m, n = 130, 256
     x = torch.randn(m, n, device=device, dtype=torch.bfloat16) * 2 + 0.5
     r = torch.randn(m, n, device=device) if with_residual else None
     w = torch.randn(n, device=device)
     b = None if rms else torch.randn(n, device=device)
     recipe = FP8Recipe("per_group", fp8, pow2_scales=rms, transposed=True)
-    with launch_config.use_config(launch_config.shrunk(256, 128)):
+    with launch_config.use_config(launch_config.shrunk(128, 128)):
         assert _launched(x, r, w, b, None, rms, recipe, True) == ["chunked", "copy"]
         got = _call(x, w, b, recipe, residual=r, rms=rms)
     z = x if r is None else got.h
