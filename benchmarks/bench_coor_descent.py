@@ -101,6 +101,16 @@ def sanitize_cases(C) -> dict:
     return {"coor_descent": out}
 
 
+def kernel_inputs(shape: tuple[int, int], dtype: torch.dtype, t) -> list:
+    """``benchmarks.dev.registers``' kernel forms of one case: (label, kernel op, its description
+    inputs), leaves drawn by ``t(*shape, dtype=)`` (meta tensors)."""
+    if dtype != torch.float32:
+        return []  # (float32 only, as the benchmark)
+    m, n = shape  # (s, mask, k tensor, k, n_iters, eps, eps_init, eps_decay)
+    return [("coor_descent", "coor_descent", (t(m, n), None, None, n / 8 * 9 / 8, SETTINGS["n_iters"], SETTINGS["eps"],
+                                              SETTINGS["eps_init"], SETTINGS["eps_decay"]))]
+
+
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
     """The (float32, (rows, n)) cases a run measures, in order."""
     return [(torch.float32, shape) for shape in (QUICK_SHAPES if opts.quick else SHAPES)]

@@ -76,6 +76,15 @@ def sanitize_cases(C) -> dict:
     return {"norm": out}
 
 
+def kernel_inputs(shape: tuple[int, int], dtype: torch.dtype, t) -> list:
+    """``benchmarks.dev.registers``' kernel forms of one case: (label, kernel op, its description
+    inputs), leaves drawn by ``t(*shape, dtype=)`` (meta tensors)."""
+    m, d = shape
+    # (x, weight, bias, eps, rms, stable, unit_offset, cast_before_weight, out_dtype)
+    return [("layernorm", "norm", (t(m, d, dtype=dtype), t(d, dtype=dtype), t(d, dtype=dtype), 1e-5, False,
+                                   False, False, False, dtype))]
+
+
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
     """The (dtype, (rows, row length)) pairs a run measures, in order."""
     return harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)

@@ -140,6 +140,20 @@ def sanitize_cases(C) -> dict:
     return {"residual_norm": out}
 
 
+def kernel_inputs(shape: tuple[int, int], dtype: torch.dtype, t) -> list:
+    """``benchmarks.dev.registers``' kernel forms of one case: (label, kernel op, its description
+    inputs), leaves drawn by ``t(*shape, dtype=)`` (meta tensors)."""
+    m, d = shape
+    flags = (False, False, False)  # stable, unit_offset, cast_before_weight
+    found = [("rmsnorm", "norm", (t(m, d, dtype=dtype), t(d, dtype=dtype), None, EPS, True, *flags, dtype))]
+    for kind in ("rmsnorm", "layernorm"):  # (x, residual, weight, bias, eps, rms, *flags, out_dtype, residual_dtype)
+        found.append((f"add_{kind}", "residual_norm",
+                      (t(m, d, dtype=dtype), t(m, d, dtype=dtype), t(d, dtype=dtype),
+                       t(d, dtype=dtype) if kind == "layernorm" else None, EPS, kind == "rmsnorm", *flags, dtype,
+                       dtype)))
+    return found
+
+
 def cases(opts: argparse.Namespace) -> list[tuple[str, torch.dtype, tuple[int, int]]]:
     """The (op, dtype, (rows, row length)) triples a run measures, op by op; add_layernorm
     at the quick shapes only."""

@@ -132,6 +132,14 @@ def sanitize_cases(C) -> dict:
     return {"softmax": out}
 
 
+def kernel_inputs(shape: tuple[int, int], dtype: torch.dtype, t) -> list:
+    """``benchmarks.dev.registers``' kernel forms of one case: (label, kernel op, its description
+    inputs), leaves drawn by ``t(*shape, dtype=)`` (meta tensors)."""
+    bh, n = shape  # (x, key_padding_mask, rows per head, keys, causal, scale)
+    return [(f"softmax{' causal' if causal else ''}", "softmax", (t(bh * n, n, dtype=dtype), None, n, n, causal, 1.0))
+            for causal in (False, True)]
+
+
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
     """The (dtype, (B*H, N)) pairs a run measures, in order."""
     return harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)

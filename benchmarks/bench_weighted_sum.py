@@ -71,6 +71,13 @@ def sanitize_cases(C) -> dict:
     return {"weighted_sum": out}
 
 
+def kernel_inputs(shape: tuple[int, int], dtype: torch.dtype, t) -> list:
+    """``benchmarks.dev.registers``' kernel forms of one case: (label, kernel op, its description
+    inputs), leaves drawn by ``t(*shape, dtype=)`` (meta tensors)."""
+    m, d = shape
+    return [("weighted_sum", "weighted_sum", (t(m, d, dtype=dtype), t(d, dtype=dtype), t(dtype=dtype)))]
+
+
 def cases(opts: argparse.Namespace) -> list[tuple[torch.dtype, tuple[int, int]]]:
     """The (dtype, (rows, dim)) pairs a run measures, in order."""
     return harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)

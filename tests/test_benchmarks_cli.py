@@ -74,7 +74,7 @@ def test_parts_come_from_the_bench_files():
     # every name python -m benchmarks takes, and every op of its rows, is one the registers tool takes
     for name in (*names, *parts.op_names()):
         assert registers.op_names(name) == list(parts.kernel_ops(name)), name
-    assert set(registers.OPS) == set(kernel_ops.__all__)
+    assert set(registers.kernel_ops()) == set(kernel_ops.__all__)  # (every kernel op's forms, from the bench files)
 
 
 def test_a_new_bench_file_joins_by_its_part(tmp_path):
@@ -771,9 +771,9 @@ def test_registers_tool_builds_the_benchmark_forms_offline():
     registers and spills (built for sm_90 on this machine, GPU or not)."""
     from triton_layers.kernels import ops as kernel_ops
 
-    code = ("import torch; from benchmarks.dev import registers as r; "
-            "r.OPS = {op: ([(64, 256)], (torch.float32,), cases) for op, (_, _, cases) in r.OPS.items()}\n"
-            "for op in r.OPS: print('## ' + op, flush=True); r.main(['--ops', op])")
+    code = ("from benchmarks.dev import registers as r\n"
+            "for op in r.kernel_ops(): print('## ' + op, flush=True); "
+            "r.main(['--ops', op, '--shapes', '64x256', '--dtypes', 'float32'])")
     env = dict(os.environ, TRITON_INTERPRET="0")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -263,6 +263,7 @@ def _shared_memory_on_smaller_gpus() -> dict:
     stage or the split kernels), planned as on each of SMALLER_GPUS and built for it: the forms
     whose shared memory exceeds that GPU's limit (a launch there would fail), and how many
     were built."""
+    from benchmarks import bench_layernorm, bench_norms
     from benchmarks.dev import offline, registers
     from triton_layers import launch_config
     from triton_layers.kernels import ops as K
@@ -274,9 +275,9 @@ def _shared_memory_on_smaller_gpus() -> dict:
         with launch_config.plan_as(smaller):
             for d in (1024, 4096, 8192):
                 for dtype in (torch.bfloat16, torch.float32):
-                    for label, args in registers._norms((64, d), dtype) + registers._residual_norms((64, d), dtype):
-                        forms += offline.forms(getattr(K, "residual_norm" if label.startswith("add_") else "norm")
-                                               .record_launches(*args))
+                    for _, op, args in [case for bench in (bench_layernorm, bench_norms)
+                                        for case in bench.kernel_inputs((64, d), dtype, registers.meta_leaf)]:
+                        forms += offline.forms(getattr(K, op).record_launches(*args))
         for form in dict.fromkeys(f for f in forms if f.name == "_norm_bwd_kernel"):
             shared = offline.build(form, capability=capability).metadata.shared
             built += 1

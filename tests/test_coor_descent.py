@@ -18,6 +18,7 @@ from triton_layers import functional as F
 from triton_layers import reference
 
 from .conftest import DEVICE, FUSED_N, LOW_DTYPES
+from . import bad_inputs as bad
 from .big_tensors import cols, randn, rows_past, sample_rows
 from .fake_timer import fake_gpu_timer
 from .nonfinite import INF, NAN, SILENT, VALUES, close, grads, poisoned
@@ -557,3 +558,59 @@ def test_properties(looped, masked, c, data):
         assert (res.y[~mask] == 0).all()
     if "k" in res.grads:
         assert res.grads["k"].dtype == k.dtype
+
+
+# --- Bad inputs: a case per row of docs/API.md's table (ids as there; tests/bad_inputs.py)
+
+def _k_tensor_nonpositive():
+    k = torch.tensor([0.0, -2.0, 3.0], device=DEVICE)
+    return F.coor_descent(bad.x_(3, 10), n_iters=5, k=k)
+
+
+def _check_k_nonpositive(y):
+    # log k of k clamped to 1e-20: those rows' scores sum to ~1e-20; the last row's to about 3.
+    assert y[:2].sum() < 1e-6 and y[2].sum() > 1
+
+
+def _check_k_tensor_above_n(y):
+    # Scores in [0, 1]: the row asking for 6 of 5 entries sums to at most 5.
+    assert 0 <= y.min() and y.max() <= 1 and (y.sum(-1) <= 5 + 1e-3).all()
+
+
+def cd_(**kw):
+    """coor_descent of a (2, 5) s with n_iters=3, k=2.0 unless ``kw`` says otherwise."""
+    return F.coor_descent(bad.x_(2, 5), **{"n_iters": 3, "k": 2.0, **kw})
+
+
+x_, mask_, OTHER = bad.x_, bad.mask_, bad.OTHER
+BAD_INPUTS = [
+    bad.Case("cd-dtype-int", lambda: F.coor_descent(torch.ones(2, 5, dtype=torch.int64, device=DEVICE), n_iters=3, k=2.0),
+         (TypeError, r"s has dtype torch.int64")),
+    bad.Case("cd-0dim", lambda: F.coor_descent(torch.tensor(1.0, device=DEVICE), n_iters=3, k=2.0),
+         (ValueError, r"s must have at least one dim")),
+    bad.Case("cd-n-iters-0", lambda: cd_(n_iters=0), (ValueError, r"n_iters must be an int >= 1, got 0")),
+    bad.Case("cd-n-iters-float", lambda: cd_(n_iters=2.0), (TypeError, r"n_iters must be an int, got 2.0 \(float\)")),
+    bad.Case("cd-k-0", lambda: cd_(k=0), (ValueError, r"k must be positive, got 0")),
+    bad.Case("cd-k-negative", lambda: cd_(k=-1.0), (ValueError, r"k must be positive")),
+    bad.Case("cd-k-inf", lambda: cd_(k=float("inf")), (ValueError, r"k must be finite")),
+    bad.Case("cd-k-tensor-shape", lambda: cd_(k=torch.ones(2, 1, device=DEVICE)),
+         (ValueError, r"k of shape \(2, 1\) must broadcast to s's leading dims \(2,\)")),
+    bad.Case("cd-k-tensor-dtype", lambda: cd_(k=torch.ones(2, dtype=torch.int64, device=DEVICE)),
+         (TypeError, r"k has dtype torch.int64")),
+    bad.Case("cd-k-tensor-nonpositive", _k_tensor_nonpositive, _check_k_nonpositive),
+    bad.Case("cd-k-above-n", lambda: cd_(k=6.0),
+         (ValueError, r"k=6.0 is more than the 5 entries of each row of s \(shape \(2, 5\)\).*pass k <= 5")),
+    bad.Case("cd-k-tensor-above-n", lambda: cd_(k=torch.tensor([6.0, 2.0], device=DEVICE), n_iters=20),
+         _check_k_tensor_above_n),
+    bad.Case("cd-eps-0", lambda: cd_(eps=0.0), (ValueError, r"eps must be positive")),
+    bad.Case("cd-mask-dtype", lambda: cd_(mask=torch.ones(2, 5, device=DEVICE)),
+         (TypeError, r"mask has dtype torch.float32; expected one of torch.bool")),
+    bad.Case("cd-mask-shape", lambda: cd_(mask=mask_(5)), (ValueError, r"mask must have shape \(2, 5\), got \(5,\)")),
+    bad.Case("cd-mixed-devices", lambda: cd_(mask=mask_(2, 5, device=OTHER)),
+         (ValueError, rf"one device; got s on {DEVICE}.*, mask on {OTHER}")),
+    bad.Case("cd-wrong-device", lambda: F.coor_descent(x_(2, 5, device="meta"), n_iters=3, k=2.0, use_triton=True),
+         (ValueError, r"use_triton=True needs a CUDA tensor")),
+    bad.Case("cd-empty", lambda: bad.with_x(lambda s: F.coor_descent(s, n_iters=3, k=2.0), x_(0, 5)), bad.empty_result((0, 5))),
+    bad.Case("cd-noncontiguous", *bad.same_as_contiguous(lambda x: F.coor_descent(x, n_iters=5, k=3.0), 10, 4)),
+]
+test_bad_input = bad.tests_of(BAD_INPUTS)

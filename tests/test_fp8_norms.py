@@ -12,9 +12,10 @@ import triton.language as tl
 import torch.nn.functional as TF
 
 import triton_layers
-from triton_layers import FP8Activation, FP8Recipe, FP8Rows, functional as F, reference
+from triton_layers import FP8Activation, FP8Recipe, FP8Rows, TritonLayerNorm, TritonRMSNorm, functional as F, reference
 from triton_layers.fp8 import dequantize
 from triton_layers.kernels.norm_fp8 import _quantize
+from tests import bad_inputs as bad
 from tests.conftest import DEVICE
 from tests.fake_timer import fake_gpu_timer
 
@@ -319,7 +320,7 @@ def test_float64_and_the_reference_path(device):
     assert got.data.dtype == torch.float8_e4m3fn
 
 
-# (bad inputs: docs/API.md's fp8-* rows, tests/test_bad_inputs.py)
+# (bad inputs: docs/API.md's fp8-* rows, BAD_INPUTS below)
 
 
 def test_compile_fullgraph(device):
@@ -453,3 +454,60 @@ def test_fp8_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     assert {256, 1024} <= set(tiles)
     assert "fwd default" in capsys.readouterr().out
     assert launch_config.current() is launch_config.DEFAULT
+
+
+# --- Bad inputs: a case per row of docs/API.md's table (ids as there; tests/bad_inputs.py)
+
+def _fp8_in_place():
+    with torch.no_grad():
+        return TritonRMSNorm(256, fp8=FP8Recipe(), device=DEVICE)(bad.x_(2, 256), bad.x_(2, 256),
+                                                                   residual_in_place=True)
+
+
+def _check_fp8_empty(rows) -> None:
+    assert rows.data.shape == (0, 256) and rows.data.dtype == torch.float8_e4m3fn and rows.scale.shape == (0, 2)
+
+
+x_ = bad.x_
+BAD_INPUTS = [
+    bad.Case("fp8-group-cols", lambda: F.rms_norm_fp8(x_(4, 200), recipe=FP8Recipe("per_group")),
+         (ValueError, r"x's last dim must be a multiple of 128; got 200")),
+    bad.Case("fp8-scale-nonpositive", lambda: F.rms_norm_fp8(x_(4, 256), recipe=FP8Recipe("per_tensor"),
+                                                         scale=torch.tensor([0.0], device=DEVICE)),
+         (ValueError, r"scale must be > 0 \(a dequantization scale\); got 0.0")),
+    bad.Case("fp8-scale-granularity", lambda: F.rms_norm_fp8(x_(4, 256), recipe=FP8Recipe("per_token"),
+                                                         scale=torch.tensor([1.0], device=DEVICE)),
+         (ValueError, r"a static scale is per tensor; the recipe's granularity is 'per_token'")),
+    bad.Case("fp8-scale-dtype", lambda: F.rms_norm_fp8(x_(4, 256), recipe=FP8Recipe("per_tensor"),
+                                                   scale=torch.tensor([1], device=DEVICE)),
+         (TypeError, r"scale has dtype torch.int64; expected one of torch.float32")),
+    bad.Case("fp8-scale-shape", lambda: F.rms_norm_fp8(x_(4, 256), recipe=FP8Recipe("per_tensor"),
+                                                   scale=torch.ones(2, device=DEVICE)),
+         (ValueError, r"scale must be one fp32 element on x's device")),
+    bad.Case("fp8-recipe-type", lambda: F.rms_norm_fp8(x_(4, 256), recipe="per_token"),
+         (TypeError, r"recipe must be a triton_layers.FP8Recipe; got str")),
+    bad.Case("fp8-weight-shape", lambda: F.rms_norm_fp8(x_(4, 256), torch.ones(128, device=DEVICE)),
+         (ValueError, r"weight must have shape \(256,\) \(x's last dim\); got \(128,\)")),
+    bad.Case("fp8-recipe-granularity", lambda: FP8Recipe("per_block"),
+         (ValueError, r"granularity must be one of 'per_tensor', 'per_token', 'per_group'; got 'per_block'")),
+    bad.Case("fp8-recipe-dtype", lambda: FP8Recipe("per_token", torch.bfloat16),
+         (TypeError, r"dtype must be torch.float8_e4m3fn or torch.float8_e5m2; got torch.bfloat16")),
+    bad.Case("fp8-recipe-scale-ub", lambda: FP8Recipe("per_token", scale_ub=0.0),
+         (ValueError, r"scale_ub must be a finite number > 0; got 0.0")),
+    bad.Case("fp8-recipe-scale-ub-granularity", lambda: FP8Recipe("per_group", scale_ub=2.0),
+         (ValueError, r"scale_ub bounds per-token scales; got it with granularity 'per_group'")),
+    bad.Case("fp8-recipe-column-major", lambda: FP8Recipe("per_token", column_major_scales=True),
+         (ValueError, r"column_major_scales is a layout of per-group scales")),
+    bad.Case("fp8-recipe-transposed", lambda: FP8Recipe("per_token", transposed=True),
+         (ValueError, r"transposed=True writes the 128x1-block copy of the 1x128 recipe \(granularity 'per_group'\); "
+                      r"got it with granularity 'per_token'")),
+    bad.Case("fp8-module-shape", lambda: TritonRMSNorm((2, 128), fp8=FP8Recipe()),
+         (ValueError, r"the FP8 norms normalize the last dim only; got normalized_shape \(2, 128\)")),
+    bad.Case("fp8-module-in-place", lambda: _fp8_in_place(),
+         (ValueError, r"residual_in_place=True is not offered with an fp8 recipe")),
+    bad.Case("fp8-module-stable", lambda: TritonLayerNorm(256, stable=True, fp8=FP8Recipe())(x_(2, 256)),
+         (ValueError, r"the FP8 norms have no stable mode")),
+    bad.Case("fp8-empty", lambda: F.rms_norm_fp8(x_(0, 256), recipe=FP8Recipe("per_group")),
+         lambda rows: _check_fp8_empty(rows)),
+]
+test_bad_input = bad.tests_of(BAD_INPUTS)

@@ -15,6 +15,7 @@ from triton_layers.kernels import layer_norm as norm_kernels
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .conftest import DEVICE, H100, looped_config
+from . import bad_inputs as bad
 from .big_tensors import CHUNK, cols, randn, rows_past, sample_rows
 from .nonfinite import SILENT, VALUES, close, poisoned
 from .oracle import compare
@@ -413,3 +414,25 @@ def test_nonfinite_rms_norm_with_residual(device, n_cols, value):
     for name, a, b in zip(["y", "h", "dx", "dresidual", "dw"], ours, theirs):
         close(a, b, name, rtol=1e-4, atol=1e-4)
     assert not torch.isfinite(ours[0][[1, -1]]).all(dim=-1).any() and torch.isfinite(ours[0][[0, 2, 3]]).all()
+
+
+# --- Bad inputs: a case per row of docs/API.md's table (ids as there; tests/bad_inputs.py)
+
+x_, OTHER = bad.x_, bad.OTHER
+BAD_INPUTS = [
+    bad.Case("norm-residual-shape", lambda: F.rms_norm(x_(2, 8), residual=x_(3, 8)),
+         (ValueError, r"residual must have x's shape and device; got x of shape \(2, 8\) on .*, "
+                      r"residual of shape \(3, 8\)")),
+    bad.Case("norm-residual-device", lambda: F.layer_norm(x_(2, 8), residual=x_(2, 8, device=OTHER)),
+         (ValueError, rf"residual must have x's shape and device; got x of shape \(2, 8\) on {DEVICE}.*, "
+                      rf"residual of shape \(2, 8\) on {OTHER}")),
+    bad.Case("norm-residual-dtype", lambda: F.rms_norm(x_(2, 8), residual=torch.ones(2, 8, dtype=torch.int64,
+                                                                                device=DEVICE)),
+         (TypeError, r"residual has dtype torch.int64")),
+    bad.Case("norm-out-dtype", lambda: F.layer_norm(x_(2, 8), out_dtype=torch.int64),
+         (TypeError, r"out_dtype must be one of torch.float32, torch.float16, torch.bfloat16, torch.float64; "
+                     r"got torch.int64")),
+    bad.Case("norm-residual-dtype-alone", lambda: F.rms_norm(x_(2, 8), residual_dtype=torch.float32),
+         (ValueError, r"residual_dtype=torch.float32 is given without a residual")),
+]
+test_bad_input = bad.tests_of(BAD_INPUTS)

@@ -1,6 +1,7 @@
 """TritonLayerNorm / functional.layer_norm: kernels against the reference and float64 torch."""
 import dataclasses
 import io
+import warnings
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from triton_layers.kernels import _layer_norm_rules as rules
 from triton_layers.kernels import ops as _kernels
 
 from .conftest import DEVICE, DTYPES, H100, H200, LOOPED, LOW_DTYPES
+from . import bad_inputs as bad
 from .big_tensors import CHUNK, cols, randn, rows_past, sample_rows
 from .fake_timer import fake_gpu_timer
 from .nonfinite import INF, NAN, SILENT, VALUES, close, grads, poisoned
@@ -728,3 +730,78 @@ def test_properties(looped, stable, c, data):
                 dict(x=x, weight=w, bias=b), dy=dy, summed=dict(weight=rows_of(shape), bias=rows_of(shape)))
     assert res.y.dtype == dtype and res.y.shape == shape
     assert all(g.dtype == param_dtype for name, g in res.grads.items() if name != "x")
+
+
+# --- Bad inputs: a case per row of docs/API.md's table (ids as there; tests/bad_inputs.py)
+
+def _float64_like_torch():
+    """float64 through layer_norm, rms_norm and the module: the reference, in float64, with
+    torch's answer (every op's float64 against torch's: tests/test_default_devices.py)."""
+    x, w, b = bad.x_(3, 8, dtype=torch.float64), bad.w8().double(), bad.w8().double()
+    return [(F.layer_norm(x, w, b), TF.layer_norm(x, (8,), w, b)), (F.rms_norm(x, w), TF.rms_norm(x, (8,), w)),
+            (TritonLayerNorm(8, device=DEVICE).double()(x), torch.nn.LayerNorm(8, device=DEVICE).double()(x))]
+
+
+def _mixed_float64():
+    x, w = bad.x_(3, 8), bad.w8().double()
+    with warnings.catch_warnings():  # (torch's: "Mismatch dtype between input and weight")
+        warnings.simplefilter("ignore")
+        return F.rms_norm(x, w), TF.rms_norm(x, (8,), w)
+
+
+x_, w8, OTHER = bad.x_, bad.w8, bad.OTHER
+BAD_INPUTS = [
+    bad.Case("ln-dtype-int", lambda: F.layer_norm(torch.ones(2, 8, dtype=torch.int64, device=DEVICE)),
+         (TypeError, r"x has dtype torch.int64; expected one of torch.float32")),
+    bad.Case("ln-dtype-f64", _float64_like_torch, bad.check_like_torch),
+    bad.Case("f64-use-triton", lambda: F.layer_norm(x_(2, 8, dtype=torch.float64), use_triton=True),
+         (ValueError, r"use_triton=True cannot compute in torch.float64 \(x has dtype torch.float64\)")),
+    bad.Case("f64-mixed", _mixed_float64, lambda pair: bad.check_like_torch([pair])),
+    bad.Case("ln-not-tensor", lambda: F.layer_norm([[1.0, 2.0]]), (TypeError, r"x must be a torch.Tensor, got list")),
+    bad.Case("ln-sparse", lambda: F.layer_norm(x_(2, 8).to_sparse()),
+         (TypeError, r"x must be a dense tensor \(layout torch.strided\), got layout torch.sparse_coo")),
+    bad.Case("ln-weight-dtype", lambda: F.layer_norm(x_(2, 8), torch.ones(8, dtype=torch.int32, device=DEVICE)),
+         (TypeError, r"weight has dtype torch.int32")),
+    bad.Case("ln-weight-shape", lambda: F.layer_norm(x_(2, 8), torch.ones(7, device=DEVICE)),
+         (ValueError, r"x of shape \(2, 8\) does not end with normalized_shape \(7,\)")),
+    bad.Case("ln-weight-bias-shape", lambda: F.layer_norm(x_(2, 8), w8(), torch.ones(7, device=DEVICE)),
+         (ValueError, r"bias must have shape \(8,\), got \(7,\)")),
+    bad.Case("ln-x-shape", lambda: TritonLayerNorm(8, device=DEVICE)(x_(2, 7)),
+         (ValueError, r"x of shape \(2, 7\) does not end with normalized_shape \(8,\)")),
+    bad.Case("ln-0dim", lambda: F.layer_norm(torch.tensor(1.5, device=DEVICE)),
+         (ValueError, r"normalized_shape must have at least one dim; got \(\) for x of shape \(\)")),
+    bad.Case("ln-normalized-shape-type", lambda: F.layer_norm(x_(2, 8), normalized_shape=8.0),
+         (TypeError, r"normalized_shape must be an int or a sequence of ints, got 8.0")),
+    bad.Case("ln-eps", lambda: F.layer_norm(x_(2, 8), eps=-1e-5), (ValueError, r"eps must be >= 0, got -1e-05")),
+    bad.Case("ln-mixed-devices", lambda: F.layer_norm(x_(2, 8), w8(device=OTHER)),
+         (ValueError, rf"all tensors must be on one device; got x on {DEVICE}.*, weight on {OTHER}")),
+    bad.Case("ln-wrong-device", lambda: F.layer_norm(x_(2, 8, device="meta"), use_triton=True),
+         (ValueError, r"use_triton=True needs a CUDA tensor .* got a tensor on meta")),
+    bad.Case("functorch-use-triton", lambda: torch.func.grad(lambda x: F.layer_norm(x, use_triton=True).sum())(x_(2, 8)),
+         (ValueError, r"use_triton=True cannot run under torch.func transforms")),
+    bad.Case("ln-empty-rows", lambda: bad.with_x(lambda x: F.layer_norm(x, w8()), x_(0, 8)), bad.empty_result((0, 8))),
+    bad.Case("ln-empty-cols", lambda: bad.with_x(F.layer_norm, x_(3, 0)), bad.empty_result((3, 0))),
+    bad.Case("ln-noncontiguous", *bad.same_as_contiguous(lambda x: F.layer_norm(x, torch.ones(8, device=DEVICE) * 0.5), 8, 5)),
+    bad.Case("ln-module-shape", lambda: TritonLayerNorm(-1), (ValueError, r"normalized_shape must be non-negative")),
+    bad.Case("ln-module-shape-float", lambda: TritonLayerNorm(8.0),
+         (TypeError, r"normalized_shape must be an int or a sequence of ints, got 8.0 \(float\)")),
+    bad.Case("ln-module-shape-str", lambda: TritonLayerNorm("16"),
+         (TypeError, r"normalized_shape must be an int or a sequence of ints, got '16' \(str\)")),
+    bad.Case("ln-module-shape-empty", lambda: TritonLayerNorm(()),
+         (ValueError, r"normalized_shape must have at least one dim, got \(\)")),
+    bad.Case("ln-module-eps", lambda: TritonLayerNorm(8, eps=-1e-5), (ValueError, r"eps must be >= 0, got -1e-05")),
+    bad.Case("ln-module-flag", lambda: TritonLayerNorm(8, bias="False"),
+         (TypeError, r"bias must be True or False, got 'False' \(str\)")),
+    bad.Case("ln-module-use-triton", lambda: TritonLayerNorm(8, use_triton="yes"),
+         (TypeError, r"use_triton must be None, True or False, got 'yes' \(str\)")),
+]
+BAD_CONFIGS = [
+    (TritonLayerNorm, (True,), {}, TypeError, r"normalized_shape .* got True \(bool\)"),
+    (TritonLayerNorm, ((8, 2.0),), {}, TypeError, r"normalized_shape must be an int or a sequence of ints"),
+    (TritonLayerNorm, (8,), {"eps": "1e-5"}, TypeError, r"eps must be a number, got '1e-5' \(str\)"),
+    (TritonLayerNorm, (8,), {"eps": float("nan")}, ValueError, r"eps must be finite"),
+    (TritonLayerNorm, (8,), {"elementwise_affine": None}, TypeError, r"elementwise_affine must be True or False"),
+    (TritonLayerNorm, (8,), {"stable": 1}, TypeError, r"stable must be True or False, got 1 \(int\)"),
+]
+test_bad_input = bad.tests_of(BAD_INPUTS)
+test_bad_module_config = bad.config_tests_of(BAD_CONFIGS)

@@ -15,7 +15,8 @@ from triton_layers import functional as F
 from triton_layers import launch_config
 from triton_layers.kernels import ops as kernel_ops
 
-from .conftest import DTYPES, H100
+from .conftest import DEVICE, DTYPES, H100
+from . import bad_inputs as bad
 from .oracle import check, compare
 
 SIZES = [1, 7, 127, 1000]
@@ -262,3 +263,33 @@ def test_torch_compile_fullgraph(device):
     compare(h, h64, name="h")
     for got, want, name in ((x.grad, x64.grad, "dx"), (r.grad, r64.grad, "dresidual"), (w.grad, w64.grad, "dw")):
         compare(got, want, rtol=1e-4, name=name)  # as the other ops' compile tests: Inductor's own reductions
+
+
+# --- Bad inputs: a case per row of docs/API.md's table (ids as there; tests/bad_inputs.py)
+
+x_, w8 = bad.x_, bad.w8
+BAD_INPUTS = [
+    bad.Case("rms-dtype-int", lambda: F.rms_norm(torch.ones(2, 8, dtype=torch.int64, device=DEVICE)),
+         (TypeError, r"x has dtype torch.int64; expected one of torch.float32")),
+    bad.Case("rms-weight-shape", lambda: F.rms_norm(x_(2, 8), torch.ones(7, device=DEVICE)),
+         (ValueError, r"x of shape \(2, 8\) does not end with normalized_shape \(7,\)")),
+    bad.Case("rms-x-shape", lambda: TritonRMSNorm(8, device=DEVICE)(x_(2, 7)),
+         (ValueError, r"x of shape \(2, 7\) does not end with normalized_shape \(8,\)")),
+    bad.Case("rms-eps", lambda: F.rms_norm(x_(2, 8), eps=-1e-6), (ValueError, r"eps must be >= 0, got -1e-06")),
+    bad.Case("rms-unit-offset-no-weight", lambda: TritonRMSNorm(8, elementwise_affine=False, unit_offset=True),
+         (ValueError, r"unit_offset=True multiplies by 1 \+ weight: it needs elementwise_affine=True")),
+    bad.Case("rms-empty-rows", lambda: bad.with_x(lambda x: F.rms_norm(x, w8()), x_(0, 8)), bad.empty_result((0, 8))),
+    bad.Case("rms-noncontiguous", *bad.same_as_contiguous(lambda x: F.rms_norm(x, torch.ones(8, device=DEVICE) * 0.5), 8, 5)),
+]
+BAD_CONFIGS = [
+    (TritonRMSNorm, ("16",), {}, TypeError, r"normalized_shape must be an int or a sequence of ints, got '16'"),
+    (TritonRMSNorm, (8.0,), {}, TypeError, r"normalized_shape must be an int or a sequence of ints, got 8.0"),
+    (TritonRMSNorm, ((),), {}, ValueError, r"normalized_shape must have at least one dim"),
+    (TritonRMSNorm, (8,), {"eps": -1e-6}, ValueError, r"eps must be >= 0, got -1e-06"),
+    (TritonRMSNorm, (8,), {"eps": "1e-6"}, TypeError, r"eps must be a number or None, got '1e-6' \(str\)"),
+    (TritonRMSNorm, (8,), {"unit_offset": "no"}, TypeError, r"unit_offset must be True or False, got 'no'"),
+    (TritonRMSNorm, (8,), {"elementwise_affine": 0}, TypeError, r"elementwise_affine must be True or False"),
+    (TritonRMSNorm, (8,), {"use_triton": "yes"}, TypeError, r"use_triton must be None, True or False"),
+]
+test_bad_input = bad.tests_of(BAD_INPUTS)
+test_bad_module_config = bad.config_tests_of(BAD_CONFIGS)

@@ -13,7 +13,8 @@ from torch import nn
 from triton_layers import CoordinateDescentRouter, RouterReturn
 from triton_layers import functional as F
 
-from .conftest import LOW_DTYPES
+from . import bad_inputs as bad
+from .conftest import DEVICE, LOW_DTYPES
 
 DIM = 16
 
@@ -279,3 +280,60 @@ def test_bad_config_and_inputs(device):
     with pytest.raises(TypeError):
         router(x, 4)  # num_tokens is keyword-only, as colt5-attention's
     assert math.isclose(router.fetch_k_ratio, 9 / 8)
+
+
+# --- Bad inputs: a case per row of docs/API.md's table (ids as there; tests/bad_inputs.py)
+
+def _router(**kw):
+    return CoordinateDescentRouter(8, n_iters=5, device=DEVICE, **kw)
+
+
+def _empty_router():
+    x = bad.x_(0, 10, 8, grad=True)
+    return _router()(x, num_tokens=2), x
+
+
+def _check_empty_router(result):
+    out, x = result
+    assert tuple(out.indices.shape) == (0, 2) and tuple(out.routed_tokens.shape) == (0, 2, 8)
+
+
+x_, mask_ = bad.x_, bad.mask_
+BAD_INPUTS = [
+    bad.Case("rt-n-iters-0", lambda: CoordinateDescentRouter(8, n_iters=0), (ValueError, r"n_iters must be an int >= 1")),
+    bad.Case("rt-module-dim", lambda: CoordinateDescentRouter(0), (ValueError, r"dim must be an int >= 1, got 0")),
+    bad.Case("rt-module-dim-type", lambda: CoordinateDescentRouter(True),
+         (TypeError, r"dim must be an int, got True \(bool\)")),
+    bad.Case("rt-module-eps", lambda: CoordinateDescentRouter(8, eps=0), (ValueError, r"eps must be positive, got 0")),
+    bad.Case("rt-module-fetch-k-ratio", lambda: CoordinateDescentRouter(8, fetch_k_ratio=0.5),
+         (ValueError, r"fetch_k_ratio must be >= 1, got 0.5")),
+    bad.Case("rt-x-rank", lambda: _router()(x_(10, 8), num_tokens=2),
+         (ValueError, r"x must be \(batch, seq, dim=8\), got shape \(10, 8\)")),
+    bad.Case("rt-x-dim", lambda: _router()(x_(2, 10, 7), num_tokens=2),
+         (ValueError, r"x must be \(batch, seq, dim=8\), got shape \(2, 10, 7\)")),
+    bad.Case("rt-x-dtype", lambda: _router()(torch.ones(2, 10, 8, dtype=torch.int64, device=DEVICE), num_tokens=2),
+         (TypeError, r"x has dtype torch.int64")),
+    bad.Case("rt-dtype-mismatch", lambda: _router()(x_(2, 10, 8, dtype=torch.bfloat16), num_tokens=2),
+         (TypeError, r"x has dtype torch.bfloat16 but the routing tokens have dtype torch.float32")),
+    bad.Case("rt-mask-shape", lambda: _router()(x_(2, 10, 8), num_tokens=2, mask=mask_(2, 9)),
+         (ValueError, r"mask must be bool of shape \(2, 10\), got torch.bool \(2, 9\)")),
+    bad.Case("rt-num-tokens-0", lambda: _router()(x_(2, 10, 8), num_tokens=0),
+         (ValueError, r"num_tokens must be an int >= 1, got 0")),
+    bad.Case("rt-empty", _empty_router, _check_empty_router),
+]
+BAD_CONFIGS = [
+    (CoordinateDescentRouter, (8.0,), {}, TypeError, r"dim must be an int, got 8.0 \(float\)"),
+    (CoordinateDescentRouter, (8,), {"n_iters": 2.0}, TypeError, r"n_iters must be an int, got 2.0"),
+    (CoordinateDescentRouter, (8,), {"num_routing_tokens": 0}, ValueError, r"num_routing_tokens must be an int >= 1"),
+    (CoordinateDescentRouter, (8,), {"route_block_size": True}, TypeError, r"route_block_size must be an int"),
+    (CoordinateDescentRouter, (8,), {"eps_decay": -0.7}, ValueError, r"eps_decay must be positive, got -0.7"),
+    (CoordinateDescentRouter, (8,), {"eps_init": float("inf")}, ValueError, r"eps_init must be finite"),
+    (CoordinateDescentRouter, (8,), {"cosine_sim_scale": 0}, ValueError, r"cosine_sim_scale must be positive"),
+    (CoordinateDescentRouter, (8,), {"fetch_k_ratio": "9/8"}, TypeError, r"fetch_k_ratio must be a number"),
+    (CoordinateDescentRouter, (8,), {"straight_through": "True"}, TypeError, r"straight_through must be True or False"),
+    (CoordinateDescentRouter, (8,), {"learned_routing_tokens": 1}, TypeError, r"learned_routing_tokens must be True"),
+    (CoordinateDescentRouter, (8,), {"cosine_sim_routing": None}, TypeError, r"cosine_sim_routing must be True"),
+    (CoordinateDescentRouter, (8,), {"use_triton": "no"}, TypeError, r"use_triton must be None, True or False"),
+]
+test_bad_input = bad.tests_of(BAD_INPUTS)
+test_bad_module_config = bad.config_tests_of(BAD_CONFIGS)

@@ -21,6 +21,7 @@ from triton_layers.kernels import _softmax_rules as rules
 from triton_layers.kernels import ops as kernel_ops
 
 from .conftest import DEVICE, DTYPES, spy_main_inputs
+from . import bad_inputs as bad
 from .big_tensors import cols, randn, rows_past, sample_rows
 from .fake_timer import fake_gpu_timer
 from .nonfinite import INF, NAN, SILENT, VALUES, close, grads
@@ -687,3 +688,65 @@ def test_properties(looped, causal, masked, c, data):
                 lambda x: reference.softmax(x, causal, scale, mask), dict(x=x), dy=dy,
                 lowp=lambda x: independent(x, causal, s, mask), slack=dict(x=slack))
     assert res.y.dtype == dtype and res.y.shape == shape
+
+
+# --- Bad inputs: a case per row of docs/API.md's table (ids as there; tests/bad_inputs.py)
+
+def _all_padded_softmax():
+    x = bad.x_(2, 3, 5, grad=True)
+    mask = torch.zeros(2, 5, dtype=torch.bool, device=DEVICE)
+    mask[1] = True
+    y = F.softmax(x, key_padding_mask=mask)
+    y.backward(torch.randn_like(y))
+    return y, x.grad
+
+
+def _check_all_padded(result):
+    y, dx = result
+    assert (y[1] == 0).all() and (dx[1] == 0).all() and torch.isfinite(y).all()
+    torch.testing.assert_close(y[0].sum(-1), torch.ones(3, device=DEVICE))
+
+
+x_, mask_, OTHER = bad.x_, bad.mask_, bad.OTHER
+BAD_INPUTS = [
+    bad.Case("sm-dtype-int", lambda: F.softmax(torch.ones(2, 5, dtype=torch.int64, device=DEVICE)),
+         (TypeError, r"x has dtype torch.int64")),
+    bad.Case("sm-mask-dtype", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=torch.zeros(2, 5, device=DEVICE)),
+         (TypeError, r"key_padding_mask has dtype torch.float32; expected one of torch.bool")),
+    bad.Case("sm-mask-4d-bool", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 1, 1, 5)),
+         (ValueError, r"key_padding_mask of shape \(2, 1, 1, 5\) \(torch.bool\) looks like an extended attention "
+                      r"mask; key_padding_mask is bool of shape \(2, 5\), True marking padding keys. If True marks "
+                      r"keys to attend .* pass key_padding_mask=~mask\[:, 0, 0, :\]")),
+    bad.Case("sm-mask-4d-additive", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=torch.zeros(2, 1, 1, 5, device=DEVICE)),
+         (TypeError, r"key_padding_mask of shape \(2, 1, 1, 5\) \(torch.float32\) looks like an extended attention "
+                     r"mask; .* pass key_padding_mask=mask\[:, 0, 0, :\] < 0")),
+    bad.Case("sm-mask-shape", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 4)),
+         (ValueError, r"key_padding_mask must have shape \(2, 5\), got \(2, 4\)")),
+    bad.Case("sm-mask-rank", lambda: F.softmax(x_(3, 5), key_padding_mask=mask_(3, 5)),
+         (ValueError, r"key_padding_mask needs scores of shape \(B, Nq, Nk\) or \(B, H, Nq, Nk\); "
+                      r"got x of shape \(3, 5\)")),
+    bad.Case("sm-causal-1d", lambda: F.softmax(x_(5), causal=True), (ValueError, r"causal=True needs scores of shape")),
+    bad.Case("sm-scale-nonfinite", lambda: F.softmax(x_(2, 5), scale=float("inf")),
+         (ValueError, r"scale must be finite")),
+    bad.Case("sm-scale-type", lambda: F.softmax(x_(2, 5), scale=torch.tensor(0.5)),
+         (TypeError, r"scale must be a number or None, got .* \(Tensor\)")),
+    bad.Case("sm-mixed-devices", lambda: F.softmax(x_(2, 3, 5), key_padding_mask=mask_(2, 5, device=OTHER)),
+         (ValueError, rf"one device; got x on {DEVICE}.*, key_padding_mask on {OTHER}")),
+    bad.Case("sm-wrong-device", lambda: F.softmax(x_(2, 5, device="meta"), use_triton=True),
+         (ValueError, r"use_triton=True needs a CUDA tensor")),
+    bad.Case("sm-empty", lambda: bad.with_x(lambda x: F.softmax(x, causal=True), x_(2, 0, 5)), bad.empty_result((2, 0, 5))),
+    bad.Case("sm-noncontiguous", *bad.same_as_contiguous(lambda x: F.softmax(x, causal=True), 2, 6, 5)),
+    bad.Case("sm-all-padded", _all_padded_softmax, _check_all_padded),
+    bad.Case("sm-module-scale", lambda: CausalSoftmax(scale="0.5"),
+         (TypeError, r"scale must be a number or None, got '0.5' \(str\)")),
+    bad.Case("sm-module-scale-nonfinite", lambda: CausalSoftmax(scale=float("nan")),
+         (ValueError, r"scale must be finite, got nan")),
+    bad.Case("sm-module-causal", lambda: CausalSoftmax(causal="no"),
+         (TypeError, r"causal must be True or False, got 'no' \(str\)")),
+]
+BAD_CONFIGS = [
+    (CausalSoftmax, (), {"use_triton": 1}, TypeError, r"use_triton must be None, True or False, got 1"),
+    (CausalSoftmax, (), {"scale": True}, TypeError, r"scale must be a number or None, got True \(bool\)"),
+]
+test_bad_input = bad.tests_of(BAD_INPUTS)
+test_bad_module_config = bad.config_tests_of(BAD_CONFIGS)

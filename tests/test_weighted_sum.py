@@ -26,6 +26,7 @@ from triton_layers.kernels import ops as kernel_ops
 from triton_layers.calls.doors import direct
 
 from . import nonfinite
+from . import bad_inputs as bad
 from .conftest import DEVICE, DTYPES, LOW_DTYPES, spy_main_inputs
 from .big_tensors import BIG, CHUNK, COL_CHUNK, cols, randn, rows_past, sample_rows
 from .fake_timer import fake_gpu_timer
@@ -556,3 +557,45 @@ def test_weighted_sum_past_2_31(gpu_memory, shape):
         compare(x.grad[rows, c:c + COL_CHUNK], dx64, name=f"dx[:, {c}:]")
     compare(w.grad, dw64, rows=n_rows, name="dweight")
     torch.testing.assert_close(b.grad.double(), dy.double().sum(), rtol=1e-5, atol=1e-3)
+
+
+# --- Bad inputs: a case per row of docs/API.md's table (ids as there; tests/bad_inputs.py)
+
+x_, w8, OTHER = bad.x_, bad.w8, bad.OTHER
+BAD_INPUTS = [
+    bad.Case("ws-dtype-int", lambda: F.weighted_sum(torch.ones(2, 8, dtype=torch.int64, device=DEVICE), w8()),
+         (TypeError, r"x has dtype torch.int64")),
+    bad.Case("ws-weight-dtype", lambda: F.weighted_sum(x_(2, 8), torch.ones(8, dtype=torch.int32, device=DEVICE)),
+         (TypeError, r"weight has dtype torch.int32")),
+    bad.Case("ws-weight-shape", lambda: F.weighted_sum(x_(2, 8), torch.ones(1, 8, device=DEVICE)),
+         (ValueError, r"weight must have shape \(8,\), got \(1, 8\)")),
+    bad.Case("ws-bias-shape", lambda: F.weighted_sum(x_(2, 8), w8(), torch.ones(2, device=DEVICE)),
+         (ValueError, r"bias must be a scalar: shape \(\) or \(1,\), got \(2,\)")),
+    bad.Case("ws-0dim", lambda: F.weighted_sum(torch.tensor(1.0, device=DEVICE), torch.ones((), device=DEVICE)),
+         (ValueError, r"x must have at least one dim")),
+    bad.Case("ws-mixed-devices", lambda: F.weighted_sum(x_(2, 8), w8(device=OTHER)),
+         (ValueError, rf"one device; got x on {DEVICE}.*, weight on {OTHER}")),
+    bad.Case("ws-wrong-device", lambda: F.weighted_sum(x_(2, 8, device="meta"), w8(device="meta"), use_triton=True),
+         (ValueError, r"use_triton=True needs a CUDA tensor")),
+    bad.Case("ws-empty-rows", lambda: bad.with_x(lambda x: F.weighted_sum(x, w8()), x_(0, 8)), bad.empty_result((0,))),
+    bad.Case("ws-empty-dim",
+         lambda: F.weighted_sum(x_(3, 0), torch.ones(0, device=DEVICE), torch.tensor(0.5, device=DEVICE)),
+         lambda y: torch.testing.assert_close(y, torch.full((3,), 0.5, device=DEVICE))),
+    bad.Case("ws-noncontiguous", *bad.same_as_contiguous(lambda x: F.weighted_sum(x, torch.linspace(-1, 1, 8, device=DEVICE)), 8, 5)),
+    bad.Case("ws-module-dim", lambda: WeightedSum(-1), (ValueError, r"dim must be an int >= 0, got -1")),
+    bad.Case("ws-module-dim-type", lambda: WeightedSum(8.0), (TypeError, r"dim must be an int, got 8.0 \(float\)")),
+    bad.Case("ws-module-x-dim", lambda: WeightedSum(8, device=DEVICE)(x_(2, 7)),
+         (ValueError, r"x of shape \(2, 7\) must end with dim=8")),
+]
+BAD_CONFIGS = [
+    (WeightedSum, (True,), {}, TypeError, r"dim must be an int, got True \(bool\)"),
+    (WeightedSum, ("8",), {}, TypeError, r"dim must be an int, got '8' \(str\)"),
+    (WeightedSum, (8,), {"bias": "yes"}, TypeError, r"bias must be True or False"),
+    (WeightedSum, (8,), {"use_triton": "auto"}, TypeError, r"use_triton must be None, True or False"),
+]
+test_bad_input = bad.tests_of(BAD_INPUTS)
+test_bad_module_config = bad.config_tests_of(BAD_CONFIGS)
+
+
+def test_a_module_of_dim_0_builds():
+    assert WeightedSum(0).weight.shape == (0,)

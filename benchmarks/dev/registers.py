@@ -12,8 +12,11 @@ rows of 1,024: 126 registers a thread with Triton 3.9 here, 96 with Triton 3.6 o
 machines, 2026-11-25), so run it where the kernels will run (it works there too) before
 drawing a conclusion from a figure near a limit.
 
-Run: python -m benchmarks.dev.registers [--ops norm,residual_norm,softmax,weighted_sum,coor_descent]
-     (or the benchmarks' names, every one python -m benchmarks takes and the ops of their rows:
+The forms are the bench files' own: each op part's ``kernel_inputs`` (its cases' inputs to the
+kernel ops, :func:`rows`), so a new ``bench_<op>.py`` brings its forms without an edit here.
+
+Run: python -m benchmarks.dev.registers [--ops <kernel ops>] [--shapes 64x256,...] [--dtypes float32]
+     (--ops: the kernel ops of kernels/ops.py, or the benchmarks' names, every one python -m benchmarks takes and the ops of their rows:
      --ops layernorm,norms,rmsnorm,train_step,...: the kernel ops each runs, at their benchmarks' shapes)
      [--spills-only]
 """
@@ -21,11 +24,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Callable, Iterator
+import sys
+from typing import Iterator, Optional
 
 import torch
 
-from benchmarks import bench_coor_descent, bench_layernorm, bench_norms, bench_softmax, bench_weighted_sum, parts
+from benchmarks import parts
 from benchmarks.dev import offline
 from triton_layers.launch_config import GPU, plan_as
 
@@ -35,72 +39,42 @@ H100 = GPU("NVIDIA H100 80GB HBM3", sm_count=132, shared_memory=232448, capabili
 DTYPES = (torch.bfloat16, torch.float32)
 
 
-def _t(*shape, dtype=torch.float32, grad=True):
+def meta_leaf(*shape, dtype=torch.float32, grad=True):
+    """A meta leaf (nothing allocated): what the bench files' ``kernel_inputs`` draw their inputs from."""
     return torch.empty(shape, device="meta", dtype=dtype).requires_grad_(grad)
 
 
-# op -> (shapes, dtypes, inputs of one case (shape, dtype) -> [(label, description inputs)])
-def _norms(shape, dtype):
-    m, d = shape
-    flags = (False, False, False)  # stable, unit_offset, cast_before_weight
-    cases = [("layernorm", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), _t(d, dtype=dtype), 1e-5, False, *flags,
-                            dtype))]
-    if d in [s[1] for s in bench_norms.SHAPES]:
-        cases.append(("rmsnorm", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), None, 1e-6, True, *flags, dtype)))
-    return cases
+def _benches() -> list:
+    """The bench files that declare their kernel forms: each op part's module with a
+    ``kernel_inputs(shape, dtype, t) -> [(label, kernel op, its description inputs)]`` (the
+    forms of one benchmark case, leaves from ``t``) beside its ``SHAPES``, in the parts' order."""
+    return [sys.modules[fn.__module__] for fn in parts.provided("kernel_inputs")]
 
 
-def _residual_norms(shape, dtype):
-    m, d = shape
-    flags = (False, False, False)
-    return [(f"add_{kind}", (_t(m, d, dtype=dtype), _t(m, d, dtype=dtype), _t(d, dtype=dtype),
-                             _t(d, dtype=dtype) if kind == "layernorm" else None, 1e-6, kind == "rmsnorm", *flags,
-                             dtype, dtype))
-            for kind in ("rmsnorm", "layernorm")]
+def kernel_ops() -> list[str]:
+    """The kernel ops the bench files declare forms of, in order, once each."""
+    found = [op for bench in _benches() for shape in bench.SHAPES[:1] for dtype in DTYPES
+             for _, op, _ in bench.kernel_inputs(shape, dtype, meta_leaf)]
+    return list(dict.fromkeys(found))
 
 
-def _softmax(shape, dtype):
-    bh, n = shape
-    return [(f"softmax{' causal' if causal else ''}", (_t(bh * n, n, dtype=dtype), None, n, n, causal, 1.0))
-            for causal in (False, True)]
-
-
-def _weighted_sum(shape, dtype):
-    m, d = shape
-    return [("weighted_sum", (_t(m, d, dtype=dtype), _t(d, dtype=dtype), _t(dtype=dtype)))]
-
-
-def _coor_descent(shape, dtype):
-    m, n = shape
-    settings = bench_coor_descent.SETTINGS
-    return [("coor_descent", (_t(m, n), None, None, n / 8 * 9 / 8, settings["n_iters"], settings["eps"],
-                              settings["eps_init"], settings["eps_decay"]))]
-
-
-OPS: dict[str, tuple[list, tuple, Callable]] = {
-    "norm": (sorted(set(bench_layernorm.SHAPES) | set(bench_norms.SHAPES)), DTYPES, _norms),
-    "residual_norm": (bench_norms.SHAPES, DTYPES, _residual_norms),
-    "softmax": (bench_softmax.SHAPES, DTYPES, _softmax),
-    "weighted_sum": (bench_weighted_sum.SHAPES, DTYPES, _weighted_sum),
-    "coor_descent": (bench_coor_descent.SHAPES, (torch.float32,), _coor_descent),
-}
-
-
-def rows(ops: list[str], gpu: GPU = H100) -> Iterator[tuple[str, str, offline.Form]]:
+def rows(ops: list[str], gpu: GPU = H100, shapes: Optional[list] = None,
+         dtypes: tuple = DTYPES) -> Iterator[tuple[str, str, offline.Form]]:
     """(case label, shape and dtype, form) of every distinct kernel form of ``ops``' benchmark
-    cases, planned on meta tensors as on ``gpu`` (:func:`plan_as`: its SMs, shared memory and
-    name make the GPU-only choices: the long-row norm forward's and backward's one pass, the
-    prefetch stages, the named rules)."""
+    cases (or of ``shapes`` in place of each benchmark's own), planned on meta tensors as on
+    ``gpu`` (:func:`plan_as`: its SMs, shared memory and name make the GPU-only choices: the
+    long-row norm forward's and backward's one pass, the prefetch stages, the named rules)."""
     from triton_layers.kernels import ops as K
 
     seen = set()
     with plan_as(gpu):
-        for name in ops:
-            shapes, dtypes, cases = OPS[name]
-            for shape in shapes:
+        for bench in _benches():
+            for shape in shapes or bench.SHAPES:
                 for dtype in dtypes:
-                    for label, args in cases(shape, dtype):
-                        for form in offline.forms(getattr(K, name).record_launches(*args)):
+                    for label, op, args in bench.kernel_inputs(shape, dtype, meta_leaf):
+                        if op not in ops:
+                            continue
+                        for form in offline.forms(getattr(K, op).record_launches(*args)):
                             if form not in seen:
                                 seen.add(form)
                                 yield label, f"{shape[0]}x{shape[1]} {str(dtype)[6:]}", form
@@ -121,10 +95,11 @@ def op_names(text: str) -> list[str]:
     """The kernel ops named in ``--ops`` (theirs or the benchmarks' names), in order, once each;
     KeyError naming the unknown ones and the known."""
     names: list[str] = []
+    known = kernel_ops()
     for name in text.split(","):
         for op in BENCHMARK_NAMES.get(name, (name,)):
-            if op not in OPS:
-                raise KeyError(f"unknown op {name!r}; known: {', '.join(dict.fromkeys([*OPS, *BENCHMARK_NAMES]))}")
+            if op not in known:
+                raise KeyError(f"unknown op {name!r}; known: {', '.join(dict.fromkeys([*known, *BENCHMARK_NAMES]))}")
             if op not in names:
                 names.append(op)
     return names
@@ -132,18 +107,24 @@ def op_names(text: str) -> list[str]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default=",".join(OPS), help="kernel ops, or the benchmarks' names (layernorm, ...)")
+    parser.add_argument("--ops", default=None, help="kernel ops, or the benchmarks' names (layernorm, ...); "
+                        "default: every kernel op")
+    parser.add_argument("--shapes", default=None, help="rows x cols, comma-separated (64x256,8x4096), in place "
+                        "of each benchmark's own")
+    parser.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated torch dtypes")
     parser.add_argument("--spills-only", action="store_true", help="list only the forms that spill")
     opts = parser.parse_args(argv)
     try:
-        ops = op_names(opts.ops)
-    except KeyError as err:
-        parser.error(err.args[0])
+        ops = op_names(opts.ops or ",".join(kernel_ops()))
+        shapes = [tuple(int(n) for n in s.split("x")) for s in opts.shapes.split(",")] if opts.shapes else None
+        dtypes = tuple(getattr(torch, d) for d in opts.dtypes.split(","))
+    except (KeyError, ValueError, AttributeError) as err:
+        parser.error(str(err.args[0]))
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("run without TRITON_INTERPRET=1: the interpreter replaces the kernels with Python")
     print("| case | shape | kernel | registers | spill stores / loads (bytes a thread) | shared (bytes) | knobs |")
     print("|---|---|---|---|---|---|---|")
-    for label, shape, form in rows(ops):
+    for label, shape, form in rows(ops, shapes=shapes, dtypes=dtypes):
         try:
             compiled = offline.build(form)
             use = offline.usage(compiled)
