@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The tensor-parallel styles matrix (tests/test_tp_styles.py, eager) on 2 GPUs over NCCL, each
+# The tensor-parallel styles matrix (tests/test_tp_styles.py, eager; then the FP8 norms on sharded
+# rows, tests/test_tensor_parallel.py) on 2 GPUs over NCCL, each
 # rank under compute-sanitizer (memcheck by default), torch's caching allocator off.
 #
 # Usage: bash scripts/sanitize_tp.sh [TOOL]        (on a machine with 2 GPUs)

@@ -528,27 +528,108 @@ def test_the_tp_step_benchmark_dry_runs(tmp_path):
     assert all(float(r["host_us"]) > 0 for r in rows) and (tmp_path / "tp_call_profile.txt").exists()
 
 
+def _gathered(t):
+    """The whole of a DTensor (FP8 gathered as bytes: gloo has no FP8), a plain tensor as it is."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(t, DTensor) or t.dtype.itemsize != 1:
+        return t.full_tensor() if isinstance(t, DTensor) else t
+    as_bytes = DTensor.from_local(t.to_local().view(torch.uint8), t.device_mesh, t.placements, shape=t.shape,
+                                  stride=t.stride())
+    return as_bytes.full_tensor().view(t.dtype)
+
+
 def _fp8_rows_sharded(mesh, device) -> None:
-    """The FP8 norms on rows sharded over the ranks: each rank's data and scales are its rows of
-    the unsharded result (the per-tensor scale, a cross-shard amax, replicated)."""
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    """The FP8 norms on rows sharded over the ranks (an uneven sequence shard of (B, S, D), x
+    and its residual Shard(1), the parameters replicated): each rank's data and scales are its
+    rows of one process's result, bit for bit (the dynamic per-tensor scale, a cross-shard amax,
+    replicated), through the kernels on the local rows (triton_layers/_fp8_shards.py), and the
+    gradients of x, the residual and the parameters are one process's."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
-    from triton_layers import FP8Recipe, reference
+    from triton_layers import FP8Recipe
     from triton_layers import functional as F
+    from triton_layers.kernels import ops as kernel_ops
 
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     gen = torch.Generator().manual_seed(3)
-    x = torch.randn(4 * world, 256, generator=gen).to(device)
-    w = torch.randn(256, generator=gen).to(device)
-    rows = slice(4 * rank, 4 * rank + 4)
-    for granularity in ("per_tensor", "per_token", "per_group"):
-        recipe = FP8Recipe(granularity)
-        out = F.rms_norm_fp8(distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Replicate()]),
-                             recipe=recipe)
-        data, scale, _, _ = reference.norm_fp8(x, w, None, torch.finfo(torch.float32).eps, recipe, rms=True)
-        assert torch.equal(out.data.to_local().view(torch.uint8), data[rows].view(torch.uint8)), granularity
-        want_scale = scale if granularity == "per_tensor" else scale[rows]
-        torch.testing.assert_close(out.scale.to_local(), want_scale, rtol=4 * 2.0 ** -23, atol=0)
+    seq = 4 * world + 1  # (uneven: the last rank holds fewer rows)
+    x = torch.randn(2, seq, 256, generator=gen).to(device)
+    r = torch.randn(2, seq, 256, generator=gen).to(device)
+    w = (1 + 0.1 * torch.randn(256, generator=gen)).to(device)
+    b = (0.1 * torch.randn(256, generator=gen)).to(device)
+    g = torch.randn(2, seq, 256, generator=gen).to(device)
+    launches = []
+    door = kernel_ops.norm_fp8_door
+
+    class Spy:  # (counts the kernel door's calls: the local rows go through the kernels)
+        def __getattr__(self, name):
+            attr = getattr(door, name)
+            if name in ("call_planned", "__call__"):
+                return lambda *a, **k: (launches.append(name), attr(*a, **k))[1]
+            return attr
+
+        def __call__(self, *a, **k):
+            launches.append("__call__")
+            return door(*a, **k)
+
+    cases = [(FP8Recipe(granularity), rms, fused) for granularity in ("per_tensor", "per_token", "per_group")
+             for rms, fused in ((True, False), (False, True))]
+    cases += [(FP8Recipe("per_tensor", torch.float8_e5m2, pow2_scales=True), True, True),
+              (FP8Recipe("per_token", scale_ub=0.01), True, False)]
+    from triton_layers.kernels import ops as kernel_ops
+
+    real = kernel_ops.norm_fp8_door
+    kernel_ops.norm_fp8_door = Spy()
+    try:
+        for recipe, rms, fused in cases:
+            op = F.rms_norm_fp8 if rms else F.layer_norm_fp8
+            kw = {} if rms else {"bias": None}
+            outs = []
+            for sharded in (True, False):
+                if sharded:
+                    leaves = [distribute_tensor(t, mesh, [Shard(1)]) for t in (x, r)]
+                    leaves += [distribute_tensor(t, mesh, [Replicate()]) for t in (w, b)]
+                else:
+                    leaves = [t.clone() for t in (x, r, w, b)]
+                xi, ri, wi, bi = (t.requires_grad_() for t in leaves)
+                if not rms:
+                    kw = {"bias": bi}
+                launches.clear()
+                out = op(xi, wi, residual=ri if fused else None, recipe=recipe, **kw)
+                called = list(launches)
+                gi = distribute_tensor(g, mesh, [Shard(1)]) if sharded else g
+                loss = (out.activation.float() * gi).sum()
+                if fused:
+                    loss = loss + (out.h.float() * gi).sum()
+                loss.backward()
+                full = [_gathered(o) for o in (out.data, out.scale, out.h)]
+                grads = [t.grad.full_tensor() if isinstance(t.grad, DTensor) else t.grad for t in (xi, ri, wi, bi)]
+                outs.append((full, grads, called))
+            (data, scale, h), grads, called = outs[0]
+            (data1, scale1, h1), grads1, _ = outs[1]
+            label = f"{recipe} rms={rms} fused={fused}"
+            assert called, f"{label}: the local rows did not go through the kernels"
+            assert torch.equal(data.view(torch.uint8), data1.view(torch.uint8)), label
+            torch.testing.assert_close(scale, scale1, rtol=4 * 2.0 ** -23, atol=0, msg=label)
+            if fused:
+                torch.testing.assert_close(h, h1, rtol=0, atol=0)
+            for name, ours, one in zip("xrwb", grads, grads1):
+                assert (ours is None) == (one is None), (label, name)
+                if one is not None:
+                    torch.testing.assert_close(ours, one, rtol=1e-5, atol=1e-5, msg=f"{label}: d{name}")
+        # Placements that are not row-local (a shard of the normalized dim), and scales laid out
+        # over the flattened rows (column-major): the reference, on DTensor's ops; one process's data.
+        for placement, recipe in ((Shard(2), FP8Recipe("per_token")), (Shard(1), FP8Recipe("per_group",
+                                                                                         column_major_scales=True))):
+            launches.clear()
+            out = F.rms_norm_fp8(distribute_tensor(x, mesh, [placement]), distribute_tensor(w, mesh, [Replicate()]),
+                                 recipe=recipe)
+            assert not launches, (placement, recipe)
+            one = F.rms_norm_fp8(x, w, recipe=recipe)
+            assert torch.equal(_gathered(out.data).view(torch.uint8), one.data.view(torch.uint8)), (placement, recipe)
+    finally:
+        kernel_ops.norm_fp8_door = real
 
 
 def test_fp8_norms_on_row_sharded_dtensors():

@@ -294,9 +294,12 @@ if __name__ == "__main__":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     from torch.distributed.device_mesh import init_device_mesh
 
+    from .test_tensor_parallel import _fp8_rows_sharded
+
     try:
-        _matrix(init_device_mesh(device, (dist.get_world_size(),)), device, (torch.float32, torch.bfloat16),
-                compile_too=False)
+        mesh = init_device_mesh(device, (dist.get_world_size(),))
+        _matrix(mesh, device, (torch.float32, torch.bfloat16), compile_too=False)
+        _fp8_rows_sharded(mesh, device)  # (the FP8 norms' kernels on each rank's rows, and their two passes)
         print(f"rank {dist.get_rank()}: every case agrees", flush=True)
     finally:
         dist.destroy_process_group()

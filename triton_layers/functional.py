@@ -21,7 +21,8 @@ from ._checks import (
 from .calls.tracing import tracing
 from ._values import check_k_within_row
 from .fp8 import GROUP_SIZE, FP8Recipe, FP8Rows, reference_activation
-from .calls.eager import OpRouter, KernelRoute, subclass_of
+from .calls.eager import OpRouter, KernelRoute, is_dtensor, subclass_of
+from ._fp8_shards import on_shards
 
 __all__ = ["layer_norm", "rms_norm", "layer_norm_fp8", "rms_norm_fp8", "softmax", "weighted_sum", "coor_descent", "uses_kernels"]
 
@@ -209,6 +210,12 @@ def _norm_fp8_route(x, weight, bias, residual, scale, eps, residual_dtype, recip
     eps = _checked_eps(eps, rms, normalized_dtype)
     out_dtype = (torch.promote_types(normalized_dtype, weight.dtype) if cast_before_weight and weight is not None
                  else normalized_dtype)  # (the activation's nominal dtype: what the norm would write)
+    if use_triton is not False and is_dtensor(type(x)) and not tracing():  # (rows sharded: each rank's own)
+        rows = on_shards(lambda x, weight, bias, residual, scale, recipe: _norm_fp8(
+            x, weight, bias, eps, residual, residual_dtype, recipe, scale, use_triton, rms=rms,
+            unit_offset=unit_offset, cast_before_weight=cast_before_weight), x, weight, bias, residual, scale, recipe)
+        if rows is not None:
+            return rows
     float64 = float64_among(("x", "weight", "bias", "residual", "residual_dtype"), x, weight, bias, residual,
                             residual_dtype)
     autograd = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))
