@@ -618,16 +618,22 @@ def _fp8_rows_sharded(mesh, device) -> None:
                 assert (ours is None) == (one is None), (label, name)
                 if one is not None:
                     torch.testing.assert_close(ours, one, rtol=1e-5, atol=1e-5, msg=f"{label}: d{name}")
-        # Placements that are not row-local (a shard of the normalized dim), and scales laid out
-        # over the flattened rows (column-major): the reference, on DTensor's ops; one process's data.
-        for placement, recipe in ((Shard(2), FP8Recipe("per_token")), (Shard(1), FP8Recipe("per_group",
-                                                                                         column_major_scales=True))):
+        # Placements that are not row-local (a shard of the normalized dim), and layouts over the
+        # flattened rows (column-major scales, the transposed copy): replicated first, then the
+        # kernels on the whole on every rank; one process's results, replicated.
+        for placement, recipe in ((Shard(2), FP8Recipe("per_token")),
+                                  (Shard(1), FP8Recipe("per_group", column_major_scales=True)),
+                                  (Shard(1), FP8Recipe("per_group", transposed=True))):
             launches.clear()
             out = F.rms_norm_fp8(distribute_tensor(x, mesh, [placement]), distribute_tensor(w, mesh, [Replicate()]),
                                  recipe=recipe)
-            assert not launches, (placement, recipe)
+            assert launches and all(t.placements == (Replicate(),) for t in (out.data, out.scale)), (placement, recipe)
             one = F.rms_norm_fp8(x, w, recipe=recipe)
-            assert torch.equal(_gathered(out.data).view(torch.uint8), one.data.view(torch.uint8)), (placement, recipe)
+            assert torch.equal(out.data.to_local().view(torch.uint8), one.data.view(torch.uint8)), (placement, recipe)
+            assert torch.equal(out.scale.to_local(), one.scale) and out.scale.to_local().stride() == one.scale.stride()
+            if recipe.transposed:
+                assert torch.equal(out.data_t.to_local().view(torch.uint8), one.data_t.view(torch.uint8))
+                assert torch.equal(out.scale_t.to_local(), one.scale_t)
     finally:
         kernel_ops.norm_fp8_door = real
 

@@ -17,8 +17,10 @@ it once and communicate nothing.
 
 Where the placements are not row-local (a shard of the normalized dim, a ``Partial`` input,
 a residual placed otherwise than ``x``, a parameter not replicated) or the scales' layout
-flattens the rows (column-major per-group scales, the transposed copy), :func:`on_shards`
-returns None and the caller takes the reference, which DTensor's own ops compute.
+flattens the rows (column-major per-group scales, the transposed copy), every tensor is
+replicated first (DTensor's own fallback for placements no rule takes: the rows gathered) and
+the kernels run on the whole on every rank, with every result replicated. A call that mixes
+plain tensors with DTensors is the reference's, which DTensor refuses or takes.
 """
 from __future__ import annotations
 
@@ -30,20 +32,24 @@ from torch import Tensor
 from .fp8 import GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows
 
 
-def _row_local(x, residual, params, recipe: FP8Recipe) -> bool:
-    """Whether the call can run on each rank's rows as they are placed."""
+def _on_mesh(x, residual, params) -> bool:
+    """Whether every tensor of the call is a DTensor on ``x``'s mesh (or None)."""
     from torch.distributed.tensor import DTensor
 
+    return all(t is None or (isinstance(t, DTensor) and t.device_mesh == x.device_mesh)
+               for t in (residual, *params))
+
+
+def _row_local(x, residual, params, recipe: FP8Recipe) -> bool:
+    """Whether the call can run on each rank's rows as they are placed."""
     if recipe.column_major_scales or recipe.transposed:
         return False  # (their layouts flatten the rows: not a shard of the global result's)
-    mesh, places, last = x.device_mesh, tuple(x.placements), x.ndim - 1
+    places, last = tuple(x.placements), x.ndim - 1
     if not all(p.is_replicate() or (p.is_shard() and p.dim < last) for p in places):
         return False
-    if residual is not None and not (isinstance(residual, DTensor) and residual.device_mesh == mesh
-                                     and tuple(residual.placements) == places):
+    if residual is not None and tuple(residual.placements) != places:
         return False
-    return all(t is None or (isinstance(t, DTensor) and t.device_mesh == mesh
-                             and all(p.is_replicate() for p in t.placements)) for t in params)
+    return all(t is None or all(p.is_replicate() for p in t.placements) for t in params)
 
 
 class _OnShards(torch.autograd.Function):
@@ -70,13 +76,21 @@ class _OnShards(torch.autograd.Function):
 def on_shards(norm: Callable[..., FP8Rows], x, weight, bias, residual, scale, recipe: FP8Recipe) -> Optional[FP8Rows]:
     """``norm(x, weight, bias, residual, scale, recipe)`` (the functional FP8 norm on plain
     tensors) on each rank's local rows of the DTensor ``x``, with the results as DTensors
-    placed as ``x`` (the module docstring); None where the placements are not row-local."""
+    placed as ``x``, or on the whole, replicated (the module docstring); None where a tensor of
+    the call is not a DTensor on ``x``'s mesh."""
     from torch.distributed import _functional_collectives as funcol
     from torch.distributed.tensor import DTensor, Partial, Replicate
 
+    if not _on_mesh(x, residual, (weight, bias, scale)):
+        return None  # (plain tensors beside DTensors: the reference, which DTensor refuses or takes)
+    mesh = x.device_mesh
     if not _row_local(x, residual, (weight, bias, scale), recipe):
-        return None
-    mesh, places = x.device_mesh, tuple(x.placements)
+        # Replicated first (an all-gather of the rows, an all-reduce of a Partial input), then
+        # the kernels on the whole tensor on every rank, every result replicated.
+        whole = [Replicate()] * mesh.ndim
+        x, residual, weight, bias, scale = (None if t is None else t.redistribute(mesh, whole)
+                                            for t in (x, residual, weight, bias, scale))
+    places = tuple(x.placements)
     sharded = [i for i, p in enumerate(places) if p.is_shard()]
     # A replicated parameter's gradient from this rank's rows is its part of the sum over the
     # mesh dims that shard the rows (DTensor, or FSDP2, sums it), the whole gradient on the others.
@@ -98,9 +112,10 @@ def on_shards(norm: Callable[..., FP8Rows], x, weight, bias, residual, scale, re
     def placed(t: Optional[Tensor], shape: tuple, as_x: bool = True) -> Optional[Tensor]:
         if t is None:
             return None
+        if not as_x or not sharded:  # (replicated: the local tensor is the whole, its layout too)
+            return DTensor.from_local(t, mesh, [Replicate()] * mesh.ndim, run_check=False)
         strides = torch.empty(shape, device="meta").stride()
-        return DTensor.from_local(t, mesh, places if as_x else [Replicate()] * mesh.ndim, run_check=False,
-                                  shape=torch.Size(shape), stride=strides)
+        return DTensor.from_local(t, mesh, places, run_check=False, shape=torch.Size(shape), stride=strides)
 
     lead, n_cols = tuple(x.shape[:-1]), x.shape[-1]
     data = placed(out.data, tuple(x.shape))
@@ -112,4 +127,5 @@ def on_shards(norm: Callable[..., FP8Rows], x, weight, bias, residual, scale, re
     activation = None
     if out.activation is not None:
         activation = _OnShards.apply(out.activation, data, scales, recipe.granularity, out.activation.dtype, places)
-    return FP8Rows(data, scales, h, activation)
+    return FP8Rows(data, scales, h, activation, placed(out.data_t, (), as_x=False),
+                   placed(out.scale_t, (), as_x=False))
