@@ -36,7 +36,9 @@ Rows go to ``tp_step.csv`` and the top kernels of each variant's profile to
 ``nn.RMSNorm`` under torch's ``SequenceParallel`` against ``TritonRMSNorm`` under the same
 style (``rmsnorm``), and the residual add then ``nn.RMSNorm`` against our fused
 ``norm(a, residual=x)`` under ``triton_layers.parallel.SequenceParallel``
-(``add_rmsnorm``). Inputs and output gradients are DTensors sharded on the sequence, as
+(``add_rmsnorm``), and the FP8 per-token RMSNorm on the same shards, its reference (torch's
+ops on the DTensors) against the kernels on each rank's rows (``rmsnorm_fp8_per_token``,
+its gradient through the activation). Inputs and output gradients are DTensors sharded on the sequence, as
 the plan hands them over; the gradients of the inputs and the weight are taken with
 ``torch.autograd.grad``. At these sizes the GPU finishes each call's kernels long before
 the host issues the next, so the time per call is the host's: ``benchmarks.bench_host``'s
@@ -333,9 +335,10 @@ def table(rows: list[Row]) -> list[str]:
 
 
 def call_steps(size: Size, mesh, device: torch.device) -> dict[str, dict[str, Callable[[], object]]]:
-    """Per case (``rmsnorm``, ``add_rmsnorm``), per impl: one norm call's forward and backward
-    on DTensor inputs sharded on the sequence, as the step's plan makes them (see the module's
-    docstring, ``--per-call``)."""
+    """Per case (``rmsnorm``, ``add_rmsnorm``, ``rmsnorm_fp8_per_token``), per impl: one norm
+    call's forward and backward on DTensor inputs sharded on the sequence, as the step's plan
+    makes them (see the module's docstring, ``--per-call``; the FP8 case's "torch" is our
+    reference, torch's ops on the DTensors, where no torch module writes FP8)."""
     from torch.distributed.tensor import DTensor, Shard
     from torch.distributed.tensor.parallel import SequenceParallel as TorchSequenceParallel, parallelize_module
 
@@ -370,11 +373,25 @@ def call_steps(size: Size, mesh, device: torch.device) -> dict[str, dict[str, Ca
     def fused(m: nn.Module) -> Callable[[], object]:
         return lambda: torch.autograd.grad(m(a, residual=x), (x, a, m.weight), (dy, dh))
 
+    def fp8(use_triton: bool) -> Callable[[], object]:
+        # (the FP8 per-token norm on the same shards: the kernels on each rank's rows, or the
+        # reference in torch's ops on the DTensors)
+        from torch.distributed.tensor import Replicate
+
+        from triton_layers import FP8Recipe, functional as F
+
+        weight = DTensor.from_local((1 + 0.1 * torch.randn(size.hidden, device=device)).to(dtype), mesh,
+                                    [Replicate()], run_check=False).requires_grad_()
+        recipe = FP8Recipe("per_token")
+        return lambda: torch.autograd.grad(
+            F.rms_norm_fp8(x, weight, recipe=recipe, use_triton=use_triton).activation, (x, weight), dy)
+
     return {
         "rmsnorm": {"torch": plain(norm("torch", TorchSequenceParallel())),
                     "triton_layers": plain(norm("triton_layers", TorchSequenceParallel()))},
         "add_rmsnorm": {"torch": torch_add(norm("torch", TorchSequenceParallel())),
                         "triton_layers": fused(norm("triton_layers", ResidualSequenceParallel()))},
+        "rmsnorm_fp8_per_token": {"torch": fp8(False), "triton_layers": fp8(None)},
     }
 
 

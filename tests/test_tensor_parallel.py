@@ -524,7 +524,7 @@ def test_the_tp_step_benchmark_dry_runs(tmp_path):
     with open(tmp_path / "tp_call.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["case"], r["impl"]) for r in rows] == [
-        (c, i) for c in ("rmsnorm", "add_rmsnorm") for i in ("torch", "triton_layers")]
+        (c, i) for c in ("rmsnorm", "add_rmsnorm", "rmsnorm_fp8_per_token") for i in ("torch", "triton_layers")]
     assert all(float(r["host_us"]) > 0 for r in rows) and (tmp_path / "tp_call_profile.txt").exists()
 
 

@@ -29,6 +29,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from .calls.dtensor import wrap
 from .fp8 import GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows
 
 
@@ -52,25 +53,56 @@ def _row_local(x, residual, params, recipe: FP8Recipe) -> bool:
     return all(t is None or all(p.is_replicate() for p in t.placements) for t in params)
 
 
+class _Locals(torch.autograd.Function):
+    """The local tensors of the call's DTensors (one autograd node, where ``to_local`` makes
+    one per tensor and its backward a ``from_local`` per gradient); their gradients come back
+    as DTensors placed by ``grad_places`` (x's and the residual's as x, a parameter's
+    ``Partial`` over the mesh dims that shard the rows)."""
+
+    @staticmethod
+    def forward(ctx, grad_places: tuple, *dtensors):
+        ctx.set_materialize_grads(False)
+        ctx.meta = tuple(None if t is None else (t.device_mesh, places, tuple(t.shape))
+                         for t, places in zip(dtensors, grad_places))
+        # (fresh tensor objects, as to_local returns: autograd writes its metadata into them)
+        return tuple(None if t is None else t._local_tensor.view_as(t._local_tensor) for t in dtensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, *(None if g is None or meta is None else wrap(g, *meta) for g, meta in zip(grads, ctx.meta)))
+
+
 class _OnShards(torch.autograd.Function):
-    """The global FP8 activation, made of the local one: its gradient (a DTensor) reaches the
-    local activation as this rank's rows, placed as x's."""
+    """This rank's FP8 activation and h as the global ones (one autograd node): the activation
+    an :class:`FP8Activation` of the global data and scales, h a DTensor placed as x; their
+    gradients (DTensors) reach the local ones as this rank's rows, placed as x's."""
 
     @staticmethod
-    def forward(ctx, local: FP8Activation, data: Tensor, scale: Tensor, granularity: str, dtype: torch.dtype,
-                places: tuple):
+    def forward(ctx, local_activation: Optional[Tensor], local_h: Optional[Tensor], data: Tensor, scale: Tensor,
+                granularity: str, places: tuple, shape: tuple):
         ctx.mesh, ctx.places = data.device_mesh, places
-        return FP8Activation(data, scale, granularity, dtype)
+        activation = None if local_activation is None else FP8Activation(data, scale, granularity,
+                                                                         local_activation.dtype)
+        h = None if local_h is None else wrap(local_h, ctx.mesh, places, shape)
+        return activation, h
 
     @staticmethod
-    def backward(ctx, d_activation):
-        from torch.distributed.tensor import DTensor
+    def backward(ctx, d_activation, d_h):
+        return (_local(ctx, d_activation, "an FP8 activation"), _local(ctx, d_h, "h"),
+                None, None, None, None, None)
 
-        if not isinstance(d_activation, DTensor):
-            raise TypeError("the gradient of an FP8 activation of DTensors must be a DTensor; got a "
-                            f"{type(d_activation).__name__}")
-        local = d_activation.redistribute(ctx.mesh, ctx.places).to_local()
-        return local, None, None, None, None, None
+
+def _local(ctx, grad: Optional[Tensor], of: str) -> Optional[Tensor]:
+    """This rank's rows of a gradient placed as x's (moved there first if placed otherwise)."""
+    from torch.distributed.tensor import DTensor
+
+    if grad is None:
+        return None
+    if not isinstance(grad, DTensor):
+        raise TypeError(f"the gradient of {of} of DTensors must be a DTensor; got a {type(grad).__name__}")
+    if tuple(grad.placements) != ctx.places:
+        grad = grad.redistribute(ctx.mesh, ctx.places)
+    return grad.to_local()
 
 
 def on_shards(norm: Callable[..., FP8Rows], x, weight, bias, residual, scale, recipe: FP8Recipe) -> Optional[FP8Rows]:
@@ -79,7 +111,7 @@ def on_shards(norm: Callable[..., FP8Rows], x, weight, bias, residual, scale, re
     placed as ``x``, or on the whole, replicated (the module docstring); None where a tensor of
     the call is not a DTensor on ``x``'s mesh."""
     from torch.distributed import _functional_collectives as funcol
-    from torch.distributed.tensor import DTensor, Partial, Replicate
+    from torch.distributed.tensor import Partial, Replicate
 
     if not _on_mesh(x, residual, (weight, bias, scale)):
         return None  # (plain tensors beside DTensors: the reference, which DTensor refuses or takes)
@@ -94,11 +126,9 @@ def on_shards(norm: Callable[..., FP8Rows], x, weight, bias, residual, scale, re
     sharded = [i for i, p in enumerate(places) if p.is_shard()]
     # A replicated parameter's gradient from this rank's rows is its part of the sum over the
     # mesh dims that shard the rows (DTensor, or FSDP2, sums it), the whole gradient on the others.
-    param_grad = [Partial() if p.is_shard() else Replicate() for p in places]
-    xl = x.to_local()
-    rl = None if residual is None else residual.to_local()
-    wl, bl = (None if t is None else t.to_local(grad_placements=param_grad) for t in (weight, bias))
-    sl = None if scale is None else scale.to_local()
+    param_grad = tuple(Partial() if p.is_shard() else Replicate() for p in places)
+    xl, rl, wl, bl, sl = _Locals.apply((places, places, param_grad, param_grad, places),
+                                       x, residual, weight, bias, scale)
     if recipe.granularity == "per_tensor" and scale is None and sharded:
         with torch.no_grad():  # (the local amax's scale; its data thrown away)
             local_scale = norm(xl, wl, bl, rl, None, recipe).scale
@@ -112,10 +142,7 @@ def on_shards(norm: Callable[..., FP8Rows], x, weight, bias, residual, scale, re
     def placed(t: Optional[Tensor], shape: tuple, as_x: bool = True) -> Optional[Tensor]:
         if t is None:
             return None
-        if not as_x or not sharded:  # (replicated: the local tensor is the whole, its layout too)
-            return DTensor.from_local(t, mesh, [Replicate()] * mesh.ndim, run_check=False)
-        strides = torch.empty(shape, device="meta").stride()
-        return DTensor.from_local(t, mesh, places, run_check=False, shape=torch.Size(shape), stride=strides)
+        return wrap(t, mesh, places if as_x and sharded else [Replicate()] * mesh.ndim, shape)
 
     lead, n_cols = tuple(x.shape[:-1]), x.shape[-1]
     data = placed(out.data, tuple(x.shape))
@@ -123,9 +150,8 @@ def on_shards(norm: Callable[..., FP8Rows], x, weight, bias, residual, scale, re
         scales = placed(out.scale, tuple(out.scale.shape), as_x=False)
     else:
         scales = placed(out.scale, (*lead, 1 if recipe.granularity == "per_token" else n_cols // GROUP_SIZE))
-    h = placed(out.h, tuple(x.shape))
-    activation = None
-    if out.activation is not None:
-        activation = _OnShards.apply(out.activation, data, scales, recipe.granularity, out.activation.dtype, places)
+    activation, h = out.activation, out.h
+    if activation is not None or h is not None:
+        activation, h = _OnShards.apply(activation, h, data, scales, recipe.granularity, places, tuple(x.shape))
     return FP8Rows(data, scales, h, activation, placed(out.data_t, (), as_x=False),
                    placed(out.scale_t, (), as_x=False))

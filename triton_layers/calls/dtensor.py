@@ -40,7 +40,7 @@ from torch import Tensor
 from . import eager as _eager
 from .sharding import forward_rule
 
-__all__ = ["NOT_LOCAL", "Door", "call", "door_for", "run", "local_tensors"]
+__all__ = ["NOT_LOCAL", "Door", "call", "door_for", "run", "local_tensors", "wrap"]
 
 NOT_LOCAL = object()
 """:func:`call`'s answer for a call this door does not take."""
@@ -280,6 +280,24 @@ def _new(DTensor, local: Tensor, spec, requires_grad: bool):
     constructor): its ``__init__`` does nothing but Tensor's, behind a torch.compile guard that
     costs microseconds a call, and this door never runs under tracing."""
     return DTensor.__new__(DTensor, local, spec, requires_grad=requires_grad)
+
+
+def wrap(local: Tensor, mesh, placements: tuple, shape: tuple) -> Tensor:
+    """The DTensor of global ``shape`` (contiguous) whose local tensor on this rank is
+    ``local``, placed by ``placements``, with no autograd node and no check (as
+    ``from_local(run_check=False)`` builds it, less its autograd Function: for results that
+    carry no gradient, or inside an autograd Function of the caller's). A replicated one takes
+    ``local``'s own shape and strides (a column-major layout kept); a sharded one is row-major
+    (``local`` copied contiguous where it is not)."""
+    DTensor = _dtensor_api()[0]
+    if all(p.is_replicate() for p in placements):
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+        spec = DTensorSpec(mesh, tuple(placements), tensor_meta=TensorMeta(local.shape, local.stride(), local.dtype))
+    else:  # (sharded: the global layout row-major, as the local one is made to be)
+        local = local.contiguous()
+        spec = _copy(_spec(mesh, tuple(placements), torch.Size(shape), local.dtype))
+    return _new(DTensor, local, spec, requires_grad=False)
 
 
 def _contiguous_strides(shape) -> tuple:
