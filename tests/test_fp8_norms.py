@@ -511,3 +511,22 @@ BAD_INPUTS = [
          lambda rows: _check_fp8_empty(rows)),
 ]
 test_bad_input = bad.tests_of(BAD_INPUTS)
+
+
+def test_the_straight_through_backward_keeps_its_plan():
+    """The norms' backward under an FP8 activation is planned once per layout and kept (the
+    norm op's own plan cache), and a kept plan equals a fresh one (checked plans)."""
+    from triton_layers.calls import eager
+    from triton_layers.kernels import layer_norm as norms
+
+    if not F.uses_kernels(torch.empty(1, device=DEVICE)):
+        pytest.skip("the kernels do not run here")
+    x = torch.randn(4, 256, device=DEVICE, requires_grad=True)
+    w = (1 + 0.1 * torch.randn(256, device=DEVICE)).requires_grad_()
+    cache = norms.norm._door_plans
+    cache.clear()
+    with eager.checking_plans():
+        for _ in range(3):
+            out = F.rms_norm_fp8(x, w, recipe=FP8Recipe())
+            out.activation.float().sum().backward()
+    assert len([key for key in cache if key[0] == "backward"]) == 1

@@ -102,6 +102,12 @@ class Op:
         plan = self._door_plans.planned(key, lambda: d.plan_backward(grads, needs, *saved))
         return d.run_backward(direct, plan, grads, needs, *saved)
 
+    def planned_backward(self, grads: tuple, needs: dict, saved: tuple) -> dict:
+        """:meth:`backward`, launched directly, by a plan kept as the compiled door's body keeps
+        its own (:meth:`_door_backward`): for a backward run outside this op's doors, on plain
+        tensors a kernel may read now (the FP8 norms' straight-through runs the norms' own)."""
+        return self._door_backward(direct, grads, needs, saved)
+
     def call_on_shards(self, door, shards: tuple, args: tuple):
         """The op on DTensor ``args`` (the DTensor door's: ``_dtensor_eager.call``), run on
         their local ``shards`` (plain tensors a kernel may read now, of ``door.plan``'s

@@ -74,7 +74,7 @@ from ..fp8 import AMAX_FLOOR, GROUP_SIZE, FP8Activation, FP8Recipe, FP8Rows, new
 from . import _common
 from ..calls import doors as _doors, eager as _eager
 from ..calls.description import OpDescription
-from ..calls.fast_launch import KernelCall, direct
+from ..calls.fast_launch import KernelCall
 from . import _layer_norm_rules as _rules
 from . import layer_norm as _norms
 from ._norm_helpers import affine, div, load_chunk, load_input
@@ -597,7 +597,7 @@ class _StraightThrough(torch.autograd.Function):
             # create_graph=True, or a gradient of another subclass: the norm's backward in torch ops
             out = op.backward_graph(grads, needs, saved)
         else:
-            out = op.backward(direct, plain, needs, *saved)
+            out = op.planned_backward(plain, needs, saved)  # (a plan per layout, kept: not made per call)
         return (None, *[out[name].to(dtype) if need else None
                         for name, need, dtype in zip(("x", "residual", "weight", "bias"), asked, ctx.dtypes)],
                 *([None] * 8))
