@@ -618,6 +618,20 @@ def _fp8_rows_sharded(mesh, device) -> None:
                 assert (ours is None) == (one is None), (label, name)
                 if one is not None:
                     torch.testing.assert_close(ours, one, rtol=1e-5, atol=1e-5, msg=f"{label}: d{name}")
+        # A rank with no rows (one row of sequence over the ranks): its empty shard still joins the
+        # per-tensor scale's all-reduce (the floor's scale), and the gradients are one process's.
+        for recipe in (FP8Recipe("per_tensor"), FP8Recipe("per_token")):
+            x1 = x[:, :1].contiguous()
+            xs = distribute_tensor(x1, mesh, [Shard(1)]).requires_grad_()
+            ws = distribute_tensor(w, mesh, [Replicate()]).requires_grad_()
+            out = F.rms_norm_fp8(xs, ws, recipe=recipe)
+            out.activation.float().sum().backward()
+            xo, wo = x1.clone().requires_grad_(), w.clone().requires_grad_()
+            one = F.rms_norm_fp8(xo, wo, recipe=recipe)
+            one.activation.float().sum().backward()
+            assert torch.equal(_gathered(out.data).view(torch.uint8), one.data.view(torch.uint8)), recipe
+            torch.testing.assert_close(_gathered(xs.grad), xo.grad, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(_gathered(ws.grad), wo.grad, rtol=1e-5, atol=1e-5)
         # Placements that are not row-local (a shard of the normalized dim), and layouts over the
         # flattened rows (column-major scales, the transposed copy): replicated first, then the
         # kernels on the whole on every rank; one process's results, replicated.
