@@ -38,8 +38,8 @@ style (``rmsnorm``), and the residual add then ``nn.RMSNorm`` against our fused
 ``norm(a, residual=x)`` under ``triton_layers.parallel.SequenceParallel``
 (``add_rmsnorm``), and the FP8 per-token RMSNorm on the same shards, its reference (torch's
 ops on the DTensors) against the kernels on each rank's rows (``rmsnorm_fp8_per_token``,
-its gradient through the activation). Inputs and output gradients are DTensors sharded on the sequence, as
-the plan hands them over; the gradients of the inputs and the weight are taken with
+its gradient through the activation). Inputs and output gradients are DTensors sharded on
+the sequence, as the plan hands them over; the gradients of the inputs and the weight are taken with
 ``torch.autograd.grad``. At these sizes the GPU finishes each call's kernels long before
 the host issues the next, so the time per call is the host's: ``benchmarks.bench_host``'s
 loop (calls, then one sync; the impls interleaved over rounds: median and min-max). Rows go

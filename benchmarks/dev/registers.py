@@ -16,9 +16,10 @@ The forms are the bench files' own: each op part's ``kernel_inputs`` (its cases'
 kernel ops, :func:`rows`), so a new ``bench_<op>.py`` brings its forms without an edit here.
 
 Run: python -m benchmarks.dev.registers [--ops <kernel ops>] [--shapes 64x256,...] [--dtypes float32]
-     (--ops: the kernel ops of kernels/ops.py, or the benchmarks' names, every one python -m benchmarks takes and the ops of their rows:
-     --ops layernorm,norms,rmsnorm,train_step,...: the kernel ops each runs, at their benchmarks' shapes)
      [--spills-only]
+     (--ops: the kernel ops of kernels/ops.py, or the benchmarks' names, every one python -m
+     benchmarks takes and the ops of their rows: --ops layernorm,norms,rmsnorm,train_step,...:
+     the kernel ops each runs, at their benchmarks' shapes)
 """
 from __future__ import annotations
 
