@@ -13,7 +13,9 @@ Shapes, bf16 by default (``--dtypes`` as the other benchmarks):
   implementation gets the view as a model hands it (ours reads it in place; a peer that needs
   rows copies it, or fails: an empty cell). Bytes 2*T*H*D*s, as the contiguous rows.
 
-Ops and bytes as ``bench_norms`` (rmsnorm: 2*M*D*s; add_rmsnorm: 4*M*D*s), forward alone.
+Ops and bytes as ``bench_norms`` (rmsnorm: 2*M*D*s; add_rmsnorm: 4*M*D*s), forward alone;
+``layernorm`` (weight and bias away from 1 and 0, bytes 2*M*D*s) at the decoder's shapes, with
+``bench_layernorm``'s implementations (ours, torch, torch.compile, Liger).
 
 ``chain``: the norms between other kernels, as a decoder runs them: ``y = rmsnorm(h)``, then
 ``CHAIN_LAYERS`` times ``y, h = add_rmsnorm(y @ W, h)`` (W: D x D), all in one CUDA graph; rows
@@ -41,7 +43,7 @@ from typing import Callable, Optional
 
 import torch
 
-from benchmarks import bench_norms, harness
+from benchmarks import bench_layernorm, bench_norms, harness
 from triton_layers import launch_config
 
 OP = "decode_norms"
@@ -52,7 +54,8 @@ QK_STRIDED_SHAPES = [(1, 32, 128), (64, 32, 128), (4608, 48, 128)]  # (tokens, h
 QUICK_QK_STRIDED_SHAPES = [(64, 32, 128)]
 SHAPES = HIDDEN_SHAPES + QK_SHAPES
 QUICK_SHAPES = [(8, 4096), (32, 128)]
-OPS = ("rmsnorm", "add_rmsnorm")
+OPS = ("rmsnorm", "add_rmsnorm")  # (the chains' two norms)
+LAYERNORM = "layernorm"
 CHAIN, NORM_CHAIN = "chain", "norm_chain"
 CHAIN_LAYERS = 8
 CHAIN_SHAPES = [(rows, d) for d in (2048, 4096) for rows in (1, 8, 64)]
@@ -62,11 +65,14 @@ NO_PDL = dataclasses.replace(launch_config.DEFAULT, pdl=False)
 
 
 def cases(opts: argparse.Namespace) -> list[tuple[str, torch.dtype, tuple[int, int]]]:
-    """(op, dtype, (rows, row length)) of a run; the QK-norm shapes take no residual."""
+    """(op, dtype, (rows, row length)) of a run; the QK-norm shapes take no residual, and only
+    RMSNorm runs them."""
     keys = harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)
     chain = harness.dtype_shape_cases(opts, CHAIN_SHAPES, QUICK_CHAIN_SHAPES)
     return ([(op, dtype, shape) for op in OPS for dtype, shape in keys
              if op == "rmsnorm" or shape in HIDDEN_SHAPES or shape in QUICK_SHAPES[:1]]
+            + [(LAYERNORM, dtype, shape) for dtype, shape in keys
+               if shape in HIDDEN_SHAPES or shape in QUICK_SHAPES[:1]]
             + [(op, dtype, shape) for op in (CHAIN, NORM_CHAIN) for dtype, shape in chain]
             + [(QK_STRIDED, dtype, shape)
                for dtype, shape in harness.dtype_shape_cases(opts, QK_STRIDED_SHAPES, QUICK_QK_STRIDED_SHAPES)])
@@ -109,11 +115,13 @@ def _no_pdl(fn: Callable) -> Callable:
 
 
 def implementations(opts: argparse.Namespace) -> dict:
-    """bench_norms' implementations of the single ops (ours, torch, torch.compile, Liger); the
-    chain from each one's pair of norms, compile's compiled whole, ours also without PDL, and
-    the matmuls alone."""
+    """bench_norms' implementations of the single ops (ours, torch, torch.compile, Liger) and
+    bench_layernorm's of LayerNorm; the chain from each one's pair of norms, compile's compiled
+    whole, ours also without PDL, and the matmuls alone."""
     impls = {name: {op: fns[op] for op in OPS if op in fns}
              for name, fns in bench_norms.implementations(opts).items()}
+    for name, fn in bench_layernorm.implementations(opts).items():
+        impls.setdefault(name, {})[LAYERNORM] = fn
     chains = {CHAIN: _chain, NORM_CHAIN: _norm_chain}
     for name, fns in impls.items():
         if name != "compile" and all(op in fns for op in OPS):
@@ -145,6 +153,9 @@ def build(key: tuple[str, torch.dtype, tuple[int, int]], device: torch.device) -
     elif op == NORM_CHAIN:
         inputs = [x, w]
         nbytes = (2 + 4 * CHAIN_LAYERS) * m * d * s
+    elif op == LAYERNORM:
+        inputs = [x, w, (0.1 * torch.randn(d, device=device)).to(dtype)]
+        nbytes = 2 * m * d * s
     else:
         inputs = [x, w] if op == "rmsnorm" else [x, torch.randn_like(x), w]
         nbytes = (2 if op == "rmsnorm" else 4) * m * d * s

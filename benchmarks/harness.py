@@ -37,6 +37,7 @@ import contextlib
 import csv
 import dataclasses
 import os
+import statistics
 import sys
 from types import ModuleType
 from typing import Callable, Iterable, Optional
@@ -66,6 +67,10 @@ class Result:
     gbps: float  # bytes model / gpu_us
     pct_copy: float  # gbps / copy bandwidth of this run
     peak_mib: float = NAN  # peak extra memory, where measured
+    # with --repeats N > 1: gpu_us is the median of N GPU timings (the implementations taking
+    # turns, run_cases), these their min and max; nan with one timing
+    gpu_us_min: float = NAN
+    gpu_us_max: float = NAN
 
 
 @dataclasses.dataclass
@@ -110,6 +115,10 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="folder for the CSVs (default: benchmarks/results/<gpu>, e.g. h100, h200, "
                              "from the device name)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile peers")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="GPU timings per cell, the implementations of a case taking turns (ABBA): the "
+                             "median and the min-max in the CSV (calls of a few us differ between timings by "
+                             "more than between implementations)")
     return parser
 
 
@@ -226,13 +235,16 @@ def run_cases(bench: ModuleType, opts: argparse.Namespace, copy_gbps: float,
 
     A peer that fails a direction (e.g. an unsupported shape) gets a nan row there and for
     its later directions of that case (a backward cannot run without its forward). Where
-    implementations are op -> callable, a case runs those that have its op (``Case.op``)."""
+    implementations are op -> callable, a case runs those that have its op (``Case.op``).
+    With ``opts.repeats`` > 1, each cell's GPU time is taken that many times, in rounds over the
+    case's cells (:func:`repeat_gpu_times`)."""
     impls = bench.implementations(opts)
     results: list[Result] = []
     for key in bench.cases(opts):
         case = bench.build(key, device())
         op = case.op or bench.OP
         progress(f"{op} {case.shape} {dtype_name(case.dtype)}")
+        cells = []  # (Result, make, direction) of this case
         for name, impl in impls.items():
             if isinstance(impl, dict):  # one callable per op: a peer without this op has no row
                 if op not in impl:
@@ -241,16 +253,43 @@ def run_cases(bench: ModuleType, opts: argparse.Namespace, copy_gbps: float,
             failed = False
             for k, direction in enumerate(case.directions):
                 check = case.check if k == 0 else None
-                res = measure(op, case, direction, name, lambda: direction.make(impl), copy_gbps,
-                              opts.quick, skip=failed, check=check)
+                make = (lambda direction=direction, impl=impl: direction.make(impl))
+                res = measure(op, case, direction, name, make, copy_gbps, opts.quick, skip=failed, check=check)
                 failed = failed or res.us != res.us
-                results.append(res)
+                cells.append((res, make, direction))
             for direction in case.directions:
                 _reset(direction.grad_to_none)
-        del case
+        results += repeat_gpu_times(cells, getattr(opts, "repeats", 1), copy_gbps)
+        del case, cells
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return results
+
+
+def repeat_gpu_times(cells: list[tuple[Result, Callable[[], Callable[[], object]], "Direction"]], repeats: int,
+                     copy_gbps: float) -> list[Result]:
+    """The cells' Results, each with ``repeats`` GPU timings in all: after the first (``measure``'s),
+    ``repeats - 1`` rounds over the cells that have a GPU time, in reverse order every other round
+    (A B B A ...: no cell always runs right after another), quick timings. Each Result's GPU time
+    becomes the median, with the min and max, and its GB/s and % of copy follow the median."""
+    timed = [c for c in cells if c[0].gpu_us == c[0].gpu_us]
+    if repeats <= 1 or not timed:
+        return [c[0] for c in cells]
+    times = {id(res): [res.gpu_us] for res, _, _ in timed}
+    for k in range(1, repeats):
+        for res, make, direction in (timed if k % 2 == 0 else timed[::-1]):
+            times[id(res)].append(gpu_time_us(make, direction.grad_to_none, quick=True)[0])
+            _reset(direction.grad_to_none)
+    out = []
+    for res, _, direction in cells:
+        t = [x for x in times.get(id(res), ()) if x == x]
+        if t:
+            mid = statistics.median(t)
+            gbps = direction.nbytes / mid / 1e3 if mid > 0 else NAN
+            res = dataclasses.replace(res, gpu_us=mid, gbps=gbps, pct_copy=100 * gbps / copy_gbps,
+                                      gpu_us_min=min(t), gpu_us_max=max(t))
+        out.append(res)
+    return out
 
 
 def measure(op: str, case: Case, direction: Direction, impl: str, make: Callable[[], Callable[[], object]],

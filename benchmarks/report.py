@@ -143,7 +143,8 @@ def row_keys(rows: list[dict]) -> list[tuple]:
 
 def comparisons(rows: list[dict]) -> list[dict]:
     """For each of our rows: our row, the fastest peer of the same variant and peer/ours time
-    (times of the CSV's basis column)."""
+    (times of the CSV's basis column); where both rows hold their GPU timings' min and max
+    (``--repeats``), the ratio's low and high ends from them (else nan)."""
     out = []
     col = basis(rows)
     index = {(r["shape"], r["dtype"], r["direction"], r["impl"]): r for r in rows}
@@ -157,7 +158,12 @@ def comparisons(rows: list[dict]) -> list[dict]:
                      if not is_ours(i) and variant(i) == variant(ours) and key + (i,) in index]
             peers = [p for p in peers if finite(p[col])]
             best = min(peers, key=lambda p: p[col]) if peers else None
-            out.append(dict(ours=mine, best=best, ratio=best[col] / mine[col] if best else math.nan))
+            low = high = math.nan
+            if best and col == "gpu_us":
+                low = best.get("gpu_us_min", math.nan) / mine.get("gpu_us_max", math.nan)
+                high = best.get("gpu_us_max", math.nan) / mine.get("gpu_us_min", math.nan)
+            out.append(dict(ours=mine, best=best, ratio=best[col] / mine[col] if best else math.nan,
+                            low=low, high=high))
     return out
 
 
@@ -196,8 +202,8 @@ def op_tables(op: str, rows: list[dict]) -> list[str]:
     """One markdown table per variant (softmax: plain, causal): times (% of copy) per impl."""
     with_pct = bandwidth_bound(op)
     index = {(r["shape"], r["dtype"], r["direction"], r["impl"]): r for r in rows}
-    ratios = {(c["ours"]["shape"], c["ours"]["dtype"], c["ours"]["direction"], c["ours"]["impl"]): c["ratio"]
-              for c in comparisons(rows)}
+    ratios = {(c["ours"]["shape"], c["ours"]["dtype"], c["ours"]["direction"], c["ours"]["impl"]):
+              (c["ratio"], c["low"], c["high"]) for c in comparisons(rows)}
     lines: list[str] = [OLD_METHOD, ""] if basis(rows) == "us" else []
     variants = list(dict.fromkeys(variant(i) for i in impl_order(rows)))
     for var in variants:
@@ -209,8 +215,7 @@ def op_tables(op: str, rows: list[dict]) -> list[str]:
         lines.append("|---|---|---|" + "---|" * (len(impls) + 1))
         for key in row_keys(rows):
             cells = [_cell(index.get(key + (i,)), with_pct) for i in impls]
-            ratio = ratios.get(key + (ours[0],), math.nan) if ours else math.nan
-            cells.append(f"{ratio:.2f}x" if finite(ratio) else "")
+            cells.append(ratio_text(*ratios.get(key + (ours[0],), (math.nan,) * 3)) if ours else "")
             lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
@@ -487,7 +492,7 @@ def below(data: dict[str, list[dict]]) -> list[str]:
     coor_descent, is not bytes-bound: peers only)."""
     header = ["| op | shape | dtype | dir | ours (GPU / eager) | % of copy | fastest peer | peer / ours |",
               "|---|---|---|---|---|---|---|---|"]
-    slower, low_pct, n_rows, old = list(header), list(header), 0, []
+    slower, tied, low_pct, n_rows, old = list(header), list(header), list(header), 0, []
     for op in OPS:
         rows = data.get(op, [])
         col = basis(rows)
@@ -501,10 +506,10 @@ def below(data: dict[str, list[dict]]) -> list[str]:
             peer = f"{best['impl']} {best[col]:.0f} us" if best else ""
             cells = [op, mine["shape"], mine["dtype"], mine["direction"],
                      f"{_gpu_time(mine)} / {_us(mine['us']) or DASH}{name}",
-                     f"{pct:.0f}%" if finite(pct) else "", peer, f"{ratio:.2f}x" if finite(ratio) else ""]
+                     f"{pct:.0f}%" if finite(pct) else "", peer, ratio_text(ratio, c["low"], c["high"])]
             line = "| " + " | ".join(cells) + " |"
             if finite(ratio) and ratio < 1:
-                slower.append(line)
+                (tied if c["low"] <= 1.0 <= c["high"] else slower).append(line)
             elif finite(pct) and pct < TARGETS.get((op, mine["direction"]), TARGET_PCT):
                 low_pct.append(line)
     compared = "GPU times"
@@ -513,8 +518,12 @@ def below(data: dict[str, list[dict]]) -> list[str]:
         compared = f"eager times (old method) for {', '.join(old)}{rest}"
     lines = [f"Listed automatically from the CSVs ({n_rows} rows of ours, compared by {compared}); the reasons "
              "are written below the generated part.", "",
-             f"Slower than the fastest peer ({len(slower) - 2} rows; peer / ours < 1):", ""]
+             f"Slower than the fastest peer ({len(slower) - 2} rows; peer / ours < 1, beyond the spread of "
+             "repeated timings where the CSV has them):", ""]
     lines += (slower if len(slower) > 2 else ["(none)"]) + [""]
+    if len(tied) > 2:
+        lines += [f"Ties, the fastest peer ahead by the median ({len(tied) - 2} rows; the spread of repeated "
+                  "timings crosses 1):", ""] + tied + [""]
     own = ", ".join(f"{op} {direction} {pct:.0f}%" for (op, direction), pct in TARGETS.items() if op in data)
     own = f" (or the op's own target: {own})" if own else ""
     lines += [f"At least as fast as every peer but under {TARGET_PCT:.0f}% of the copy bandwidth{own} "

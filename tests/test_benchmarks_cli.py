@@ -850,7 +850,8 @@ def test_decode_bench_dry_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench_decode, "QUICK_QK_STRIDED_SHAPES", [(3, 6, 16)])
     bench_decode.main(["--quick", "--dtypes", "float32", "--out", str(tmp_path)])
     rows = report.read_csv(str(tmp_path / "decode_norms.csv"))
-    assert {r["op"] for r in rows} == {"rmsnorm", "add_rmsnorm", "chain", "norm_chain", "qk_rmsnorm_strided"}
+    assert {r["op"] for r in rows} == {"rmsnorm", "add_rmsnorm", "layernorm", "chain", "norm_chain",
+                                       "qk_rmsnorm_strided"}
     assert {r["shape"] for r in rows if r["op"] == "qk_rmsnorm_strided"} == {"3x6x16 strided"}
     chain = {r["impl"] for r in rows if r["op"] == "chain"}
     assert {"triton_layers", "triton_layers_no_pdl", "torch", "matmul_only"} <= chain
@@ -860,6 +861,8 @@ def test_decode_bench_dry_run(tmp_path, monkeypatch, capsys):
     assert {r["direction"] for r in rows} == {"fwd"}
     assert {"triton_layers", "torch"} <= {r["impl"] for r in rows}
     assert {r["shape"] for r in rows if r["op"] == "add_rmsnorm"} == {"3x40"}  # QK-norm shapes: no residual
+    assert {r["shape"] for r in rows if r["op"] == "layernorm"} == {"3x40"}  # (nor LayerNorm)
+    assert {"triton_layers", "torch", "compile"} <= {r["impl"] for r in rows if r["op"] == "layernorm"}
     # every case that ran has its GPU time (a peer that needs a GPU, Liger where installed,
     # fails here: a nan time)
     assert all(r["gpu_us"] == 50.0 for r in rows if math.isfinite(r["us"]))
@@ -925,3 +928,37 @@ def test_host_ab_compare_gives_both_changes(monkeypatch, tmp_path):
     assert order == ["old", "new", "new", "old"]  # ABBA
     assert row["change"] == row["change_min"] == row["change_max"] == 1.0
     assert row["ours_change"] == row["ours_change_min"] == row["ours_change_max"] == 0.5
+
+
+def test_repeats_take_turns_and_keep_the_median_and_spread(tmp_path, monkeypatch):
+    """``--repeats 3``: each cell timed three times, the rounds over a case's cells in A B, B A,
+    A B order; the CSV keeps the median GPU time with its min and max, and % of copy follows the
+    median. The report calls a ratio whose spread crosses 1 a tie, in the op's table and in the
+    list below it (not among the rows slower than a peer)."""
+    from benchmarks import bench_decode, bench_norms
+
+    _dry_run(monkeypatch)
+    order, times = [], {"triton_layers": iter([50.0, 40.0, 70.0]), "torch": iter([45.0, 60.0, 44.0])}
+
+    def timed(make, grad_to_none=None, quick=False):
+        impl = make.__defaults__[1]  # (run_cases' make: direction, impl)
+        name = "triton_layers" if impl is bench_norms.OURS_BY_OP["rmsnorm"] else "torch"
+        order.append(name)
+        return next(times[name]), "graph"
+
+    monkeypatch.setattr(harness, "gpu_time_us", timed)
+    monkeypatch.setattr(bench_decode, "cases", lambda opts: [("rmsnorm", torch.float32, (3, 40))])
+    monkeypatch.setattr(bench_decode, "implementations",
+                        lambda opts: {"triton_layers": bench_norms.OURS_BY_OP, "torch": bench_norms.TORCH})
+    bench_decode.main(["--dtypes", "float32", "--out", str(tmp_path), "--repeats", "3"])
+    assert order == ["triton_layers", "torch", "torch", "triton_layers", "triton_layers", "torch"]
+    rows = {r["impl"]: r for r in report.read_csv(str(tmp_path / "decode_norms.csv"))}
+    ours, theirs = rows["triton_layers"], rows["torch"]
+    assert (ours["gpu_us"], ours["gpu_us_min"], ours["gpu_us_max"]) == (50.0, 40.0, 70.0)
+    assert (theirs["gpu_us"], theirs["gpu_us_min"], theirs["gpu_us_max"]) == (45.0, 44.0, 60.0)
+    assert ours["pct_copy"] == pytest.approx(100 * 2 * 3 * 40 * 4 / 50.0 / 1e3 / COPY)
+    text = "\n".join(report.op_tables("decode_norms", list(rows.values())))
+    assert "tie (0.63-1.50x)" in text  # 45/50 by the medians; 44/70 to 60/40
+    below = "\n".join(report.below({"rmsnorm": list(rows.values())}))
+    assert "Ties, the fastest peer ahead by the median (1 rows" in below
+    assert "Slower than the fastest peer (0 rows" in below

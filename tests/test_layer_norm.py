@@ -613,10 +613,22 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
                          "--grid", "fwd_max_fused_cols=32768,16;loop_block=8,16;fwd_warps=None,2"])
     out = capsys.readouterr().out
     assert len(runs) == 2 * 2 * 2 + 1 and "peers: compile 1.0 us" in out  # the grid, then compile
+    # the strided QK-norm (tokens x heads x head_dim): the q slice of a fused projection
+    runs.clear()
+    tune_layernorm.main(["--shapes", "3x4x16", "--dtypes", "float32", "--norm", "qk_rmsnorm_strided", "--dirs", "fwd",
+                         "--decode", "--grid", "tile_elements=32,64"])
+    out = capsys.readouterr().out
+    assert len(runs) == 2 + 1 and "qk_rmsnorm_strided 3x4x16 float32" in out and "peers: compile 1.0 us" in out
+    with pytest.raises(SystemExit, match="add --decode"):
+        tune_layernorm.main(["--norm", "qk_rmsnorm_strided", "--dirs", "fwd"])
     with pytest.raises(SystemExit, match="not a LayerNormLaunch field"):
         tune_layernorm.main(["--norm", "rms", "--dirs", "fwd", "--decode", "--grid", "fwd_wraps=4"])
     with pytest.raises(SystemExit, match="--decode times"):
-        tune_layernorm.main(["--norm", "layer", "--dirs", "fwd", "--decode"])
+        tune_layernorm.main(["--norm", "add_layernorm", "--dirs", "fwd", "--decode"])
+    runs.clear()  # LayerNorm at decode sizes: its weight and bias, its peers
+    tune_layernorm.main(["--shapes", "3x40", "--dtypes", "float32", "--norm", "layer", "--dirs", "fwd", "--decode",
+                         "--grid", "tile_elements=32,64"])
+    assert len(runs) == 2 + 1 and "layernorm 3x40 float32" in capsys.readouterr().out
 
     from triton_layers.kernels import _layer_norm_rules
 

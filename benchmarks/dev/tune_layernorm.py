@@ -19,7 +19,8 @@ the split_* sections after it for the column-split backward, "LayerNormLaunch.lo
 "LayerNormLaunch.fwd_max_fused_cols" for short rows read twice, tried).
 
 ``--decode``: the forward as bench_decode times it (under torch.no_grad: no statistics
-written), for the serving shapes (rmsnorm and add_rmsnorm). ``--grid`` replaces the forward's
+written), for the serving shapes (rmsnorm, add_rmsnorm, layernorm), and for ``qk_rmsnorm_strided``
+(QK-norm of a fused projection's q slice, read in place; shapes tokens x heads x head_dim). ``--grid`` replaces the forward's
 grid: ``knob=v1,v2;knob=...`` over LayerNormLaunch fields (``None``, ints, True/False), for
 example the long-row path at a short row: ``fwd_max_fused_cols=32768,2048;loop_block=1024,2048``.
 With ``--decode``, each forward's report is followed by the peers' GPU time in the same run
@@ -41,7 +42,7 @@ from triton_layers import functional as TF
 from triton_layers import launch_config
 from triton_layers.kernels import _layer_norm_rules
 
-NORMS = ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm")  # norm_case's names
+NORMS = ("layernorm", "rmsnorm", "add_rmsnorm", "add_layernorm", bench_decode.QK_STRIDED)  # norm_case's names
 SHAPES = [(32768, 1024), (16384, 4096), (8192, 8192), (4096, 16384), (4096, 32768), (1024, 131072)]
 # Grids over fields of launch_config.LayerNormLaunch.
 FWD_GRID = {"tile_elements": [2048, 4096, 8192], "fwd_warps": [None, 4, 8, 16, 32]}
@@ -52,17 +53,27 @@ BWD_LONG_GRID = {"split_one_pass": [True, False], "split_tile_bytes": [16384, 32
                  "split_programs_per_sm": [1, 2, 4], "split_one_pass_max_chunks": [128]}
 
 
-def norm_case(name: str, dtype: torch.dtype, shape: tuple[int, int],
+def norm_case(name: str, dtype: torch.dtype, shape: tuple[int, ...],
               device: torch.device, decode: bool = False) -> tuple[harness.Case, Callable]:
     """The benchmarks' case of a norm ("layernorm": bench_layernorm's; "rmsnorm", "add_rmsnorm",
     "add_layernorm": bench_norms'; with ``decode``, bench_decode's no-grad forward) and our
     implementation of it: inputs and bytes models as ``python -m benchmarks`` times them."""
-    if decode:
-        return bench_decode.build((name, dtype, shape), device), bench_norms.OURS_BY_OP[name]
+    if decode:  # (QK-norm of the strided q slice: RMSNorm on a (tokens, heads, head_dim) view)
+        ours = _layer_norm if name == "layernorm" else bench_norms.OURS_BY_OP[_norm_of(name)]
+        return bench_decode.build((name, dtype, shape), device), ours
     if name == "layernorm":
-        return bench_layernorm.build((dtype, shape), device), \
-            lambda x, w, b: TF.layer_norm(x, w, b, bench_layernorm.EPS)
+        return bench_layernorm.build((dtype, shape), device), _layer_norm
     return bench_norms.build((name, dtype, shape), device), bench_norms.OURS_BY_OP[name]
+
+
+def _layer_norm(x, w, b):
+    """Our LayerNorm as bench_layernorm calls it."""
+    return TF.layer_norm(x, w, b, bench_layernorm.EPS)
+
+
+def _norm_of(name: str) -> str:
+    """The norm a case runs: RMSNorm for the strided QK-norm, else the case's own."""
+    return "rmsnorm" if name == bench_decode.QK_STRIDED else name
 
 
 def parse_grid(text: str) -> dict:
@@ -82,9 +93,13 @@ def parse_grid(text: str) -> dict:
 def peers_line(case: harness.Case, norm: str) -> str:
     """The peers' GPU time for the case's forward under the default config: torch.compile, and
     Liger where it is installed (bench_norms.implementations)."""
-    impls = bench_norms.implementations(argparse.Namespace(no_compile=False))
+    opts = argparse.Namespace(no_compile=False)
+    impls = {**bench_norms.implementations(opts)}
+    for peer, fn in bench_layernorm.implementations(opts).items():  # (LayerNorm's, by op name)
+        impls[peer] = {**impls.get(peer, {}), "layernorm": fn}
     d = tuning.direction(case, "fwd", launch_config.DEFAULT)
     times = []
+    norm = _norm_of(norm)
     for peer in ("compile", "liger"):
         if norm in impls.get(peer, {}):
             # (one call first: torch.compile's build syncs, and the harness's first call runs under
@@ -110,27 +125,32 @@ def main(argv=None) -> None:
     unknown = set(norms) - set(NORMS)
     if unknown:
         raise SystemExit(f"unknown norms {sorted(unknown)}: choose among {', '.join(NORMS)}")
-    if opts.decode and not set(norms) <= set(bench_decode.OPS):
-        raise SystemExit(f"--decode times {', '.join(bench_decode.OPS)}, not {sorted(set(norms) - set(bench_decode.OPS))}")
+    decode_ops = (*bench_decode.OPS, bench_decode.LAYERNORM, bench_decode.QK_STRIDED)
+    if opts.decode and not set(norms) <= set(decode_ops):
+        raise SystemExit(f"--decode times {', '.join(decode_ops)}, not {sorted(set(norms) - set(decode_ops))}")
+    if bench_decode.QK_STRIDED in norms and not opts.decode:
+        raise SystemExit(f"{bench_decode.QK_STRIDED} is bench_decode's case: add --decode")
     given_grid = parse_grid(opts.grid) if opts.grid else None
     for norm in norms:
         for dtype in dtypes:
-            for m, d in shapes:
-                case, ours = norm_case(norm, dtype, (m, d), dev, opts.decode)
-                fwd_limit = limits.fwd_max_fused_cols if norm in ("layernorm", "rmsnorm") \
+            for shape in shapes:  # (tokens x heads x head_dim for the strided QK-norm)
+                d = shape[-1]
+                case, ours = norm_case(norm, dtype, shape, dev, opts.decode)
+                base = _norm_of(norm)
+                fwd_limit = limits.fwd_max_fused_cols if base in ("layernorm", "rmsnorm") \
                     else limits.fwd_residual_max_fused_cols
                 fwd_grid = FWD_LONG_GRID if d > fwd_limit else FWD_GRID  # (a long row is a tile alone)
-                own = {"fwd_one_pass": "fwd_residual_one_pass" if norm.startswith("add_") else "fwd_one_pass",
+                own = {"fwd_one_pass": "fwd_residual_one_pass" if base.startswith("add_") else "fwd_one_pass",
                        "fwd_one_pass_ahead": "fwd_one_pass_rms_fp32_ahead"
-                       if norm.endswith("rmsnorm") and dtype == torch.float32 else "fwd_one_pass_ahead"}
+                       if base.endswith("rmsnorm") and dtype == torch.float32 else "fwd_one_pass_ahead"}
                 fwd_grid = {own.get(k, k): v for k, v in fwd_grid.items()}  # (the knobs this case reads)
                 if given_grid:
                     fwd_grid = given_grid
-                bwd_limit = (limits.bwd_rms_max_fused_cols if norm.endswith("rmsnorm")
+                bwd_limit = (limits.bwd_rms_max_fused_cols if base.endswith("rmsnorm")
                              else limits.bwd_residual_max_fused_cols if norm == "add_layernorm"
                              else limits.bwd_max_fused_cols)
                 bwd_grid = BWD_LONG_GRID if d > bwd_limit else BWD_SHORT_GRID
-                print(f"{norm} {m}x{d} {str(dtype)[6:]}", flush=True)
+                print(f"{norm} {'x'.join(map(str, shape))} {str(dtype)[6:]}", flush=True)
                 for name, grid in (("fwd", fwd_grid), ("bwd", bwd_grid)):
                     if name not in opts.dirs.split(","):
                         continue
