@@ -63,7 +63,8 @@ def _analyse() -> dict:
             args = [_t(M, N), r, h, _t(M, N), _t(N), _t(N), _t(2, M), N, N, N, N, M, N, 1e-5, 1, 0]
             flags = dict(IS_RMS=False, HAS_RESIDUAL=residual, HAS_WEIGHT=True, HAS_BIAS=True, STABLE=False,
                          UNIT_OFFSET=False, CAST_BEFORE_WEIGHT=False, BLOCK_M=8 if single else 1,
-                         BLOCK_N=256 if single else 64, SINGLE_PASS=single, STORE_STATS=True)
+                         BLOCK_N=256 if single else 64, SINGLE_PASS=single, STORE_STATS=True,
+                         AFFINE_FIRST=False)
             out[f"fwd residual={residual} single_pass={single}"] = written(LN._norm_fwd_kernel, args, flags)
             # a call no gradient will flow from writes no statistics
             out[f"fwd no stats residual={residual} single_pass={single}"] = written(

@@ -444,6 +444,28 @@ def test_forward_warps_by_gpu():
         assert forward[2]["BLOCK_N"] == 8192 and forward[2]["num_warps"] == expected, (n_cols, forward[2])
 
 
+def test_layer_norm_loads_its_affine_first_where_its_grid_is_small():
+    """LayerNorm's whole-row forward loads its weight and bias before x where its grid has at
+    most fwd_affine_first_programs_per_sm programs per SM (decode sizes), after its reductions
+    on larger grids and on chunked rows; RMSNorm always first (plans as on an H200, 132 SMs)."""
+    cfg = launch_config.DEFAULT.layer_norm
+    assert cfg.fwd_affine_first_programs_per_sm == 1
+    assert rules.affine_first(True, 10**6, cfg, H200) and not rules.affine_first(False, 133, cfg, H200)
+    assert rules.affine_first(False, 132, cfg, H200)
+    assert not rules.affine_first(False, 1, dataclasses.replace(cfg, fwd_affine_first_programs_per_sm=0), H200)
+
+    def first(rows, n_cols, rms):
+        x = torch.empty(rows, n_cols, device="meta", dtype=torch.bfloat16)
+        w = torch.empty(n_cols, device="meta", dtype=torch.bfloat16)
+        with launch_config.plan_as(H200):
+            launch = _kernels.norm.record_launches(x, w, None if rms else w, 1e-5, rms, False, False, False,
+                                                   x.dtype)[0]
+        return launch[2]["AFFINE_FIRST"]
+
+    assert [first(rows, 4096, False) for rows in (1, 64, 132, 133, 16384)] == [True, True, True, False, False]
+    assert first(16384, 4096, True) and not first(1, 40000, False)  # (RMSNorm; a chunked row)
+
+
 def test_small_backward_tiles_get_more_programs():
     # bf16 rows of 1,024 (2-row tiles: 8 KB of z and dy) run with twice the persistent
     # programs of fp32 ones (16 KB) or of bf16 ones with the residual's gradient (12 KB);
@@ -627,7 +649,7 @@ def test_norm_tuning_scripts_time_their_configs_on_cpu(monkeypatch, capsys):
         tune_layernorm.main(["--norm", "add_layernorm", "--dirs", "fwd", "--decode"])
     runs.clear()  # LayerNorm at decode sizes: its weight and bias, its peers
     tune_layernorm.main(["--shapes", "3x40", "--dtypes", "float32", "--norm", "layer", "--dirs", "fwd", "--decode",
-                         "--grid", "tile_elements=32,64"])
+                         "--grid", "fwd_affine_first_programs_per_sm=0,1"])
     assert len(runs) == 2 + 1 and "layernorm 3x40 float32" in capsys.readouterr().out
 
     from triton_layers.kernels import _layer_norm_rules

@@ -180,6 +180,9 @@ class LayerNormLaunch:
     """Elements a thread holds: a program's warps are its tile over 32 times this (capped per kernel)."""
     fwd_warps: Optional[int] = None
     """Warps of a forward program; None: by the tile (the rule in kernels/_layer_norm_rules.py)."""
+    fwd_affine_first_programs_per_sm: int = 1
+    """LayerNorm's whole-row forward loads its weight and bias before x (not after its reductions) where its grid
+    has at most this many programs per SM (0: never; RMSNorm always does)."""
     fp8_tile_elements: int = 8192
     """Elements an FP8 norm program holds (whole rows: as many as fit, at least one)."""
     fp8_elems_per_thread: int = 64

@@ -54,6 +54,15 @@ def fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch, plain_whole_rows
     return num_warps(block, cfg, max_warps=32 if block * elem_size > 65536 else 16)
 
 
+def affine_first(rms: bool, programs: int, cfg: LayerNormLaunch, gpu: GPU) -> bool:
+    """Whether the whole-row forward loads the weight (and bias) before x rather than after its
+    reductions: RMSNorm always; LayerNorm where its grid of ``programs`` has at most
+    ``cfg.fwd_affine_first_programs_per_sm`` programs per SM of ``gpu`` (decode sizes, where a
+    program's loads wait on memory and its registers cost no occupancy; docs/TUNING.md,
+    "LayerNormLaunch.fwd_affine_first_programs_per_sm")."""
+    return rms or programs <= cfg.fwd_affine_first_programs_per_sm * gpu.sm_count
+
+
 @functools.lru_cache(maxsize=4096)
 def prefetch_stages(stages: int, stage_bytes: int, gpu: GPU, scratch_bytes: int) -> int:
     """``stages`` for a ``tl.range(num_stages=...)`` loop whose iterations load ``stage_bytes``,

@@ -54,7 +54,7 @@ def _norm_fwd_kernel(
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     STABLE: tl.constexpr, UNIT_OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, STORE_STATS: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    AFFINE_FIRST: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     # One program normalizes BLOCK_M rows: short rows still give each program enough bytes.
     # x may be heads (x_heads > 1, no residual): a strided q or k of a fused projection, read in
@@ -73,11 +73,12 @@ def _norm_fwd_kernel(
     mean = tl.zeros([BLOCK_M], dtype=tl.float32)
     if SINGLE_PASS:
         mask = row_mask[:, None] & (cols[None, :] < N)
-        if IS_RMS:
-            # RMSNorm loads its weight before x, not after the reduction: the weight's reads wait
-            # on memory while x's do (decode-sized rows gain most). LayerNorm does not: holding
-            # its weight and bias through two reductions costs it registers and was slower
-            # (docs/TUNING.md, "LayerNormLaunch.fwd_warps").
+        if AFFINE_FIRST:
+            # The weight (and bias) loaded before x, not after the reductions: their reads wait on
+            # memory while x's do (decode-sized rows gain most). RMSNorm always; LayerNorm where
+            # the grid is small (_layer_norm_rules.affine_first): holding its weight and bias
+            # through two reductions costs registers, and where many programs share an SM that
+            # was slower (docs/TUNING.md, "LayerNormLaunch.fwd_affine_first_programs_per_sm").
             w, b = load_affine(W, B, cols, cols < N, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
         z = load_input(X, R, H, rows, x_rows, cols, mask, stride_r_row, stride_h_row, HAS_RESIDUAL, True)
         if STABLE:
@@ -87,7 +88,7 @@ def _norm_fwd_kernel(
             mean = div(tl.sum(z, axis=1), N)
             z = tl.where(mask, z - mean[:, None], 0.0)
         rstd = 1.0 / tl.sqrt(div(tl.sum(z * z, axis=1), N) + eps)
-        if not IS_RMS:
+        if not AFFINE_FIRST:
             w, b = load_affine(W, B, cols, cols < N, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET)
         y = scale_shift(z * rstd[:, None], Z, w, b, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
         tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
@@ -533,9 +534,11 @@ def _plan_forward(
                  num_warps=_rules.fwd_warps(block, x.element_size(), cfg)),
             _common.device_index(x))
         return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, (n_rows, n_chunks, 2))
+    programs = _common.cdiv(n_rows, block_m)
     kernel = KernelCall(
-        _norm_fwd_kernel, (_common.cdiv(n_rows, block_m),), (*strides, n_rows, n_cols, eps, *((1, 0) if heads is None else heads[1:])),
+        _norm_fwd_kernel, (programs,), (*strides, n_rows, n_cols, eps, *((1, 0) if heads is None else heads[1:])),
         dict(switches, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
+             AFFINE_FIRST=single_pass and _rules.affine_first(rms, programs, cfg, gpu),
              num_warps=_rules.fwd_warps(block_m * block_n, x.element_size(), cfg,
                                        single_pass and residual is None, gpu)),
         _common.device_index(x))
