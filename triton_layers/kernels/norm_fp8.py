@@ -93,8 +93,16 @@ def _max_keeping_nan(a, b):
 
 
 @triton.jit
-def _amax(y, axis: tl.constexpr):
-    """max |y| along ``axis``, NaN where the values hold one (as torch's amax; tl.max drops it)."""
+def _amax(y, axis: tl.constexpr, INTERPRETED: tl.constexpr):
+    """max |y| along ``axis``, NaN where the values hold one (as torch's amax; tl.max drops it).
+    INTERPRETED (the kernels' EXACT_CAST: Triton's interpreter): the same value from two builtin
+    reductions, the max and whether any value is NaN. The interpreter runs ``tl.reduce`` with a
+    combine function of ours one pair of values at a time in Python: ninety-odd percent of an
+    FP8 test's time went there."""
+    if INTERPRETED:  # (NaN left out of the max: the interpreter's max warns on a slice of NaN alone)
+        nan = y != y
+        a = tl.max(tl.where(nan, 0.0, tl.abs(y)), axis)
+        return tl.where(tl.max(nan.to(tl.int32), axis) > 0, float("nan"), a)
     return tl.reduce(tl.abs(y), axis, _max_keeping_nan)
 
 
@@ -147,7 +155,7 @@ def _quantize_groups(y, scale_ub, FP8_MAX: tl.constexpr, IS_E5M2: tl.constexpr, 
     groups: ``(data, scales)``, a scale per row and group (the tile seen as ``(BLOCK_M, BLOCK_N /
     GROUP, GROUP)``)."""
     y3 = tl.reshape(y, (BLOCK_M, BLOCK_N // GROUP, GROUP))
-    s = _scale_of(_amax(y3, 2), scale_ub, FP8_MAX, HAS_UB, POW2)
+    s = _scale_of(_amax(y3, 2, EXACT_CAST), scale_ub, FP8_MAX, HAS_UB, POW2)
     inv = tl.div_rn(tl.full([BLOCK_M, BLOCK_N // GROUP], 1.0, tl.float32), s)
     return tl.reshape(_quantize(y3, inv[:, :, None], FP8_MAX, IS_E5M2, EXACT_CAST), (BLOCK_M, BLOCK_N)), s
 
@@ -194,13 +202,13 @@ def _token_scales(Scales, rows, row_mask, stride_s_row, row_amax, scale_ub, FP8_
 
 @triton.jit
 def _one_scale(Scales, Amax, GivenScale, pid, tile_amax, scale_ub, MODE: tl.constexpr, FP8_MAX: tl.constexpr,
-               HAS_UB: tl.constexpr, POW2: tl.constexpr, AMAX_BLOCK: tl.constexpr):
+               HAS_UB: tl.constexpr, POW2: tl.constexpr, AMAX_BLOCK: tl.constexpr, EXACT_CAST: tl.constexpr):
     """One scale for every row: given (MODE 0), from the first launch's amaxes (2), from this
     program's ``tile_amax`` (5); stored by program 0. Its inverse."""
     if MODE == 2:
         if AMAX_BLOCK > 0:  # (one amax per program of the first launch: its grid is this one)
             parts = tl.arange(0, AMAX_BLOCK)
-            amax = _amax(tl.load(Amax + parts, mask=parts < tl.num_programs(0), other=0.0), 0)
+            amax = _amax(tl.load(Amax + parts, mask=parts < tl.num_programs(0), other=0.0), 0, EXACT_CAST)
         else:
             amax = tl.load(Amax)
         s = _scale_of(amax, scale_ub, FP8_MAX, HAS_UB, POW2)
@@ -315,16 +323,16 @@ def _norm_fp8_kernel(
                              stride_h_row, mean, rstd, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET,
                              CAST_BEFORE_WEIGHT)
                 amax_acc = _max_keeping_nan(amax_acc, tl.abs(y))
-            row_amax = tl.reduce(amax_acc, 1, _max_keeping_nan)
+            row_amax = _amax(amax_acc, 1, EXACT_CAST)  # (|y| already)
         if MODE == 1:
-            _store_amax(Amax, pid, tl.reduce(row_amax, 0, _max_keeping_nan), AMAX_BLOCK)
+            _store_amax(Amax, pid, _amax(row_amax, 0, EXACT_CAST), AMAX_BLOCK)
         else:  # the last pass: 1x128 groups (4, a chunk's groups whole), or by the scales of the row (3) or tensor
             if MODE == 3:
                 inv = _token_scales(Scales, rows, row_mask, stride_s_row, row_amax, scale_ub, FP8_MAX, HAS_UB, POW2,
                                     BLOCK_M)
             elif MODE != 4:
-                inv = _one_scale(Scales, Amax, GivenScale, pid, tl.reduce(row_amax, 0, _max_keeping_nan), scale_ub,
-                                 MODE, FP8_MAX, HAS_UB, POW2, AMAX_BLOCK)
+                inv = _one_scale(Scales, Amax, GivenScale, pid, _amax(row_amax, 0, EXACT_CAST), scale_ub,
+                                 MODE, FP8_MAX, HAS_UB, POW2, AMAX_BLOCK, EXACT_CAST)
             for start in range(0, N, BLOCK_N):
                 col_mask = start + cols < N
                 mask = row_mask[:, None] & col_mask[None, :]
@@ -354,17 +362,18 @@ def _norm_fp8_kernel(
         if STORE_STATS:
             _store_stats(Stats, M, rows, row_mask, mean, rstd, IS_RMS)
         if MODE == 1:  # the dynamic per-tensor scale's first launch: the amax only
-            _store_amax(Amax, pid, _amax(_amax(y, 1), 0), AMAX_BLOCK)
+            _store_amax(Amax, pid, _amax(_amax(y, 1, EXACT_CAST), 0, EXACT_CAST), AMAX_BLOCK)
         elif MODE == 4:  # per group of GROUP columns
             _store_groups(Q, Scales, y, rows, row_mask, 0, cols, mask, N, stride_s_row, stride_s_group, scale_ub,
                           FP8_MAX, IS_E5M2, HAS_UB, POW2, EXACT_CAST, GROUP, BLOCK_M, BLOCK_N)
         else:  # a scale per token (3), or one: given (0), from the first launch's amaxes (2), from this tile's (5)
             if MODE == 3:
-                inv = _token_scales(Scales, rows, row_mask, stride_s_row, _amax(y, 1), scale_ub, FP8_MAX, HAS_UB, POW2,
-                                    BLOCK_M)
+                inv = _token_scales(Scales, rows, row_mask, stride_s_row, _amax(y, 1, EXACT_CAST), scale_ub, FP8_MAX,
+                                    HAS_UB, POW2, BLOCK_M)
             else:
-                inv = _one_scale(Scales, Amax, GivenScale, pid, _amax(_amax(y, 1), 0), scale_ub, MODE, FP8_MAX, HAS_UB,
-                                 POW2, AMAX_BLOCK)
+                tile_amax = _amax(_amax(y, 1, EXACT_CAST), 0, EXACT_CAST)
+                inv = _one_scale(Scales, Amax, GivenScale, pid, tile_amax, scale_ub, MODE, FP8_MAX, HAS_UB, POW2,
+                                 AMAX_BLOCK, EXACT_CAST)
             tl.store(Q + rows[:, None] * N + cols[None, :], _quantize(y, inv, FP8_MAX, IS_E5M2, EXACT_CAST), mask=mask)
 
 
@@ -399,7 +408,7 @@ def _norm_fp8_t_tile_kernel(
         z = tl.where(mask, z - mean[:, None], 0.0)
     y = affine(z * rstd[:, None], Z, W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS, UNIT_OFFSET, CAST_BEFORE_WEIGHT)
     y = tl.where(mask, y, 0.0)  # (rows past M: zeros, which leave the columns' amaxes as they are)
-    s = _scale_of(_amax(y, 0), 0.0, FP8_MAX, False, POW2)
+    s = _scale_of(_amax(y, 0, EXACT_CAST), 0.0, FP8_MAX, False, POW2)
     q = _quantize(y, tl.div_rn(tl.full([BLOCK_N], 1.0, tl.float32), s)[None, :], FP8_MAX, IS_E5M2, EXACT_CAST)
     # (transposed in registers: the store's fast dim is the row, contiguous in data_t)
     tl.store(QT + cols[:, None].to(tl.int64) * M + rows[None, :], tl.trans(q), mask=tl.trans(mask))
