@@ -46,6 +46,10 @@ def _spawn(world: int, fn, shape: tuple = (), names: tuple = (), timeout: float 
 
 
 def _worker(rank: int, world: int, store: str, fn, shape: tuple, names) -> None:
+    if os.environ.get("TRITON_INTERPRET") == "1":  # (a spawned process: conftest's setup is not run)
+        from tests import fast_interpreter
+
+        fast_interpreter.install()
     backend = "nccl" if torch.cuda.device_count() >= world else "gloo"
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
     device = "cuda" if backend == "nccl" else "cpu"
