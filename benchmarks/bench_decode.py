@@ -68,11 +68,10 @@ def cases(opts: argparse.Namespace) -> list[tuple[str, torch.dtype, tuple[int, i
     """(op, dtype, (rows, row length)) of a run; the QK-norm shapes take no residual, and only
     RMSNorm runs them."""
     keys = harness.dtype_shape_cases(opts, SHAPES, QUICK_SHAPES)
+    hidden = [(dtype, shape) for dtype, shape in keys if shape in HIDDEN_SHAPES or shape in QUICK_SHAPES[:1]]
     chain = harness.dtype_shape_cases(opts, CHAIN_SHAPES, QUICK_CHAIN_SHAPES)
-    return ([(op, dtype, shape) for op in OPS for dtype, shape in keys
-             if op == "rmsnorm" or shape in HIDDEN_SHAPES or shape in QUICK_SHAPES[:1]]
-            + [(LAYERNORM, dtype, shape) for dtype, shape in keys
-               if shape in HIDDEN_SHAPES or shape in QUICK_SHAPES[:1]]
+    return ([("rmsnorm", dtype, shape) for dtype, shape in keys]
+            + [(op, dtype, shape) for op in ("add_rmsnorm", LAYERNORM) for dtype, shape in hidden]
             + [(op, dtype, shape) for op in (CHAIN, NORM_CHAIN) for dtype, shape in chain]
             + [(QK_STRIDED, dtype, shape)
                for dtype, shape in harness.dtype_shape_cases(opts, QK_STRIDED_SHAPES, QUICK_QK_STRIDED_SHAPES)])

@@ -939,17 +939,21 @@ def test_repeats_take_turns_and_keep_the_median_and_spread(tmp_path, monkeypatch
 
     _dry_run(monkeypatch)
     order, times = [], {"triton_layers": iter([50.0, 40.0, 70.0]), "torch": iter([45.0, 60.0, 44.0])}
+    called = []
+
+    def named(name, fn):  # (an implementation that says which one ran)
+        return lambda *args: (called.append(name), fn(*args))[1]
 
     def timed(make, grad_to_none=None, quick=False):
-        impl = make.__defaults__[1]  # (run_cases' make: direction, impl)
-        name = "triton_layers" if impl is bench_norms.OURS_BY_OP["rmsnorm"] else "torch"
-        order.append(name)
-        return next(times[name]), "graph"
+        make()()
+        order.append(called[-1])
+        return next(times[called[-1]]), "graph"
 
     monkeypatch.setattr(harness, "gpu_time_us", timed)
     monkeypatch.setattr(bench_decode, "cases", lambda opts: [("rmsnorm", torch.float32, (3, 40))])
-    monkeypatch.setattr(bench_decode, "implementations",
-                        lambda opts: {"triton_layers": bench_norms.OURS_BY_OP, "torch": bench_norms.TORCH})
+    monkeypatch.setattr(bench_decode, "implementations", lambda opts: {
+        impl: {"rmsnorm": named(impl, fns["rmsnorm"])}
+        for impl, fns in (("triton_layers", bench_norms.OURS_BY_OP), ("torch", bench_norms.TORCH))})
     bench_decode.main(["--dtypes", "float32", "--out", str(tmp_path), "--repeats", "3"])
     assert order == ["triton_layers", "torch", "torch", "triton_layers", "triton_layers", "torch"]
     rows = {r["impl"]: r for r in report.read_csv(str(tmp_path / "decode_norms.csv"))}

@@ -19,9 +19,10 @@ the split_* sections after it for the column-split backward, "LayerNormLaunch.lo
 "LayerNormLaunch.fwd_max_fused_cols" for short rows read twice, tried).
 
 ``--decode``: the forward as bench_decode times it (under torch.no_grad: no statistics
-written), for the serving shapes (rmsnorm, add_rmsnorm, layernorm), and for ``qk_rmsnorm_strided``
-(QK-norm of a fused projection's q slice, read in place; shapes tokens x heads x head_dim). ``--grid`` replaces the forward's
-grid: ``knob=v1,v2;knob=...`` over LayerNormLaunch fields (``None``, ints, True/False), for
+written), for the serving shapes (rmsnorm, add_rmsnorm, layernorm), and for
+``qk_rmsnorm_strided`` (QK-norm of a fused projection's q slice, read in place; shapes tokens x
+heads x head_dim). ``--grid`` replaces the forward's grid: ``knob=v1,v2;knob=...`` over
+LayerNormLaunch fields (``None``, ints, True/False), for
 example the long-row path at a short row: ``fwd_max_fused_cols=32768,2048;loop_block=1024,2048``.
 With ``--decode``, each forward's report is followed by the peers' GPU time in the same run
 (torch.compile, Liger where installed).
@@ -38,7 +39,6 @@ import torch
 
 from benchmarks import bench_decode, bench_layernorm, bench_norms, harness
 from benchmarks.dev import tuning
-from triton_layers import functional as TF
 from triton_layers import launch_config
 from triton_layers.kernels import _layer_norm_rules
 
@@ -58,17 +58,14 @@ def norm_case(name: str, dtype: torch.dtype, shape: tuple[int, ...],
     """The benchmarks' case of a norm ("layernorm": bench_layernorm's; "rmsnorm", "add_rmsnorm",
     "add_layernorm": bench_norms'; with ``decode``, bench_decode's no-grad forward) and our
     implementation of it: inputs and bytes models as ``python -m benchmarks`` times them."""
-    if decode:  # (QK-norm of the strided q slice: RMSNorm on a (tokens, heads, head_dim) view)
-        ours = _layer_norm if name == "layernorm" else bench_norms.OURS_BY_OP[_norm_of(name)]
-        return bench_decode.build((name, dtype, shape), device), ours
+    no_peers = argparse.Namespace(no_compile=True)
+    if decode:  # (bench_decode's own implementations: its LayerNorm, its strided QK-norm)
+        return (bench_decode.build((name, dtype, shape), device),
+                bench_decode.implementations(no_peers)[bench_norms.OURS][name])
     if name == "layernorm":
-        return bench_layernorm.build((dtype, shape), device), _layer_norm
+        ours = bench_layernorm.implementations(no_peers)[bench_norms.OURS]
+        return bench_layernorm.build((dtype, shape), device), ours
     return bench_norms.build((name, dtype, shape), device), bench_norms.OURS_BY_OP[name]
-
-
-def _layer_norm(x, w, b):
-    """Our LayerNorm as bench_layernorm calls it."""
-    return TF.layer_norm(x, w, b, bench_layernorm.EPS)
 
 
 def _norm_of(name: str) -> str:
@@ -91,15 +88,11 @@ def parse_grid(text: str) -> dict:
 
 
 def peers_line(case: harness.Case, norm: str) -> str:
-    """The peers' GPU time for the case's forward under the default config: torch.compile, and
-    Liger where it is installed (bench_norms.implementations)."""
-    opts = argparse.Namespace(no_compile=False)
-    impls = {**bench_norms.implementations(opts)}
-    for peer, fn in bench_layernorm.implementations(opts).items():  # (LayerNorm's, by op name)
-        impls[peer] = {**impls.get(peer, {}), "layernorm": fn}
+    """The peers' GPU time for the case's decode forward under the default config: torch.compile,
+    and Liger where it is installed (bench_decode.implementations)."""
+    impls = bench_decode.implementations(argparse.Namespace(no_compile=False))
     d = tuning.direction(case, "fwd", launch_config.DEFAULT)
     times = []
-    norm = _norm_of(norm)
     for peer in ("compile", "liger"):
         if norm in impls.get(peer, {}):
             # (one call first: torch.compile's build syncs, and the harness's first call runs under
