@@ -421,16 +421,20 @@ def test_rows_of_a_16384_tile(dtype, device):
 
 
 def test_forward_warps_by_gpu():
-    """2-byte tiles of whole rows of 8,192 without a residual take 4 warps on the GPUs of
-    fwd_4_warps_8192_gpus (an H200, named by its model token: not a GH200); 16 elsewhere, with a
-    residual, as chunks of longer rows, in fp32, on the CPU."""
+    """2-byte tiles of whole rows of 8,192 take 4 warps on the GPUs of fwd_4_warps_8192_gpus (an
+    H200, named by its model token: not a GH200) without a residual, or RMSNorm's with a 2-byte
+    residual and h; 16 elsewhere, for LayerNorm's fused add, a 4-byte residual or h, chunks of
+    longer rows, in fp32, on the CPU."""
     cfg = launch_config.DEFAULT.layer_norm
     assert cfg.fwd_4_warps_8192_gpus == ("H200",)
     for name, expected in (("NVIDIA H200", 4), ("NVIDIA H200 NVL", 4), ("NVIDIA H100 80GB HBM3", 16),
                            ("NVIDIA GH200 480GB", 16)):
         gpu = dataclasses.replace(H200, name=name)
         assert rules.fwd_warps(8192, 2, cfg, True, gpu) == expected, name
-        assert rules.fwd_warps(8192, 2, cfg, False, gpu) == 16  # the fused adds, chunks of long rows
+        assert rules.fwd_warps(8192, 2, cfg, False, gpu) == 16  # chunks of long rows
+        assert rules.fwd_warps(8192, 2, cfg, True, gpu, residual_elem_size=2, rms=True) == expected
+        assert rules.fwd_warps(8192, 2, cfg, True, gpu, residual_elem_size=2, rms=False) == 16
+        assert rules.fwd_warps(8192, 2, cfg, True, gpu, residual_elem_size=4, rms=True) == 16
         assert rules.fwd_warps(8192, 4, cfg, True, gpu) == 16
         assert rules.fwd_warps(4096, 2, cfg, True, gpu) == 8  # (by the tile, as elsewhere)
     assert rules.fwd_warps(8192, 2, cfg, True, launch_config.GPU.of(torch.device("cpu"))) == 16
@@ -442,6 +446,15 @@ def test_forward_warps_by_gpu():
         with launch_config.plan_as(H200):
             forward = _kernels.norm.record_launches(x, w, w, 1e-5, False, False, False, False, x.dtype)[0]
         assert forward[2]["BLOCK_N"] == 8192 and forward[2]["num_warps"] == expected, (n_cols, forward[2])
+    # the fused adds' plans: RMSNorm's at 4 with a bf16 residual and h, 16 with an fp32 h;
+    # LayerNorm's at 16
+    x = torch.empty(4, 8192, device="meta", dtype=torch.bfloat16)
+    for rms, h_dtype, expected in ((True, torch.bfloat16, 4), (True, torch.float32, 16),
+                                   (False, torch.bfloat16, 16)):
+        with launch_config.plan_as(H200):
+            forward = _kernels.residual_norm.record_launches(
+                x, x, x[0], None, 1e-5, rms, False, False, False, x.dtype, h_dtype)[0]
+        assert forward[2]["num_warps"] == expected, (rms, h_dtype, forward[2])
 
 
 def test_layer_norm_loads_its_affine_first_where_its_grid_is_small():

@@ -191,7 +191,8 @@ class LayerNormLaunch:
     """Most programs of a dynamic per-tensor FP8 norm that write an amax each (every program of
     the second launch reads them all); more fold theirs into one zeroed cell (a memset first)."""
     fwd_4_warps_8192_gpus: tuple[str, ...] = ("H200",)
-    """GPUs where 2-byte whole rows of 8,192 without a residual take 4 warps instead of 16."""
+    """GPUs where 2-byte whole rows of 8,192 take 4 warps instead of 16: without a residual, or RMSNorm's with a
+    2-byte residual (not LayerNorm's fused add)."""
     bwd_programs_per_sm: int = 2
     """Persistent programs per SM of the short-row backward."""
     bwd_stages: int = 3

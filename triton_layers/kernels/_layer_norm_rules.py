@@ -29,8 +29,8 @@ def num_warps(block: int, cfg: LayerNormLaunch, max_warps: int = 16) -> int:
     return warps_for(block, cfg.elems_per_thread, max_warps)
 
 
-def fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch, plain_whole_rows: bool = False,
-              gpu: Optional[GPU] = None) -> int:
+def fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch, whole_rows: bool = False,
+              gpu: Optional[GPU] = None, residual_elem_size: int = 0, rms: bool = False) -> int:
     """Warps for a LayerNorm forward tile: up to 16, or 32 once a tile holds more than
     64 KiB of input (an fp32 row of 32768: 64 values a thread at 16 warps; docs/TUNING.md,
     "LayerNormLaunch.elems_per_thread"). 2-byte tiles of 16,384 take 8 warps: at 16 (32
@@ -40,15 +40,17 @@ def fwd_warps(block: int, elem_size: int, cfg: LayerNormLaunch, plain_whole_rows
     fit. fp32 tiles of 16,384 keep 16 (``tune_layernorm --dirs fwd``, which sweeps
     ``cfg.fwd_warps``; the figures: docs/TUNING.md, "LayerNormLaunch.fwd_warps"). On the GPUs
     of ``cfg.fwd_4_warps_8192_gpus`` (:meth:`GPU.named`), 2-byte tiles of 8,192 that are
-    ``plain_whole_rows`` (rows kept whole, no residual) take 4 warps; not the chunks of longer
-    rows (docs/TUNING.md, "LayerNormLaunch.fwd_4_warps_8192_gpus"); every other GPU (no
-    ``gpu`` given, or one the names do not name) takes 16. ``cfg.fwd_warps`` set overrides
-    this rule (sweeps)."""
+    ``whole_rows`` take 4 warps: without a residual (``residual_elem_size`` 0), or RMSNorm's
+    (``rms``) with a 2-byte residual and h (their wider element size); not LayerNorm's fused
+    add, nor the chunks of longer rows (docs/TUNING.md, "LayerNormLaunch.fwd_4_warps_8192_gpus");
+    every other GPU (no ``gpu`` given, or one the names do not name) takes 16.
+    ``cfg.fwd_warps`` set overrides this rule (sweeps)."""
     if cfg.fwd_warps is not None:
         return cfg.fwd_warps
     if elem_size == 2 and block == 16384:
         return 8
-    if elem_size == 2 and block == 8192 and plain_whole_rows and gpu is not None \
+    if elem_size == 2 and block == 8192 and whole_rows and gpu is not None \
+            and (residual_elem_size == 0 or (rms and residual_elem_size == 2)) \
             and gpu.named(cfg.fwd_4_warps_8192_gpus):
         return 4
     return num_warps(block, cfg, max_warps=32 if block * elem_size > 65536 else 16)

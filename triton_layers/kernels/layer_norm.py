@@ -539,10 +539,18 @@ def _plan_forward(
         _norm_fwd_kernel, (programs,), (*strides, n_rows, n_cols, eps, *((1, 0) if heads is None else heads[1:])),
         dict(switches, STABLE=stable, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single_pass,
              AFFINE_FIRST=single_pass and _rules.affine_first(rms, programs, cfg, gpu),
-             num_warps=_rules.fwd_warps(block_m * block_n, x.element_size(), cfg,
-                                       single_pass and residual is None, gpu)),
+             num_warps=_rules.fwd_warps(block_m * block_n, x.element_size(), cfg, single_pass, gpu,
+                                       _residual_elem_size(residual, residual_dtype), rms)),
         _common.device_index(x))
     return _ForwardPlan(kernel, out_dtype, residual_dtype, stats_shape, None)
+
+
+def _residual_elem_size(residual: Optional[Tensor], residual_dtype: Optional[torch.dtype]) -> int:
+    """The wider element of the residual and of h (written in ``residual_dtype``); 0 without a
+    residual."""
+    if residual is None:
+        return 0
+    return max(residual.element_size(), (residual_dtype or residual.dtype).itemsize)
 
 
 def _run_forward(launcher, plan: _ForwardPlan, x: Tensor, residual: Optional[Tensor], weight: Optional[Tensor],
