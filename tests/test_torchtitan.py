@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import types
 from dataclasses import dataclass
 
 import pytest
@@ -35,6 +34,7 @@ from torchtitan.config import OverrideConfig, ParallelismConfig, apply_overrides
 from torchtitan.config.override import _REGISTRY  # noqa: E402
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm, compute_ffn_hidden_dim  # noqa: E402
 from torchtitan.models.common.attention import ScaledDotProductAttention  # noqa: E402
+from torchtitan.models.llama3.sharding import set_llama3_sharding_config  # noqa: E402
 
 import triton_layers  # noqa: E402
 from triton_layers.integrations import torchtitan as tti  # noqa: E402
@@ -45,7 +45,11 @@ N_NORMS = 2 * LAYERS + 1
 
 def _config(*, tp: int = 1, dp: int = 1) -> llama3.Llama3Model.Config:
     """torchtitan's Llama 3 config (its ``_debugmodel``, at tiny dims), SDPA inside attention,
-    given its sharding as the trainer gives it (``update_from_config``)."""
+    given its sharding as the trainer gives it: ``set_llama3_sharding_config``, what
+    ``update_from_config`` does for a caller that is not the trainer, beside its checks (the TP
+    degree divides the heads). update_from_config itself imports ``torchtitan.trainer``, and
+    with it the trainer's packages (torchdata, tensorboard, datasets, wandb), which a fresh
+    environment with the model's packages alone (.ci/run) lacks."""
     rope = ComplexRoPE.Config(dim=DIM // HEADS, max_seq_len=4 * SEQ, theta=500000, scaling="llama")
     config = llama3.Llama3Model.Config(
         dim=DIM, vocab_size=VOCAB,
@@ -58,13 +62,14 @@ def _config(*, tp: int = 1, dp: int = 1) -> llama3.Llama3Model.Config:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
     parallelism = ParallelismConfig(tensor_parallel_degree=tp, data_parallel_shard_degree=dp,
                                     spmd_backend="partial_dtensor")
-    config.update_from_config(config=types.SimpleNamespace(parallelism=parallelism))
+    assert HEADS % tp == 0, (HEADS, tp)
+    set_llama3_sharding_config(config, enable_sp=parallelism.enable_sequence_parallel)
     return config
 
 
 def _override(config):
     """``--override.imports triton_layers.integrations.torchtitan.rms_norm``, as the trainer
-    applies it (after ``update_from_config``); the log lines of the replacements."""
+    applies it (after the sharding config); the log lines of the replacements."""
     return apply_overrides(OverrideConfig(imports=[tti.OVERRIDE]), config)
 
 
