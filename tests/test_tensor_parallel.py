@@ -34,9 +34,15 @@ def _spawn(world: int, fn, shape: tuple = (), names: tuple = (), timeout: float 
         # where there is no GPU; a machine of `world` GPUs, or CI's CPUs, runs the case)
         pytest.skip(f"{world} ranks need {world} GPUs here, or none")
 
+    # Forked ranks start with torch, Triton and triton_layers imported (this process imported
+    # them): about 5 s of CPU less a rank than spawned ones, which import them again (CI's CPU
+    # ranks). Spawned on a machine with GPUs, as these tests were proven there: a forked child
+    # cannot use CUDA once this process has initialized it.
+    start_method = "fork" if torch.cuda.device_count() == 0 else "spawn"
     with tempfile.TemporaryDirectory() as tmp:
-        ranks = mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), fn, shape or (world,), names or None),
-                         nprocs=world, join=False)
+        ranks = mp.start_processes(
+            _worker, args=(world, os.path.join(tmp, "store"), fn, shape or (world,), names or None), nprocs=world,
+            join=False, start_method=start_method)
         deadline = time.monotonic() + timeout
         while not ranks.join(timeout=max(1.0, deadline - time.monotonic())):
             if time.monotonic() >= deadline:
@@ -46,6 +52,9 @@ def _spawn(world: int, fn, shape: tuple = (), names: tuple = (), timeout: float 
 
 
 def _worker(rank: int, world: int, store: str, fn, shape: tuple, names) -> None:
+    # One thread a rank (as torchrun sets it): a forked child whose parent ran OpenMP regions
+    # hangs in its own first parallel region (GNU OpenMP is not fork-safe); one thread opens none.
+    torch.set_num_threads(1)
     if os.environ.get("TRITON_INTERPRET") == "1":  # (a spawned process: conftest's setup is not run)
         from tests import fast_interpreter
 
