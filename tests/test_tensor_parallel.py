@@ -21,6 +21,18 @@ import torch.distributed as dist
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
 
+def rank_start_method() -> str:
+    """How the multi-rank tests start their ranks (this file's, test_tp_styles' and
+    test_torchtitan's). Forked on a machine without GPUs: a rank starts with torch, Triton and
+    what the test imported already imported (about 5 s of CPU less a rank than a spawned one,
+    which imports them again; more with torchtitan). Spawned on a machine with GPUs, where these
+    tests were proven: a forked child cannot use CUDA once its parent has initialized it. A
+    forked rank sets one thread first: a child whose parent ran OpenMP regions hangs in its own
+    first parallel region (GNU OpenMP is not fork-safe); one thread opens none (torchrun sets one
+    too)."""
+    return "fork" if torch.cuda.device_count() == 0 else "spawn"
+
+
 def _spawn(world: int, fn, shape: tuple = (), names: tuple = (), timeout: float = 600) -> None:
     """``fn(mesh, device)`` on ``world`` ranks; the mesh 1-D, or of ``shape`` with dim ``names``.
     A run past ``timeout`` seconds fails (its ranks killed): a rank that dies inside a collective
@@ -34,15 +46,10 @@ def _spawn(world: int, fn, shape: tuple = (), names: tuple = (), timeout: float 
         # where there is no GPU; a machine of `world` GPUs, or CI's CPUs, runs the case)
         pytest.skip(f"{world} ranks need {world} GPUs here, or none")
 
-    # Forked ranks start with torch, Triton and triton_layers imported (this process imported
-    # them): about 5 s of CPU less a rank than spawned ones, which import them again (CI's CPU
-    # ranks). Spawned on a machine with GPUs, as these tests were proven there: a forked child
-    # cannot use CUDA once this process has initialized it.
-    start_method = "fork" if torch.cuda.device_count() == 0 else "spawn"
     with tempfile.TemporaryDirectory() as tmp:
         ranks = mp.start_processes(
             _worker, args=(world, os.path.join(tmp, "store"), fn, shape or (world,), names or None), nprocs=world,
-            join=False, start_method=start_method)
+            join=False, start_method=rank_start_method())
         deadline = time.monotonic() + timeout
         while not ranks.join(timeout=max(1.0, deadline - time.monotonic())):
             if time.monotonic() >= deadline:
@@ -52,9 +59,7 @@ def _spawn(world: int, fn, shape: tuple = (), names: tuple = (), timeout: float 
 
 
 def _worker(rank: int, world: int, store: str, fn, shape: tuple, names) -> None:
-    # One thread a rank (as torchrun sets it): a forked child whose parent ran OpenMP regions
-    # hangs in its own first parallel region (GNU OpenMP is not fork-safe); one thread opens none.
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # (one thread a rank: rank_start_method says why)
     if os.environ.get("TRITON_INTERPRET") == "1":  # (a spawned process: conftest's setup is not run)
         from tests import fast_interpreter
 

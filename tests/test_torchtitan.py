@@ -37,6 +37,7 @@ from torchtitan.models.common.attention import ScaledDotProductAttention  # noqa
 from torchtitan.models.llama3.sharding import set_llama3_sharding_config  # noqa: E402
 
 import triton_layers  # noqa: E402
+from tests.test_tensor_parallel import rank_start_method  # noqa: E402
 from triton_layers.integrations import torchtitan as tti  # noqa: E402
 
 DIM, HEADS, LAYERS, VOCAB, BATCH, SEQ = 64, 4, 2, 128, 2, 16
@@ -223,19 +224,13 @@ def test_the_converted_model_computes_what_torchtitans_does():
 def _spawn(world: int, tp: int, ac: str = "") -> None:
     import torch.multiprocessing as mp
 
-    # Forked ranks start with torchtitan imported (this process imported it): ~7 s of CPU less
-    # a rank than spawned ones. Spawned where this process initialized CUDA (a forked child
-    # cannot use it; torchtitan may, on a GPU machine).
-    start_method = "spawn" if torch.cuda.is_initialized() else "fork"
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:  # (forked ranks start with torchtitan imported)
         mp.start_processes(_worker, args=(world, os.path.join(tmp, "store"), tp, ac, tmp), nprocs=world, join=True,
-                           start_method=start_method)
+                           start_method=rank_start_method())
 
 
 def _worker(rank: int, world: int, store: str, tp: int, ac: str, tmp: str) -> None:
-    # One thread a rank (as torchrun sets it): a forked child whose parent ran OpenMP regions
-    # hangs in its own first parallel region (GNU OpenMP is not fork-safe); one thread opens none.
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # (one thread a rank: rank_start_method says why)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         _parallel_case(world, tp, ac, tmp)
