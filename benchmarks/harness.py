@@ -115,6 +115,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="folder for the CSVs (default: benchmarks/results/<gpu>, e.g. h100, h200, "
                              "from the device name)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile peers")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated op names (the CSV's op column): time these tables alone (a part too "
+                             "long for one sitting, run in pieces)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="GPU timings per cell, the implementations of a case taking turns (ABBA): the "
                              "median and the min-max in the CSV (calls of a few us differ between timings by "
@@ -239,10 +242,13 @@ def run_cases(bench: ModuleType, opts: argparse.Namespace, copy_gbps: float,
     With ``opts.repeats`` > 1, each cell's GPU time is taken that many times, in rounds over the
     case's cells (:func:`repeat_gpu_times`)."""
     impls = bench.implementations(opts)
+    only = set(opts.only.split(",")) if getattr(opts, "only", None) else None
     results: list[Result] = []
     for key in bench.cases(opts):
         case = bench.build(key, device())
         op = case.op or bench.OP
+        if only is not None and op not in only:
+            continue
         progress(f"{op} {case.shape} {dtype_name(case.dtype)}")
         cells = []  # (Result, make, direction) of this case
         for name, impl in impls.items():
