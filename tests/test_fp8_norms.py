@@ -456,6 +456,26 @@ def test_fp8_tuning_times_each_config_on_cpu(monkeypatch, capsys):
     assert launch_config.current() is launch_config.DEFAULT
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run")
+def test_fp8_ceiling_ladder_runs_each_rung_on_cpu(monkeypatch, capsys):
+    """benchmarks/dev/fp8_ceiling.py with the timer patched out: every rung of the ladder and ours
+    under each tile is called and printed, and the default config is back after."""
+    from benchmarks import harness
+    from benchmarks.dev import fp8_ceiling
+    from triton_layers import launch_config
+
+    fake_gpu_timer(monkeypatch)
+    timed = []
+    monkeypatch.setattr(harness, "graph_replay_us", lambda make, *a, **k: (make()(), timed.append(1), 1.0)[2])
+    fp8_ceiling.main(["--shapes", "3x256"])
+    out = capsys.readouterr().out
+    for rung in ("torch_cast", "flat_cast", "rows_cast", "rows_static", "rows_per_token ", "rows_per_token_exact",
+                 "ours_static", "ours_per_token"):
+        assert rung in out, rung
+    assert len(timed) == 1 + 8 + 4 * 12 + 2 * 10
+    assert launch_config.current() is launch_config.DEFAULT
+
+
 # --- Bad inputs: a case per row of docs/API.md's table (ids as there; tests/bad_inputs.py)
 
 def _fp8_in_place():
