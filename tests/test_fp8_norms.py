@@ -375,6 +375,23 @@ def test_training_shape_on_the_gpu(granularity):
     torch.testing.assert_close(got.h, x + r, rtol=0, atol=0)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="the GPU's launch rules on a GPU")
+@pytest.mark.parametrize("rms", [True, False], ids=["rms", "layer"])
+@pytest.mark.parametrize("rows,cols", [(1, 4096), (64, 4096), (132, 8192), (520, 8192)])
+def test_the_launch_rules_shapes_on_the_gpu(rms, rows, cols):
+    """The shapes test_fp8_launch_rules_by_gpu plans differently on an H200 (a small grid: a row a
+    program at more warps; LayerNorm's rows of 8,192: two a program), run on this GPU: equal to
+    the reference, per token and 1x128."""
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(cols, device="cuda")).to(torch.bfloat16)
+    b = None if rms else (0.1 * torch.randn(cols, device="cuda")).to(torch.bfloat16)
+    eps = RMS_EPS if rms else 1e-5
+    for recipe in (FP8Recipe("per_token"), FP8Recipe("per_group")):
+        got = (F.rms_norm_fp8(x, w, eps, recipe=recipe) if rms else
+               F.layer_norm_fp8(x, w, b, eps, recipe=recipe))
+        check_rows(got, reference.norm_fp8(x, w, b, eps, recipe, rms=rms), recipe)
+
+
 class _DequantizedLinear(torch.autograd.Function):
     """A consumer of the activation with its own backward (as an FP8 GEMM's would be)."""
 
@@ -550,3 +567,54 @@ def test_the_straight_through_backward_keeps_its_plan():
             out = F.rms_norm_fp8(x, w, recipe=FP8Recipe())
             out.activation.float().sum().backward()
     assert len([key for key in cache if key[0] == "backward"]) == 1
+
+
+def test_fp8_launch_rules_by_gpu():
+    """On the GPUs of fp8_small_grid_gpus (an H200, named by its model token), rows of at least
+    fp8_small_grid_min_cols columns that number at most the SMs take one row a program at
+    fp8_small_grid_elems_per_thread (twice the warps); more rows, shorter rows, chunked rows, other
+    GPUs and the CPU keep the default tile. On an H200 LayerNorm without a residual at rows of
+    8,192 takes fp8_layer_norm_8192_tile_elements (two rows) past the small grid. The plans recorded on meta tensors as on an H200 and
+    an H100 say the same, and the launch is exact on the CPU whichever tile it takes."""
+    from dataclasses import replace
+
+    from tests.conftest import H100, H200
+    from triton_layers import launch_config
+    from triton_layers.kernels import _layer_norm_rules as rules
+    from triton_layers.kernels import ops as K
+
+    cfg = launch_config.DEFAULT.layer_norm
+    assert (cfg.fp8_small_grid_gpus, cfg.fp8_small_grid_min_cols, cfg.fp8_small_grid_elems_per_thread) == \
+        (("H200",), 4096, 32)
+    assert rules.fp8_tile(64, 4096, cfg, H200) == (1, 4096, True, 32)
+    assert rules.fp8_tile(132, 8192, cfg, H200) == (1, 8192, True, 32)
+    assert rules.fp8_tile(133, 4096, cfg, H200) == (2, 4096, True, 64)  # (more rows than SMs)
+    assert rules.fp8_tile(64, 2048, cfg, H200) == (4, 2048, True, 64)  # (short rows)
+    assert rules.fp8_tile(8, 40000, cfg, H200)[2:] == (False, cfg.elems_per_thread)  # (chunks)
+    for gpu in (H100, replace(H200, name="NVIDIA GH200 480GB"), launch_config.GPU.of(torch.device("cpu"))):
+        assert rules.fp8_tile(64, 4096, cfg, gpu) == (2, 4096, True, 64), gpu.name
+        assert rules.fp8_tile(512, 8192, cfg, gpu, layer_norm=True) == (1, 8192, True, 64), gpu.name
+    # LayerNorm (no residual) at rows of 8,192 on an H200: two rows a program past the small grid
+    assert rules.fp8_tile(512, 8192, cfg, H200, layer_norm=True) == (2, 8192, True, 64)
+    assert rules.fp8_tile(512, 8192, cfg, H200) == (1, 8192, True, 64)  # (RMSNorm, or a residual)
+    assert rules.fp8_tile(512, 4096, cfg, H200, layer_norm=True) == (2, 4096, True, 64)
+    assert rules.fp8_tile(64, 8192, cfg, H200, layer_norm=True) == (1, 8192, True, 32)  # (the small grid)
+    w = torch.empty(4096, device="meta", dtype=torch.bfloat16)
+    for gpu, rows, expected in ((H200, 64, (1, 4)), (H200, 512, (2, 4)), (H100, 64, (2, 4))):
+        x = torch.empty(rows, 4096, device="meta", dtype=torch.bfloat16)
+        with launch_config.plan_as(gpu):
+            (kernel, grid, args, kwargs), = K.norm_fp8.record_launches(
+                x, None, w, None, None, 1e-5, True, False, False, torch.bfloat16, torch.float8_e4m3fn,
+                "per_token", False, 0.0, False, False, False, grids=True)
+        want_block_m, want_warps = expected
+        want_warps = 4096 // (32 * 32) if (gpu is H200 and rows <= 132) else want_warps
+        assert (kwargs["BLOCK_M"], kwargs["num_warps"], grid) == \
+            (want_block_m, want_warps, (rows // want_block_m,)), (gpu.name, rows, kwargs)
+    # exact under the small-grid tile, where a GPU would take it (the CPU named as an H200's rule)
+    if F.uses_kernels(torch.empty(1, device=DEVICE)) and DEVICE == "cpu":
+        x = torch.randn(3, 4096, dtype=torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(4096)).to(torch.bfloat16)
+        recipe = FP8Recipe()
+        want = reference.norm_fp8(x, w, None, RMS_EPS, recipe, rms=True)
+        with launch_config.use_knobs("layer_norm", fp8_tile_elements=4096, fp8_elems_per_thread=32):
+            check_rows(F.rms_norm_fp8(x, w, RMS_EPS, recipe=recipe), want, recipe)

@@ -187,6 +187,18 @@ class LayerNormLaunch:
     """Elements an FP8 norm program holds (whole rows: as many as fit, at least one)."""
     fp8_elems_per_thread: int = 64
     """Elements a thread of an FP8 norm program holds: its warps are its tile over 32 times this."""
+    fp8_small_grid_elems_per_thread: int = 32
+    """Elements a thread of an FP8 norm program holds on the GPUs of ``fp8_small_grid_gpus`` where rows of at least
+    ``fp8_small_grid_min_cols`` number at most the SMs (decode sizes): one row a program, more warps to it."""
+    fp8_small_grid_min_cols: int = 4096
+    """Shortest rows the small-grid FP8 launch (``fp8_small_grid_elems_per_thread``) applies to."""
+    fp8_small_grid_gpus: tuple[str, ...] = ("H200",)
+    """GPUs where the small-grid FP8 launch applies (measured there); others keep the default tile."""
+    fp8_layer_norm_8192_tile_elements: int = 16384
+    """Elements an FP8 LayerNorm program (no residual) holds at rows of 8,192 on the GPUs of
+    ``fp8_layer_norm_8192_gpus``, past the small grid: two rows, 8 warps."""
+    fp8_layer_norm_8192_gpus: tuple[str, ...] = ("H200",)
+    """GPUs where FP8 LayerNorm's rows of 8,192 take ``fp8_layer_norm_8192_tile_elements`` (measured there)."""
     fp8_amax_parts_max: int = 1024
     """Most programs of a dynamic per-tensor FP8 norm that write an amax each (every program of
     the second launch reads them all); more fold theirs into one zeroed cell (a memset first)."""

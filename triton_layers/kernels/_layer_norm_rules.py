@@ -23,6 +23,32 @@ def row_tile(n_rows: int, n_cols: int, max_fused_cols: int, loop_block: int,
     return block_m, block_n, single_pass
 
 
+def fp8_tile(n_rows: int, n_cols: int, cfg: LayerNormLaunch, gpu: GPU,
+             layer_norm: bool = False) -> tuple[int, int, bool, int]:
+    """``(BLOCK_M, BLOCK_N, whole_rows, elems_per_thread)`` of an FP8 norm program
+    (kernels/norm_fp8.py): :func:`row_tile` at ``cfg.fp8_tile_elements``, ``cfg.fp8_elems_per_thread``
+    a thread; rows over ``fwd_max_fused_cols`` in chunks at the plain forward's ``elems_per_thread``.
+    Two rules for the GPUs they name (docs/TUNING.md, "LayerNormLaunch.fp8_small_grid_elems_per_thread" and
+    "LayerNormLaunch.fp8_layer_norm_8192_tile_elements"):
+
+    - on those of ``cfg.fp8_small_grid_gpus``, rows of at least ``cfg.fp8_small_grid_min_cols``
+      columns that number at most the SMs (decode sizes) take one row a program at
+      ``cfg.fp8_small_grid_elems_per_thread``: twice the default's warps at 4,096 and 8,192
+      columns, where one program's latency is the call's;
+    - on those of ``cfg.fp8_layer_norm_8192_gpus``, LayerNorm without a residual (``layer_norm``)
+      at rows of 8,192, past the small grid, takes tiles of ``cfg.fp8_layer_norm_8192_tile_elements``."""
+    tile = cfg.fp8_tile_elements
+    if layer_norm and n_cols == 8192 and gpu.named(cfg.fp8_layer_norm_8192_gpus):
+        tile = cfg.fp8_layer_norm_8192_tile_elements
+    block_m, block_n, whole_rows = row_tile(n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block, tile,
+                                            cfg.max_tile_rows)
+    if not whole_rows:
+        return block_m, block_n, False, cfg.elems_per_thread
+    if n_cols >= cfg.fp8_small_grid_min_cols and n_rows <= gpu.sm_count and gpu.named(cfg.fp8_small_grid_gpus):
+        return 1, block_n, True, cfg.fp8_small_grid_elems_per_thread
+    return block_m, block_n, True, cfg.fp8_elems_per_thread
+
+
 def num_warps(block: int, cfg: LayerNormLaunch, max_warps: int = 16) -> int:
     """Warps for a program holding ``block`` elements at a time, ``cfg.elems_per_thread`` a
     thread."""

@@ -441,8 +441,9 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
     cfg = launch_config.current().layer_norm
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
-    block_m, block_n, whole_rows = _rules.row_tile(n_rows, n_cols, cfg.fwd_max_fused_cols, cfg.loop_block,
-                                                   cfg.fp8_tile_elements, cfg.max_tile_rows)
+    gpu = launch_config.GPU.of(x.device)
+    block_m, block_n, whole_rows, elems_per_thread = _rules.fp8_tile(n_rows, n_cols, cfg, gpu,
+                                                                     layer_norm=not rms and residual is None)
     # (whole 128-column groups: rows, or chunks (a power of 2) of at least one group)
     block_n = max(block_n, GROUP_SIZE if granularity == "per_group" else 1)
     recipe = FP8Recipe(granularity, fp8_dtype, pow2_scales, scale_ub if scale_ub > 0 else None, column_major,
@@ -453,15 +454,12 @@ def _plan_forward(x, residual, weight, bias, static_scale, eps, rms, unit_offset
         scale_strides = (1, tma_aligned_rows(n_rows))
     else:
         scale_strides = (n_cols // GROUP_SIZE if granularity == "per_group" else 1, 1)
-    gpu = launch_config.GPU.of(x.device)
     switches = dict(IS_RMS=rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                     HAS_BIAS=bias is not None, UNIT_OFFSET=unit_offset, CAST_BEFORE_WEIGHT=cast_before_weight,
                     FP8_MAX=recipe.fp8_max, IS_E5M2=fp8_dtype == torch.float8_e5m2, HAS_UB=scale_ub > 0,
                     POW2=pow2_scales, EXACT_CAST=x.device.type == "cpu", GROUP=GROUP_SIZE, BLOCK_M=block_m,
                     BLOCK_N=block_n, AMAX_BLOCK=0, CHUNKED=not whole_rows, **_common.pdl(gpu),
-                    # (rows over fwd_max_fused_cols: in chunks, warps as the plain norm's chunks; the top)
-                    num_warps=_common.warps_for(block_m * block_n,
-                                                cfg.fp8_elems_per_thread if whole_rows else cfg.elems_per_thread, 16))
+                    num_warps=_common.warps_for(block_m * block_n, elems_per_thread, 16))
     args = (*strides, *scale_strides, n_rows, n_cols, eps, max(scale_ub, 0.0))
     programs = _common.cdiv(n_rows, block_m)
     device = _common.device_index(x)
