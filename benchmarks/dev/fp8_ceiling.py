@@ -89,14 +89,20 @@ def _under(config, call):
 
 
 def _best(label, makes, nbytes, copy):
-    """The fastest of ``makes`` (launch label -> make), printed as a line; returns its us."""
+    """The fastest of ``makes`` (launch label -> make) by GPU time (``harness.gpu_time_us``: a
+    CUDA-graph replay, or the profiler's kernel time, marked *, where the call cannot be captured:
+    under another launch config ours plans again on its first call, and the static scale's check
+    syncs there), printed as a line; returns its us."""
     times = {}
     for knob, make in makes.items():
         try:
             make()()  # (a first call outside the timing: ours checks a static scale's value once, a sync)
-            times[knob] = harness.graph_replay_us(make)
+            us, method = harness.gpu_time_us(make)
         except Exception as exc:  # (a launch too large for the SM's registers, say)
             print(f"    {label} {knob}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            continue
+        if us == us:  # (nan: neither timing worked; gpu_time_us said why)
+            times[knob + ("" if method == "graph" else "*")] = us
     if not times:
         return float("nan")
     knob, us = min(times.items(), key=lambda kv: kv[1])
